@@ -1,0 +1,57 @@
+"""pgqueue: a job queue that lives in your application's own SQL database.
+
+Example::
+
+    import pgqueue
+
+    queue = pgqueue.Queue("sqlite:///app.db")
+    queue.migrate()
+
+    @queue.task()
+    def add(a: int, b: int) -> int:
+        return a + b
+
+    add.enqueue(1, 2)
+"""
+
+from __future__ import annotations
+
+from pgqueue.errors import (
+    BackendError,
+    ConfigError,
+    JobFailedError,
+    JobTimeoutError,
+    PgQueueError,
+    SchemaMissingError,
+    SerializationError,
+    UnknownTaskError,
+)
+from pgqueue.job import CancelResult, EnqueueResult, JobState, JobStatus
+from pgqueue.queue import Queue
+from pgqueue.serde import JSONSerializer, Serializer
+from pgqueue.task import BoundTask, EnqueueOptions, JobSpec, Task
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "BackendError",
+    "BoundTask",
+    "CancelResult",
+    "ConfigError",
+    "EnqueueOptions",
+    "EnqueueResult",
+    "JSONSerializer",
+    "JobFailedError",
+    "JobSpec",
+    "JobState",
+    "JobStatus",
+    "JobTimeoutError",
+    "PgQueueError",
+    "Queue",
+    "SchemaMissingError",
+    "SerializationError",
+    "Serializer",
+    "Task",
+    "UnknownTaskError",
+    "__version__",
+]

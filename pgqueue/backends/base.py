@@ -1,0 +1,93 @@
+"""The backend seam: what SQLAlchemy Core cannot say the same way on both databases.
+
+Statements (``pgqueue.statements``) are written once; a backend supplies the dialect's INSERT
+(for ``ON CONFLICT``), the transaction begin mode, the clock, wake-ups and error translation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any, Protocol
+
+from sqlalchemy import ColumnElement, Connection, Engine, Table, func, literal
+from sqlalchemy.dialects.postgresql import INTERVAL
+from sqlalchemy.exc import DBAPIError
+
+from pgqueue.schema import UTCDateTime
+
+__all__ = ["Backend", "Clock"]
+
+
+@dataclass(frozen=True, slots=True)
+class Clock:
+    """Where "now" comes from in one statement.
+
+    ``fixed`` set: an instant chosen in Python (SQLite's clock, or a test's ``now=``). ``fixed`` None:
+    the database's own clock (``now()`` on PostgreSQL), so that hosts with skewed clocks agree on
+    when a lease lapses.
+    """
+
+    fixed: datetime | None
+
+    def now(self) -> ColumnElement[datetime]:
+        """The current instant as a SQL expression."""
+        if self.fixed is not None:
+            return literal(self.fixed, UTCDateTime)
+        return func.now()
+
+    def after(self, seconds: float) -> ColumnElement[datetime]:
+        """``now + seconds`` as a SQL expression."""
+        if self.fixed is not None:
+            return literal(self.fixed + timedelta(seconds=seconds), UTCDateTime)
+        return func.now() + literal(timedelta(seconds=seconds), INTERVAL)
+
+    def after_column(self, seconds: ColumnElement[int]) -> ColumnElement[datetime]:
+        """``now + seconds`` where the seconds come from a column (database clock only)."""
+        if self.fixed is not None:
+            raise TypeError("after_column needs the database clock")
+        return func.now() + func.make_interval(0, 0, 0, 0, 0, 0, seconds)
+
+
+class Backend(Protocol):
+    """One database family. Implementations: ``postgres.PostgresBackend``, ``sqlite.SQLiteBackend``."""
+
+    name: str
+    #: True when the database can push wake-ups (LISTEN/NOTIFY); False means poll.
+    supports_notify: bool
+
+    def create_engine(self, url: Any, **options: Any) -> Engine:
+        """An Engine configured for pgqueue's use of this database."""
+        ...
+
+    def prepare_engine(self, engine: Engine) -> None:
+        """Attach whatever a caller-made Engine needs (SQLite: WAL, busy timeout, BEGIN IMMEDIATE)."""
+        ...
+
+    def clock(self, now: datetime | None = None) -> Clock:
+        """The clock for one statement: ``now`` if given, else this database's notion of now."""
+        ...
+
+    def insert(self, table: Table) -> Any:
+        """The dialect's INSERT construct (it carries ``on_conflict_do_update``)."""
+        ...
+
+    def begin(self, engine: Engine, *, write: bool = True) -> AbstractContextManager[Connection]:
+        """A connection inside a transaction, committed on success, rolled back on error."""
+        ...
+
+    def notify(self, connection: Connection, channel: str, payload: str) -> None:
+        """Send a wake-up inside the caller's transaction (delivered on commit)."""
+        ...
+
+    def translate(self, error: DBAPIError) -> Exception:
+        """Map a driver error to the pgqueue error tree (the caller raises it ``from`` error)."""
+        ...
+
+
+def iter_chunks(items: list[Any], size: int) -> Iterator[list[Any]]:
+    """Consecutive slices of at most ``size`` items."""
+    for start in range(0, len(items), size):
+        yield items[start : start + size]

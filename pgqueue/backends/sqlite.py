@@ -1,0 +1,91 @@
+"""SQLite: the embedded fallback for one host.
+
+SQLite has one writer at a time. Every pgqueue write transaction starts with ``BEGIN IMMEDIATE``
+so it takes the write lock up front: two processes claiming from one file serialise instead of
+both reading the same due row and racing to update it (and instead of failing with
+``SQLITE_BUSY`` on the upgrade from a read lock, which the busy timeout cannot wait out). WAL lets
+readers proceed beside the writer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import datetime
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy import Connection, Engine, Table, event
+from sqlalchemy.dialects import sqlite
+from sqlalchemy.exc import DBAPIError
+
+from pgqueue.backends.base import Clock
+from pgqueue.config import utc_now
+from pgqueue.errors import BackendError, SchemaMissingError
+
+__all__ = ["SQLiteBackend"]
+
+BUSY_TIMEOUT_SECONDS = 30.0
+# Execution option that marks a read-only transaction: it begins DEFERRED and never blocks writers.
+READ_ONLY = "pgqueue_read_only"
+
+
+class SQLiteBackend:
+    """The embedded backend."""
+
+    name = "sqlite"
+    supports_notify = False
+
+    def create_engine(self, url: Any, **options: Any) -> Engine:
+        connect_args = options.setdefault("connect_args", {})
+        connect_args.setdefault("timeout", BUSY_TIMEOUT_SECONDS)
+        connect_args.setdefault("check_same_thread", False)
+        engine = sa.create_engine(url, **options)
+        self.prepare_engine(engine)
+        return engine
+
+    def prepare_engine(self, engine: Engine) -> None:
+        if getattr(engine, "_pgqueue_prepared", False):
+            return
+        engine._pgqueue_prepared = True  # type: ignore[attr-defined]
+
+        @event.listens_for(engine, "connect")
+        def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+            # Take transaction control away from the sqlite3 module so "begin" below decides.
+            dbapi_connection.isolation_level = None
+            cursor = dbapi_connection.cursor()
+            cursor.execute("PRAGMA journal_mode=WAL")
+            cursor.execute(f"PRAGMA busy_timeout={int(BUSY_TIMEOUT_SECONDS * 1000)}")
+            # NORMAL is durable across application crashes in WAL mode; only an OS crash or power
+            # loss can drop the last commits. docs/operations.md says so.
+            cursor.execute("PRAGMA synchronous=NORMAL")
+            cursor.close()
+
+        @event.listens_for(engine, "begin")
+        def _on_begin(connection: Connection) -> None:
+            read_only = connection.get_execution_options().get(READ_ONLY, False)
+            connection.exec_driver_sql("BEGIN" if read_only else "BEGIN IMMEDIATE")
+
+    def clock(self, now: datetime | None = None) -> Clock:
+        return Clock(now or utc_now())
+
+    def insert(self, table: Table) -> Any:
+        return sqlite.insert(table)
+
+    @contextmanager
+    def begin(self, engine: Engine, *, write: bool = True) -> Iterator[Connection]:
+        with engine.connect() as connection:
+            if not write:
+                connection = connection.execution_options(**{READ_ONLY: True})
+            with connection.begin():
+                yield connection
+
+    def notify(self, connection: Connection, channel: str, payload: str) -> None:
+        # No server to push through; waiters poll (and in-process waiters are woken directly).
+        return None
+
+    def translate(self, error: DBAPIError) -> Exception:
+        message = str(error.orig)
+        if "no such table: pgqueue_" in message:
+            return SchemaMissingError()
+        return BackendError(f"SQLite error: {message}")

@@ -1,0 +1,183 @@
+"""Named defaults and the validation every public option goes through.
+
+Each ``check_*`` function takes user input and returns the normalised value, or raises
+:class:`~pgqueue.errors.ConfigError` with a message that says what would be accepted. They run
+before anything touches the database, so bad input never leaves a half-written job behind.
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+import os
+from collections.abc import Iterable, Mapping
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from sqlalchemy.engine import URL, make_url
+from sqlalchemy.exc import ArgumentError
+
+from pgqueue.errors import ConfigError
+
+DEFAULT_URL = "sqlite:///pgqueue.db"
+URL_ENVIRONMENT_VARIABLE = "PGQUEUE_URL"
+DEFAULT_QUEUE = "default"
+DEFAULT_MAX_ATTEMPTS = 3
+DEFAULT_RESULT_TTL = 3600
+DEFAULT_PRIORITY = 0
+
+MAX_ID_LENGTH = 1024
+MAX_NAME_LENGTH = 255
+# Priorities are stored in a 32-bit INTEGER; keep well inside it.
+PRIORITY_RANGE = (-1_000_000, 1_000_000)
+MAX_ATTEMPTS_LIMIT = 1_000_000
+# One hundred years: long enough for "keep", short enough to stay inside every datetime type.
+MAX_SECONDS = 100 * 365 * 24 * 3600
+
+
+def resolve_url(url: str | URL | None) -> URL:
+    """Return a SQLAlchemy URL for ``url``, ``$PGQUEUE_URL`` or the SQLite default.
+
+    ``postgresql://`` and ``postgres://`` are taken to mean psycopg 3, the driver pgqueue ships
+    with. A URL that cannot be parsed or names an unsupported database raises ConfigError
+    without echoing the password.
+    """
+    if url is None:
+        url = os.environ.get(URL_ENVIRONMENT_VARIABLE) or DEFAULT_URL
+    if isinstance(url, str):
+        if not url.strip():
+            raise ConfigError("the database URL is empty; pass e.g. 'sqlite:///pgqueue.db'")
+        try:
+            parsed = make_url(url)
+        except (ArgumentError, ValueError) as exc:
+            raise ConfigError(
+                f"cannot parse database URL {_redact(url)!r}: expected e.g. "
+                "'postgresql://user:password@host/dbname' or 'sqlite:///path/to/file.db'"
+            ) from exc
+    else:
+        parsed = url
+    backend = parsed.get_backend_name()
+    if backend in ("postgresql", "postgres"):
+        driver = parsed.get_driver_name()
+        if backend == "postgres" or driver in ("psycopg2", ""):
+            parsed = parsed.set(drivername="postgresql+psycopg")
+        elif driver != "psycopg":
+            raise ConfigError(
+                f"pgqueue talks to PostgreSQL through psycopg 3; use 'postgresql+psycopg://' "
+                f"instead of {parsed.drivername!r}"
+            )
+    elif backend != "sqlite":
+        raise ConfigError(
+            f"unsupported database {backend!r} in {parsed.render_as_string(hide_password=True)!r}:"
+            " pgqueue supports PostgreSQL and SQLite"
+        )
+    return parsed
+
+
+def _redact(url: str) -> str:
+    # An unparseable URL may still carry a password: keep only the scheme and the host part.
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        return "<unparseable URL>"
+    return f"{scheme}://{'***@' if '@' in rest else ''}{rest.rpartition('@')[2]}"
+
+
+def check_positive_seconds(name: str, value: object, *, allow_zero: bool = False) -> float:
+    """Seconds as a positive finite number or a timedelta."""
+    seconds: float
+    if isinstance(value, timedelta):
+        seconds = value.total_seconds()
+    elif isinstance(value, int | float) and not isinstance(value, bool):
+        seconds = float(value)
+    else:
+        raise ConfigError(
+            f"{name} must be a number of seconds or a timedelta, not {type(value).__name__}"
+        )
+    if not math.isfinite(seconds) or seconds < 0 or (seconds == 0 and not allow_zero):
+        bound = "zero or more" if allow_zero else "more than zero"
+        raise ConfigError(f"{name} must be finite and {bound} seconds, got {value!r}")
+    if seconds > MAX_SECONDS:
+        raise ConfigError(f"{name} must be at most {MAX_SECONDS} seconds (100 years)")
+    return seconds
+
+
+def check_result_ttl(value: object) -> int:
+    """A result TTL: a positive whole number of seconds, or a timedelta of whole seconds."""
+    if isinstance(value, timedelta):
+        seconds = value.total_seconds()
+        if seconds != int(seconds):
+            raise ConfigError(f"result_ttl must be whole seconds, got {value!r}")
+    elif isinstance(value, int) and not isinstance(value, bool):
+        seconds = value
+    else:
+        raise ConfigError(
+            f"result_ttl must be a positive whole number of seconds or a timedelta, "
+            f"not {type(value).__name__} {value!r}"
+        )
+    if seconds < 1 or seconds > MAX_SECONDS:
+        raise ConfigError(f"result_ttl must be between 1 and {MAX_SECONDS} seconds, got {value!r}")
+    return int(seconds)
+
+
+def check_int(name: str, value: object, *, low: int, high: int) -> int:
+    """A true int (not bool) within [low, high]."""
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise ConfigError(f"{name} must be an int, not {type(value).__name__} {value!r}")
+    if not low <= value <= high:
+        raise ConfigError(f"{name} must be between {low} and {high}, got {value}")
+    return value
+
+
+def check_max_attempts(value: object) -> int:
+    """At least one attempt."""
+    return check_int("max_attempts", value, low=1, high=MAX_ATTEMPTS_LIMIT)
+
+
+def check_priority(value: object) -> int:
+    """Higher runs first; the default is 0."""
+    return check_int("priority", value, low=PRIORITY_RANGE[0], high=PRIORITY_RANGE[1])
+
+
+def check_name(kind: str, value: object, *, max_length: int = MAX_NAME_LENGTH) -> str:
+    """A queue name, task name or job id: a non-empty str without NUL characters."""
+    if not isinstance(value, str):
+        raise ConfigError(f"{kind} must be a str, not {type(value).__name__} {value!r}")
+    if not value:
+        raise ConfigError(f"{kind} must not be empty")
+    if len(value) > max_length:
+        raise ConfigError(f"{kind} is {len(value)} characters long; the limit is {max_length}")
+    if "\x00" in value:
+        raise ConfigError(f"{kind} must not contain NUL characters")
+    return value
+
+
+def check_job_id(value: object) -> str:
+    """A caller-chosen job id (the dedup key)."""
+    return check_name("job id", value, max_length=MAX_ID_LENGTH)
+
+
+def check_run_at(value: object) -> datetime:
+    """An aware datetime; naive ones are refused because their time zone would be a guess."""
+    if not isinstance(value, datetime):
+        raise ConfigError(f"run_at must be a datetime, not {type(value).__name__} {value!r}")
+    if value.tzinfo is None or value.tzinfo.utcoffset(value) is None:
+        raise ConfigError(
+            "run_at must be timezone-aware (e.g. datetime.now(timezone.utc)); "
+            "a naive datetime's time zone would be a guess"
+        )
+    return value.astimezone(UTC)
+
+
+def check_options(where: str, given: Mapping[str, Any], allowed: Iterable[str]) -> None:
+    """Refuse unknown option names, suggesting the closest known one."""
+    known = sorted(allowed)
+    for key in given:
+        if key not in known:
+            close = difflib.get_close_matches(key, known, n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else f"; known options: {known}"
+            raise ConfigError(f"unknown option {key!r} for {where}{hint}")
+
+
+def utc_now() -> datetime:
+    """The current time as an aware UTC datetime."""
+    return datetime.now(UTC)

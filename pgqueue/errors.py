@@ -1,0 +1,98 @@
+"""The pgqueue exception tree.
+
+Every error pgqueue raises on purpose derives from :class:`PgQueueError`::
+
+    PgQueueError
+    ├── ConfigError            bad option, bad URL, bad TTL, unmigrated database
+    ├── SerializationError     a payload or result that the serializer cannot encode
+    ├── UnknownTaskError       enqueue or run of a task name nobody registered
+    ├── JobFailedError         enqueue_and_wait: the job ended ``failed``
+    ├── JobTimeoutError        enqueue_and_wait: our own wait timed out (also a TimeoutError)
+    ├── BackendError           the database refused or the connection broke
+    │   └── SchemaMissingError the pgqueue tables are not there: run ``pgqueue migrate``
+    └── LeaseLostError         internal: a fenced write touched no row (never reaches handlers)
+
+Database driver errors are translated once, at the backend boundary, and keep the original
+exception as ``__cause__``.
+
+Example::
+
+    try:
+        queue.enqueue("tasks.nope")
+    except pgqueue.UnknownTaskError as exc:
+        print(exc)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = [
+    "BackendError",
+    "ConfigError",
+    "JobFailedError",
+    "JobTimeoutError",
+    "LeaseLostError",
+    "PgQueueError",
+    "SchemaMissingError",
+    "SerializationError",
+    "UnknownTaskError",
+]
+
+
+class PgQueueError(Exception):
+    """Base class of every error pgqueue raises."""
+
+    def __init__(self, message: str | None = None) -> None:
+        super().__init__(message or (self.__doc__ or type(self).__name__).strip())
+
+
+class ConfigError(PgQueueError, ValueError):
+    """An option or configuration value cannot work."""
+
+
+class SerializationError(PgQueueError, TypeError):
+    """A value could not be serialized for storage."""
+
+
+class UnknownTaskError(PgQueueError, LookupError):
+    """No task is registered under that name."""
+
+
+class JobFailedError(PgQueueError):
+    """The job ended in the ``failed`` state.
+
+    ``job_id``, ``error_type``, ``error_message`` and ``error_traceback`` carry what the failing
+    attempt stored.
+    """
+
+    def __init__(
+        self,
+        job_id: str,
+        error: dict[str, Any] | None = None,
+    ) -> None:
+        error = error or {}
+        self.job_id = job_id
+        self.error_type: str | None = error.get("type")
+        self.error_message: str | None = error.get("message")
+        self.error_traceback: str | None = error.get("traceback")
+        detail = (
+            f"{self.error_type}: {self.error_message}" if self.error_type else "no error stored"
+        )
+        super().__init__(f"job {job_id!r} failed ({detail})")
+
+
+class JobTimeoutError(PgQueueError, TimeoutError):
+    """Waiting for a job's result timed out; the job itself goes on."""
+
+
+class BackendError(PgQueueError):
+    """The database refused a statement or the connection failed."""
+
+
+class SchemaMissingError(BackendError, ConfigError):
+    """The pgqueue tables do not exist in this database: run `pgqueue migrate` (or Queue.migrate())."""
+
+
+class LeaseLostError(PgQueueError):
+    """A fenced write touched no row: another worker or the reaper has taken the job."""

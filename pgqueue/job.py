@@ -1,0 +1,116 @@
+"""Leaf value types: job states and the results returned to producers."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+__all__ = ["CancelResult", "EnqueueResult", "JobState", "JobStatus"]
+
+
+class JobState(enum.StrEnum):
+    """The states a job moves through (see docs/concepts.md).
+
+    Example::
+
+        if queue.status(job_id).state is JobState.FAILED:
+            queue.retry(job_id)
+    """
+
+    QUEUED = "queued"
+    PROCESSING = "processing"
+    FAILING = "failing"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+#: States a worker may claim once ``run_at`` is due.
+CLAIMABLE_STATES: tuple[JobState, ...] = (JobState.QUEUED, JobState.FAILING)
+#: States in which a job is still alive: enqueueing the same id again is a duplicate.
+ACTIVE_STATES: tuple[JobState, ...] = (JobState.QUEUED, JobState.PROCESSING, JobState.FAILING)
+#: States a job never leaves on its own.
+FINISHED_STATES: tuple[JobState, ...] = (JobState.COMPLETED, JobState.FAILED, JobState.CANCELLED)
+#: Finished states that a new enqueue with the same id resets and re-queues.
+REQUEUEABLE_STATES: tuple[JobState, ...] = (JobState.FAILED, JobState.CANCELLED)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EnqueueResult:
+    """What an enqueue did with one job.
+
+    ``status`` is ``"queued"`` (inserted, or a failed/cancelled job re-queued), ``"duplicate"``
+    (a live job has this id: ``existing_state`` says which state) or ``"completed"`` (the job already
+    ran: ``result`` holds the cached result, None once it expired).
+
+    Example::
+
+        r = add.using(id="invoice-42").enqueue(1, 2)
+        if r.status == "duplicate":
+            print("already", r.existing_state)
+    """
+
+    id: str
+    status: str
+    existing_state: JobState | None = None
+    result: Any = None
+
+    @property
+    def queued(self) -> bool:
+        """True when this call put the job in the queue."""
+        return self.status == "queued"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CancelResult:
+    """What ``Queue.cancel`` did: ``status`` is one of ``cancelled``, ``not_found``,
+    ``processing``, ``completed``, ``failed`` (the last three: too late, nothing changed) or
+    ``cancelled`` again when it already was.
+
+    Example::
+
+        if queue.cancel(job_id).status == "processing":
+            print("already running")
+    """
+
+    id: str
+    status: str
+
+    @property
+    def cancelled(self) -> bool:
+        """True when the job is (now) cancelled."""
+        return self.status == "cancelled"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class JobStatus:
+    """A snapshot of one job's row.
+
+    Example::
+
+        s = queue.status(job_id)
+        print(s.state, s.attempts, s.error)
+    """
+
+    id: str
+    task: str
+    queue: str
+    state: JobState
+    priority: int
+    attempts: int
+    max_attempts: int
+    stall_count: int
+    created_at: datetime
+    updated_at: datetime
+    run_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    locked_by: str | None
+    locked_until: datetime | None
+    args: list[Any]
+    kwargs: dict[str, Any]
+    result: Any
+    error: dict[str, Any] | None
+    result_expires_at: datetime | None

@@ -1,0 +1,1 @@
+"""pgqueue's Alembic migrations (script_location of ``alembic.ini`` and of ``pgqueue migrate``)."""

@@ -1,0 +1,48 @@
+"""Alembic environment for pgqueue's own lineage.
+
+Three ways in: ``pgqueue migrate`` / ``Queue.migrate()`` hand over a live connection in
+``config.attributes["connection"]``; ``--sql`` hands over a URL in ``attributes["url"]``; plain
+``alembic upgrade head`` with the top-level alembic.ini takes the URL from ``-x url=...``, then
+``$PGQUEUE_URL``, then the SQLite default.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from alembic import context
+
+from pgqueue.config import resolve_url
+from pgqueue.migrate import VERSION_TABLE
+from pgqueue.schema import METADATA
+
+config = context.config
+options: dict[str, Any] = {
+    "target_metadata": METADATA,
+    "version_table": VERSION_TABLE,
+    "render_as_batch": True,
+    "compare_type": True,
+}
+
+connection = config.attributes.get("connection")
+if context.is_offline_mode():
+    url = config.attributes.get("url") or resolve_url(
+        context.get_x_argument(as_dictionary=True).get("url")
+    )
+    context.configure(url=url, literal_binds=True, dialect_opts={"paramstyle": "named"}, **options)
+    with context.begin_transaction():
+        context.run_migrations()
+elif connection is not None:
+    context.configure(connection=connection, **options)
+    with context.begin_transaction():
+        context.run_migrations()
+else:
+    from sqlalchemy import create_engine
+
+    url = resolve_url(context.get_x_argument(as_dictionary=True).get("url"))
+    engine = create_engine(url)
+    with engine.begin() as conn:
+        context.configure(connection=conn, **options)
+        with context.begin_transaction():
+            context.run_migrations()
+    engine.dispose()

@@ -1,0 +1,493 @@
+"""The producer side: registering tasks, enqueueing, and looking jobs up."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
+from datetime import datetime, timedelta
+from typing import Any, ParamSpec, TypeVar, Unpack, overload
+
+from sqlalchemy import Connection, Engine, select
+from sqlalchemy.engine import URL
+from sqlalchemy.exc import DBAPIError
+
+from pgqueue import config, statements
+from pgqueue.backends import Backend, backend_for
+from pgqueue.backends.base import iter_chunks
+from pgqueue.errors import ConfigError, UnknownTaskError
+from pgqueue.job import CancelResult, EnqueueResult, JobState, JobStatus
+from pgqueue.schema import JOBS
+from pgqueue.serde import JSONSerializer, Serializer
+from pgqueue.task import EnqueueOptions, JobSpec, Task
+
+__all__ = ["Queue"]
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+#: Wake-up channel: an enqueue NOTIFYs it with the queue name, in the enqueue's transaction.
+ENQUEUED_CHANNEL = "pgqueue_enqueued"
+_OPTION_NAMES = frozenset(EnqueueOptions.__annotations__)
+# Rows per INSERT statement in bulk enqueue.
+BULK_CHUNK = 1000
+
+
+class Queue:
+    """A job queue stored in one database.
+
+    ``url_or_engine`` is a SQLAlchemy URL or Engine; None means ``$PGQUEUE_URL``, else
+    ``sqlite:///pgqueue.db``. Creating a Queue does not connect.
+
+    Example::
+
+        queue = pgqueue.Queue("postgresql://app@db/app")
+
+        @queue.task()
+        def add(a: int, b: int) -> int:
+            return a + b
+
+        add.enqueue(1, 2)
+    """
+
+    def __init__(
+        self,
+        url_or_engine: str | URL | Engine | None = None,
+        *,
+        result_ttl: int | timedelta = config.DEFAULT_RESULT_TTL,
+        max_attempts: int = config.DEFAULT_MAX_ATTEMPTS,
+        serializer: Serializer | None = None,
+        allow_unknown_tasks: bool = False,
+        engine_options: Mapping[str, Any] | None = None,
+    ) -> None:
+        self.result_ttl = config.check_result_ttl(result_ttl)
+        self.max_attempts = config.check_max_attempts(max_attempts)
+        self.serializer: Serializer = serializer or JSONSerializer()
+        if not isinstance(self.serializer, Serializer):
+            raise ConfigError("serializer must have encode() and decode() methods")
+        self.allow_unknown_tasks = allow_unknown_tasks
+        if isinstance(url_or_engine, Engine):
+            if engine_options:
+                raise ConfigError("engine_options apply only when pgqueue creates the engine")
+            self.backend: Backend = backend_for(config.resolve_url(url_or_engine.url))
+            self.backend.prepare_engine(url_or_engine)
+            self.engine = url_or_engine
+        else:
+            url = config.resolve_url(url_or_engine)
+            self.backend = backend_for(url)
+            self.engine = self.backend.create_engine(url, **dict(engine_options or {}))
+        self.tasks: dict[str, Task[Any, Any]] = {}
+
+    def __repr__(self) -> str:
+        return f"Queue({self.engine.url.render_as_string(hide_password=True)!r})"
+
+    # -- tasks ---------------------------------------------------------------------------------
+
+    @overload
+    def task(self, function: Callable[P, R]) -> Task[P, R]: ...
+
+    @overload
+    def task(
+        self,
+        *,
+        name: str | None = ...,
+        queue: str = ...,
+        priority: int = ...,
+        max_attempts: int | None = ...,
+        result_ttl: int | timedelta | None = ...,
+        timeout: float | timedelta | None = ...,
+    ) -> Callable[[Callable[P, R]], Task[P, R]]: ...
+
+    def task(
+        self,
+        function: Callable[..., Any] | None = None,
+        *,
+        name: str | None = None,
+        queue: str = config.DEFAULT_QUEUE,
+        priority: int = config.DEFAULT_PRIORITY,
+        max_attempts: int | None = None,
+        result_ttl: int | timedelta | None = None,
+        timeout: float | timedelta | None = None,
+    ) -> Any:
+        """Register a function as a task (usable bare or with options).
+
+        ``name`` defaults to ``module.qualname``; ``max_attempts`` and ``result_ttl`` default to the
+        Queue's; ``timeout`` (seconds) bounds one attempt.
+
+        Example::
+
+            @queue.task(name="tasks.add", max_attempts=5, result_ttl=60)
+            def add(a, b):
+                return a + b
+        """
+        # Validate once, at declaration, so a bad option fails at import time, not at enqueue.
+        queue = config.check_name("queue", queue)
+        priority = config.check_priority(priority)
+        max_attempts = (
+            self.max_attempts if max_attempts is None else config.check_max_attempts(max_attempts)
+        )
+        ttl = self.result_ttl if result_ttl is None else config.check_result_ttl(result_ttl)
+        seconds = None if timeout is None else config.check_positive_seconds("timeout", timeout)
+
+        def register(fn: Callable[..., Any]) -> Task[Any, Any]:
+            if not callable(fn):
+                raise ConfigError(f"@queue.task needs a function, got {fn!r}")
+            task_name = config.check_name("task name", name or f"{fn.__module__}.{fn.__qualname__}")
+            existing = self.tasks.get(task_name)
+            if existing is not None and existing.function is not fn:
+                raise ConfigError(f"a different function is already registered as {task_name!r}")
+            registered = Task(
+                self,
+                fn,
+                task_name,
+                queue,
+                priority,
+                max_attempts,
+                ttl,
+                seconds,
+            )
+            self.tasks[task_name] = registered
+            return registered
+
+        return register if function is None else register(function)
+
+    def get_task(self, name: str) -> Task[Any, Any]:
+        """The task registered under ``name``; UnknownTaskError lists the known ones."""
+        try:
+            return self.tasks[name]
+        except KeyError:
+            known = ", ".join(sorted(self.tasks)) or "none registered"
+            raise UnknownTaskError(
+                f"no task named {name!r} (known: {known}); import the module that defines it "
+                "before enqueueing, or pass allow_unknown_tasks=True to the Queue"
+            ) from None
+
+    # -- enqueue -------------------------------------------------------------------------------
+
+    def enqueue(
+        self,
+        task: str,
+        /,
+        args: Iterable[Any] = (),
+        kwargs: Mapping[str, Any] | None = None,
+        **options: Unpack[EnqueueOptions],
+    ) -> EnqueueResult:
+        """Enqueue one job for the task named ``task`` (see :class:`EnqueueOptions`).
+
+        Without ``connection``/``session`` pgqueue commits its own short transaction. With one, the
+        job is written in the caller's transaction and pgqueue never commits it: a rollback removes
+        the job, and workers see it only after the caller commits.
+
+        Example::
+
+            with engine.connect() as conn:
+                queue.enqueue("tasks.add", args=[1, 2], connection=conn)
+                conn.rollback()          # no job
+        """
+        return self.enqueue_many(
+            task, [JobSpec(args=tuple(args), kwargs=dict(kwargs or {}))], **options
+        )[0]
+
+    def enqueue_many(
+        self,
+        task: str,
+        /,
+        items: Iterable[tuple[Any, ...] | list[Any] | JobSpec],
+        **options: Unpack[EnqueueOptions],
+    ) -> list[EnqueueResult]:
+        """Enqueue many jobs of one task in bulk, in one transaction, one INSERT per chunk.
+
+        Each item is an args tuple/list or a :class:`JobSpec` (its own id, kwargs and options);
+        ``options`` are every job's defaults. The same dedup rules as :meth:`enqueue` apply; an id
+        repeated inside one call is enqueued once and reported as a duplicate after that.
+
+        Example::
+
+            results = queue.enqueue_many("tasks.add", [(1, 2), JobSpec(args=(3, 4), id="x")])
+            sum(r.queued for r in results)
+        """
+        options = self.check_enqueue_options(options)
+        connection = options.pop("connection", None)
+        session = options.pop("session", None)
+        defaults = self._task_defaults(task)
+        rows = [self._row(task, defaults, options, item) for item in items]
+        if not rows:
+            return []
+        with self.connect(connection=connection, session=session) as conn:
+            return self._insert(conn, rows)
+
+    def check_enqueue_options(self, options: Mapping[str, Any]) -> EnqueueOptions:
+        """Validate per-call options (unknown names, types, ranges) and return them normalised."""
+        config.check_options("enqueue", options, _OPTION_NAMES)
+        checked: dict[str, Any] = dict(options)
+        for key, value in options.items():
+            if value is None:
+                del checked[key]
+            elif key in _CHECKS:
+                checked[key] = _CHECKS[key](value)
+        if "delay" in checked and "run_at" in checked:
+            raise ConfigError("give either delay or run_at, not both")
+        if "connection" in checked and "session" in checked:
+            raise ConfigError("give either connection or session, not both")
+        if "connection" in checked and not isinstance(checked["connection"], Connection):
+            raise ConfigError("connection must be a SQLAlchemy Connection")
+        return checked  # type: ignore[return-value]
+
+    def _task_defaults(self, name: str) -> dict[str, Any]:
+        task = self.tasks.get(name)
+        if task is None:
+            if not self.allow_unknown_tasks:
+                self.get_task(name)
+            return {
+                "queue": config.DEFAULT_QUEUE,
+                "priority": config.DEFAULT_PRIORITY,
+                "max_attempts": self.max_attempts,
+                "result_ttl": self.result_ttl,
+            }
+        return {
+            "queue": task.queue_name,
+            "priority": task.priority,
+            "max_attempts": task.max_attempts,
+            "result_ttl": task.result_ttl,
+        }
+
+    def _row(
+        self,
+        task: str,
+        defaults: Mapping[str, Any],
+        options: Mapping[str, Any],
+        item: tuple[Any, ...] | list[Any] | JobSpec,
+    ) -> dict[str, Any]:
+        if isinstance(item, JobSpec):
+            spec = {k: v for k in _SPEC_FIELDS if (v := getattr(item, k)) is not None}
+            spec = dict(self.check_enqueue_options(spec))
+            args, kwargs = item.args, item.kwargs
+        elif isinstance(item, tuple | list):
+            spec, args, kwargs = {}, item, {}
+        else:
+            raise ConfigError(
+                f"each enqueue_many item must be an args tuple/list or a JobSpec, not "
+                f"{type(item).__name__}"
+            )
+        if not isinstance(kwargs, Mapping) or not all(isinstance(k, str) for k in kwargs):
+            raise ConfigError("kwargs must be a mapping with str keys")
+        merged = {**defaults, **options, **spec}
+        if "run_at" in spec and "delay" in options:
+            del merged["delay"]
+        if "delay" in spec and "run_at" in options:
+            del merged["run_at"]
+        payload = self.serializer.encode({"args": list(args), "kwargs": dict(kwargs)})
+        return {
+            "id": merged.get("id") or str(uuid.uuid4()),
+            "task": task,
+            "queue": merged["queue"],
+            "payload": payload,
+            "priority": merged["priority"],
+            "max_attempts": merged["max_attempts"],
+            "result_ttl": merged["result_ttl"],
+            "run_at": merged.get("run_at"),
+            "delay": timedelta(seconds=merged.get("delay", 0.0)),
+        }
+
+    def _insert(self, conn: Connection, rows: list[dict[str, Any]]) -> list[EnqueueResult]:
+        clock = self.backend.clock()
+        if clock.fixed is not None:
+            for row in rows:
+                if row["run_at"] is None:
+                    row["run_at"] = clock.fixed + row["delay"]
+        # The first occurrence of an id is the one written. Sorting by id makes concurrent bulk
+        # producers lock rows in the same order, so overlapping batches cannot deadlock.
+        unique: dict[str, dict[str, Any]] = {}
+        for row in rows:
+            unique.setdefault(row["id"], row)
+        ordered = sorted(unique.values(), key=lambda row: row["id"])
+        statement = statements.job_enqueue(self.backend.insert, clock)
+        queued: set[str] = set()
+        for chunk in iter_chunks(ordered, BULK_CHUNK):
+            queued.update(conn.scalars(statement, chunk))
+        outcomes = self._outcomes(conn, [i for i in unique if i not in queued])
+        for queue_name in {row["queue"] for row in unique.values() if row["id"] in queued}:
+            self.backend.notify(conn, ENQUEUED_CHANNEL, queue_name)
+        results: list[EnqueueResult] = []
+        seen: set[str] = set()
+        for row in rows:
+            job_id = row["id"]
+            if job_id in queued and job_id not in seen:
+                result = EnqueueResult(id=job_id, status="queued")
+            elif job_id in queued:
+                result = EnqueueResult(
+                    id=job_id, status="duplicate", existing_state=JobState.QUEUED
+                )
+            else:
+                result = outcomes[job_id]
+            seen.add(job_id)
+            results.append(result)
+        return results
+
+    def _outcomes(self, conn: Connection, ids: list[str]) -> dict[str, EnqueueResult]:
+        outcomes: dict[str, EnqueueResult] = {}
+        now = config.utc_now()
+        for chunk in iter_chunks(ids, BULK_CHUNK):
+            for job_id, state, result, expires_at in conn.execute(statements.job_outcomes(chunk)):
+                state = JobState(state)
+                if state is JobState.COMPLETED:
+                    live = expires_at is None or expires_at > now
+                    value = self.serializer.decode(result) if live and result is not None else None
+                    outcomes[job_id] = EnqueueResult(
+                        id=job_id, status="completed", existing_state=state, result=value
+                    )
+                else:
+                    outcomes[job_id] = EnqueueResult(
+                        id=job_id, status="duplicate", existing_state=state
+                    )
+        missing = [i for i in ids if i not in outcomes]
+        if missing:
+            # Only a delete racing between the upsert and this read gets here (the pruner
+            # removing a finished row): treat as the conflict it was, a duplicate of a finished job.
+            for job_id in missing:
+                outcomes[job_id] = EnqueueResult(id=job_id, status="duplicate")
+        return outcomes
+
+    # -- look-ups and admin --------------------------------------------------------------------
+
+    def status(self, job_id: str, *, connection: Connection | None = None) -> JobStatus | None:
+        """A snapshot of the job, or None if there is no such job.
+
+        Example::
+
+            s = queue.status(result.id)
+            print(s.state, s.attempts)
+        """
+        with self.connect(connection=connection, write=False) as conn:
+            row = conn.execute(statements.job_get(job_id)).mappings().first()
+        return None if row is None else self.status_from_row(row)
+
+    def status_from_row(self, row: Mapping[Any, Any]) -> JobStatus:
+        """Build a JobStatus from a full job row."""
+        payload = self.serializer.decode(row["payload"]) or {}
+        expires = row["result_expires_at"]
+        live = expires is None or expires > config.utc_now()
+        return JobStatus(
+            id=row["id"],
+            task=row["task"],
+            queue=row["queue"],
+            state=JobState(row["state"]),
+            priority=row["priority"],
+            attempts=row["attempts"],
+            max_attempts=row["max_attempts"],
+            stall_count=row["stall_count"],
+            created_at=row["created_at"],
+            updated_at=row["updated_at"],
+            run_at=row["run_at"],
+            started_at=row["started_at"],
+            finished_at=row["finished_at"],
+            locked_by=row["locked_by"],
+            locked_until=row["locked_until"],
+            args=list(payload.get("args", [])),
+            kwargs=dict(payload.get("kwargs", {})),
+            result=self.serializer.decode(row["result"])
+            if live and row["result"] is not None
+            else None,
+            error=row["error"] if live else None,
+            result_expires_at=expires,
+        )
+
+    def result(self, job_id: str) -> Any:
+        """The stored result of a completed job, or None (not completed, unknown or expired).
+
+        Example::
+
+            queue.result(r.id)   # 3
+        """
+        status = self.status(job_id)
+        if status is None or status.state is not JobState.COMPLETED:
+            return None
+        return status.result
+
+    def cancel(
+        self, job_id: str, *, connection: Connection | None = None, now: datetime | None = None
+    ) -> CancelResult:
+        """Cancel a job that has not started. A running or finished job is left alone and the
+        result says which state it is in.
+
+        Example::
+
+            queue.cancel(r.id).status   # "cancelled"
+        """
+        with self.connect(connection=connection) as conn:
+            clock = self.backend.clock(now)
+            if conn.scalar(statements.job_cancel(job_id, clock)) is not None:
+                return CancelResult(id=job_id, status="cancelled")
+            state = conn.scalar(select(JOBS.c.state).where(JOBS.c.id == job_id))
+        return CancelResult(id=job_id, status="not_found" if state is None else str(state))
+
+    def retry(
+        self, job_id: str, *, connection: Connection | None = None, now: datetime | None = None
+    ) -> bool:
+        """Move a ``failed`` or ``cancelled`` job back to ``queued`` with fresh counters.
+
+        Returns False when the job is missing or in any other state.
+
+        Example::
+
+            for job_id in dead_letters:
+                queue.retry(job_id)
+        """
+        with self.connect(connection=connection) as conn:
+            retried = conn.scalar(statements.job_retry(job_id, self.backend.clock(now)))
+            if retried is not None:
+                self.backend.notify(conn, ENQUEUED_CHANNEL, "")
+        return retried is not None
+
+    # -- plumbing ------------------------------------------------------------------------------
+
+    def migrate(self) -> None:
+        """Create or upgrade pgqueue's tables to the latest revision (idempotent).
+
+        Example::
+
+            queue.migrate()
+        """
+        from pgqueue.migrate import upgrade
+
+        upgrade(self.engine)
+
+    @contextmanager
+    def connect(
+        self,
+        *,
+        connection: Connection | None = None,
+        session: Any = None,
+        write: bool = True,
+    ) -> Iterator[Connection]:
+        """A connection for pgqueue's statements, translating driver errors.
+
+        With ``connection`` or ``session`` the caller's transaction is used and never committed;
+        otherwise a short transaction is opened and committed here.
+        """
+        try:
+            if connection is not None:
+                yield connection
+            elif session is not None:
+                yield session.connection()
+            else:
+                with self.backend.begin(self.engine, write=write) as conn:
+                    yield conn
+        except DBAPIError as exc:
+            raise self.backend.translate(exc) from exc
+
+
+def _delay(value: float | timedelta) -> float:
+    return config.check_positive_seconds("delay", value, allow_zero=True)
+
+
+_CHECKS: dict[str, Callable[[Any], Any]] = {
+    "id": config.check_job_id,
+    "priority": config.check_priority,
+    "delay": _delay,
+    "run_at": config.check_run_at,
+    "queue": lambda value: config.check_name("queue", value),
+    "max_attempts": config.check_max_attempts,
+    "result_ttl": config.check_result_ttl,
+}
+_SPEC_FIELDS = ("id", "priority", "delay", "run_at", "queue", "max_attempts", "result_ttl")

@@ -1,0 +1,161 @@
+"""The tables, in SQLAlchemy Core: the single source of pgqueue's DDL.
+
+Alembic's first revision creates exactly this metadata, and a test compares the migrated database
+against it on both backends, so the two cannot drift.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import (
+    CheckConstraint,
+    Column,
+    DateTime,
+    Dialect,
+    Index,
+    Integer,
+    MetaData,
+    Table,
+    Text,
+    TypeDecorator,
+    text,
+)
+from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.types import JSON, TypeEngine
+
+from pgqueue.job import CLAIMABLE_STATES, FINISHED_STATES, JobState
+
+__all__ = ["JOBS", "LEADERS", "METADATA", "WORKERS", "Document", "UTCDateTime"]
+
+METADATA = MetaData()
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    """Aware UTC datetimes on both backends.
+
+    PostgreSQL stores ``timestamptz``. SQLite has no time zone type, so values are stored as naive
+    UTC text (which sorts and compares correctly) and come back aware again.
+    """
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError("pgqueue stores aware datetimes only")
+        value = value.astimezone(UTC)
+        return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
+
+    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+class Document(TypeDecorator[Any]):
+    """A JSON document: JSONB on PostgreSQL, JSON text on SQLite."""
+
+    impl = JSON
+    cache_ok = True
+
+    def load_dialect_impl(self, dialect: Dialect) -> TypeEngine[Any]:
+        if dialect.name == "postgresql":
+            return dialect.type_descriptor(JSONB(none_as_null=True))
+        return dialect.type_descriptor(JSON(none_as_null=True))
+
+
+def _in(column: str, states: tuple[JobState, ...]) -> Any:
+    return text(f"{column} IN ({', '.join(repr(str(s)) for s in states)})")
+
+
+_CLAIMABLE = _in("state", CLAIMABLE_STATES)
+_FINISHED = _in("state", FINISHED_STATES)
+_PROCESSING = text("state = 'processing'")
+
+JOBS = Table(
+    "pgqueue_jobs",
+    METADATA,
+    Column("id", Text, primary_key=True),
+    Column("task", Text, nullable=False),
+    Column("queue", Text, nullable=False),
+    Column("state", Text, nullable=False),
+    Column("payload", Document, nullable=False),
+    Column("priority", Integer, nullable=False, server_default=text("0")),
+    Column("run_at", UTCDateTime, nullable=False),
+    Column("attempts", Integer, nullable=False, server_default=text("0")),
+    Column("max_attempts", Integer, nullable=False),
+    Column("stall_count", Integer, nullable=False, server_default=text("0")),
+    Column("lock_token", Text),
+    Column("locked_by", Text),
+    Column("locked_until", UTCDateTime),
+    Column("result", Document),
+    Column("error", Document),
+    Column("result_ttl", Integer, nullable=False),
+    Column("result_expires_at", UTCDateTime),
+    Column("created_at", UTCDateTime, nullable=False),
+    Column("updated_at", UTCDateTime, nullable=False),
+    Column("started_at", UTCDateTime),
+    Column("finished_at", UTCDateTime),
+    CheckConstraint(
+        "state IN ({})".format(", ".join(repr(str(s)) for s in JobState)),
+        name="ck_pgqueue_jobs_state",
+    ),
+)
+
+# The claim walks this index in exactly the claim's ORDER BY, over claimable rows only, so its
+# cost does not grow with the history of finished jobs. The second serves workers bound to queues.
+Index(
+    "ix_pgqueue_jobs_claim",
+    JOBS.c.priority.desc(),
+    JOBS.c.run_at,
+    JOBS.c.id,
+    postgresql_where=_CLAIMABLE,
+    sqlite_where=_CLAIMABLE,
+)
+Index(
+    "ix_pgqueue_jobs_claim_queue",
+    JOBS.c.queue,
+    JOBS.c.priority.desc(),
+    JOBS.c.run_at,
+    JOBS.c.id,
+    postgresql_where=_CLAIMABLE,
+    sqlite_where=_CLAIMABLE,
+)
+# The reaper's scan: processing rows by lease expiry.
+Index(
+    "ix_pgqueue_jobs_stale",
+    JOBS.c.locked_until,
+    postgresql_where=_PROCESSING,
+    sqlite_where=_PROCESSING,
+)
+# The pruner's scan: finished rows by age.
+Index(
+    "ix_pgqueue_jobs_finished",
+    JOBS.c.finished_at,
+    postgresql_where=_FINISHED,
+    sqlite_where=_FINISHED,
+)
+
+WORKERS = Table(
+    "pgqueue_workers",
+    METADATA,
+    Column("id", Text, primary_key=True),
+    Column("host", Text, nullable=False),
+    Column("pid", Integer, nullable=False),
+    Column("queues", Document),
+    Column("started_at", UTCDateTime, nullable=False),
+    Column("last_beat_at", UTCDateTime, nullable=False),
+)
+
+# Leadership on SQLite (PostgreSQL uses advisory locks): one row per role, held until it expires.
+LEADERS = Table(
+    "pgqueue_leaders",
+    METADATA,
+    Column("name", Text, primary_key=True),
+    Column("holder", Text, nullable=False),
+    Column("expires_at", UTCDateTime, nullable=False),
+)

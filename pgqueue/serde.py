@@ -1,0 +1,74 @@
+"""How payloads and results become stored JSON documents.
+
+The default :class:`JSONSerializer` accepts what :func:`json.dumps` accepts, strictly: no NaN or
+infinity (PostgreSQL's JSONB rejects them) and no NUL characters in strings (JSONB cannot hold
+``\\u0000``), so a value that works on SQLite also works on PostgreSQL. No pickle, ever, by default.
+
+Example::
+
+    class DecimalSerializer(JSONSerializer):
+        def encode(self, value):
+            return super().encode(value, default=str)
+
+    queue = pgqueue.Queue("sqlite:///app.db", serializer=DecimalSerializer())
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any, Protocol, runtime_checkable
+
+from pgqueue.errors import SerializationError
+
+__all__ = ["JSONSerializer", "Serializer"]
+
+
+@runtime_checkable
+class Serializer(Protocol):
+    """Turns values into JSON-compatible documents for storage, and back."""
+
+    def encode(self, value: Any) -> Any:
+        """Return a JSON-compatible form of ``value``; raise SerializationError if there is none."""
+        ...
+
+    def decode(self, document: Any) -> Any:
+        """Return the value that :meth:`encode` stored as ``document``."""
+        ...
+
+
+class JSONSerializer:
+    """Plain JSON: dicts, lists, strings, numbers, booleans and None.
+
+    Example::
+
+        JSONSerializer().encode({"a": [1, 2]})   # {'a': [1, 2]}
+    """
+
+    def encode(self, value: Any, default: Callable[[Any], Any] | None = None) -> Any:
+        """Check that ``value`` is storable JSON and return it (converted, if ``default`` is given)."""
+        try:
+            text = json.dumps(value, allow_nan=False, default=default, separators=(",", ":"))
+        except (TypeError, ValueError, RecursionError) as exc:
+            raise SerializationError(
+                f"cannot serialize {_describe(value)} as JSON: {exc}. Pass JSON-compatible values "
+                "(dict, list, str, int, float, bool, None) or give the Queue a serializer="
+            ) from exc
+        if "\\u0000" in text:
+            raise SerializationError(
+                "cannot store a string containing a NUL character (\\x00): PostgreSQL's JSONB "
+                "rejects it; encode binary data, e.g. as base64"
+            )
+        return value if default is None else json.loads(text)
+
+    def decode(self, document: Any) -> Any:
+        """Return the stored document unchanged."""
+        return document
+
+    def __repr__(self) -> str:
+        return "JSONSerializer()"
+
+
+def _describe(value: Any) -> str:
+    text = repr(value)
+    return f"{type(value).__name__} {text[:80]}{'…' if len(text) > 80 else ''}"

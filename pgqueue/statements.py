@@ -1,0 +1,296 @@
+"""Every SQL statement pgqueue runs, one small builder each, over SQLAlchemy Core.
+
+Builders are noun-first (``job_enqueue``, ``job_claim``, ``job_complete`` …), return a statement
+and execute nothing: the caller owns the connection and the transaction. Time always comes from a
+:class:`~pgqueue.backends.base.Clock` so tests can move it with ``now=``.
+
+Every transition out of ``processing`` is fenced: the UPDATE matches ``id``, ``lock_token`` and
+``state = 'processing'`` together, so a worker whose lease was taken (by the reaper, then by another
+worker) touches no row and learns that it lost the job.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from sqlalchemy import (
+    ColumnElement,
+    Delete,
+    Select,
+    Update,
+    and_,
+    bindparam,
+    delete,
+    func,
+    literal,
+    literal_column,
+    null,
+    select,
+    tuple_,
+    update,
+)
+from sqlalchemy.dialects.postgresql import INTERVAL
+from sqlalchemy.sql.dml import ReturningInsert
+
+from pgqueue.backends.base import Clock
+from pgqueue.job import CLAIMABLE_STATES, REQUEUEABLE_STATES, JobState
+from pgqueue.schema import JOBS, UTCDateTime
+
+__all__ = [
+    "job_cancel",
+    "job_claim",
+    "job_complete",
+    "job_enqueue",
+    "job_extend_leases",
+    "job_fail",
+    "job_get",
+    "job_outcomes",
+    "job_release",
+    "job_retry",
+]
+
+#: Columns a producer supplies per job (plus ``explicit_run_at`` / ``delay``; see job_enqueue).
+ENQUEUE_COLUMNS = ("id", "task", "queue", "payload", "priority", "max_attempts", "result_ttl")
+
+
+def job_enqueue(insert: Any, clock: Clock) -> ReturningInsert[tuple[str]]:
+    """Insert jobs, or re-queue ``failed``/``cancelled`` rows with the same id; return their ids.
+
+    Run with one parameter dict per job (``ENQUEUE_COLUMNS`` plus ``run_at``). An id whose row is
+    live or completed is left untouched and not returned: the caller reads its state afterwards.
+    The conflict clause makes this one atomic statement, so two producers racing on one id get
+    exactly one ``queued`` between them.
+
+    ``run_at`` is the due time when it was computed in Python; with the database clock it may be
+    None, and the job is due at ``now() + delay`` seconds of the database's time.
+    """
+    now = clock.now()
+    run_at: ColumnElement[Any]
+    if clock.fixed is not None:
+        run_at = bindparam("run_at", type_=UTCDateTime)
+    else:
+        run_at = func.coalesce(
+            bindparam("run_at", type_=UTCDateTime),
+            now + bindparam("delay", type_=INTERVAL),
+        )
+    statement = insert(JOBS).values(
+        state=str(JobState.QUEUED),
+        run_at=run_at,
+        attempts=0,
+        stall_count=0,
+        created_at=now,
+        updated_at=now,
+    )
+    excluded = statement.excluded
+    reset = {name: excluded[name] for name in (*ENQUEUE_COLUMNS[1:], "run_at", "created_at")}
+    reset.update(
+        state=str(JobState.QUEUED),
+        attempts=0,
+        stall_count=0,
+        lock_token=null(),
+        locked_by=null(),
+        locked_until=null(),
+        result=null(),
+        error=null(),
+        result_expires_at=null(),
+        started_at=null(),
+        finished_at=null(),
+        updated_at=excluded.updated_at,
+    )
+    statement = statement.on_conflict_do_update(
+        index_elements=[JOBS.c.id],
+        set_=reset,
+        # Literal states: an expanding IN cannot run under executemany.
+        where=JOBS.c.state.in_([literal_column(f"'{s}'") for s in REQUEUEABLE_STATES]),
+    )
+    returning: ReturningInsert[tuple[str]] = statement.returning(JOBS.c.id)
+    return returning
+
+
+def job_outcomes(ids: Sequence[str]) -> Select[tuple[str, str, Any, Any]]:
+    """State and stored result of existing jobs (for reporting duplicates)."""
+    return select(JOBS.c.id, JOBS.c.state, JOBS.c.result, JOBS.c.result_expires_at).where(
+        JOBS.c.id.in_(ids)
+    )
+
+
+def job_get(job_id: str) -> Select[Any]:
+    """One whole job row."""
+    return select(JOBS).where(JOBS.c.id == job_id)
+
+
+def job_cancel(job_id: str, clock: Clock) -> Update:
+    """Cancel a job that has not started (``queued`` or ``failing``); returns its id if it did."""
+    return (
+        update(JOBS)
+        .where(JOBS.c.id == job_id, JOBS.c.state.in_([JobState.QUEUED, JobState.FAILING]))
+        .values(state=str(JobState.CANCELLED), finished_at=clock.now(), updated_at=clock.now())
+        .returning(JOBS.c.id)
+    )
+
+
+def job_retry(job_id: str, clock: Clock) -> Update:
+    """Move a ``failed`` or ``cancelled`` job back to ``queued`` with fresh counters, due now."""
+    return (
+        update(JOBS)
+        .where(JOBS.c.id == job_id, JOBS.c.state.in_([str(s) for s in REQUEUEABLE_STATES]))
+        .values(
+            state=str(JobState.QUEUED),
+            attempts=0,
+            stall_count=0,
+            run_at=clock.now(),
+            error=null(),
+            result=null(),
+            result_expires_at=null(),
+            started_at=null(),
+            finished_at=null(),
+            lock_token=null(),
+            locked_by=null(),
+            locked_until=null(),
+            updated_at=clock.now(),
+        )
+        .returning(JOBS.c.id)
+    )
+
+
+def job_claim(
+    *,
+    worker_id: str,
+    lock_token: str,
+    limit: int,
+    lease: float,
+    queues: Sequence[str] | None,
+    clock: Clock,
+) -> Update:
+    """Claim up to ``limit`` due jobs, highest priority first, then oldest ``run_at``, then id.
+
+    The CTE is an optimisation fence as well as the lock: PostgreSQL evaluates it once, locking
+    exactly the rows it returns and skipping rows another claimer holds, instead of re-running a
+    LIMIT subquery inside the UPDATE's plan. SQLite ignores ``FOR UPDATE``; its claim is safe
+    because the backend begins every write with ``BEGIN IMMEDIATE``.
+    """
+    conditions: list[ColumnElement[bool]] = [
+        JOBS.c.state.in_([str(s) for s in CLAIMABLE_STATES]),
+        JOBS.c.run_at <= clock.now(),
+    ]
+    if queues is not None:
+        conditions.append(JOBS.c.queue.in_(list(queues)))
+    picked = (
+        select(JOBS.c.id)
+        .where(*conditions)
+        .order_by(JOBS.c.priority.desc(), JOBS.c.run_at, JOBS.c.id)
+        .limit(limit)
+        .with_for_update(skip_locked=True)
+        .cte("picked")
+    )
+    return (
+        update(JOBS)
+        .where(JOBS.c.id.in_(select(picked.c.id)))
+        .values(
+            state=str(JobState.PROCESSING),
+            locked_by=worker_id,
+            lock_token=lock_token,
+            locked_until=clock.after(lease),
+            attempts=JOBS.c.attempts + 1,
+            started_at=clock.now(),
+            updated_at=clock.now(),
+        )
+        .returning(*JOBS.c)
+    )
+
+
+def _fenced(pairs: Sequence[tuple[str, str]]) -> ColumnElement[bool]:
+    """Rows still held under these (id, lock_token) pairs."""
+    return and_(
+        JOBS.c.state == str(JobState.PROCESSING),
+        tuple_(JOBS.c.id, JOBS.c.lock_token).in_(list(pairs)),
+    )
+
+
+def job_extend_leases(pairs: Sequence[tuple[str, str]], lease: float, clock: Clock) -> Update:
+    """Push ``locked_until`` to ``now + lease`` for every job still held; returns the ids held."""
+    return (
+        update(JOBS)
+        .where(_fenced(pairs))
+        .values(locked_until=clock.after(lease), updated_at=clock.now())
+        .returning(JOBS.c.id)
+    )
+
+
+def job_complete(
+    job_id: str, lock_token: str, result: Any, result_ttl: int, clock: Clock
+) -> Update:
+    """Store a handler's result (fenced); returns the id when the attempt was still ours."""
+    return (
+        update(JOBS)
+        .where(_fenced([(job_id, lock_token)]))
+        .values(
+            state=str(JobState.COMPLETED),
+            result=literal(result, JOBS.c.result.type) if result is not None else null(),
+            error=null(),
+            lock_token=null(),
+            locked_until=null(),
+            finished_at=clock.now(),
+            updated_at=clock.now(),
+            result_expires_at=clock.after(result_ttl),
+        )
+        .returning(JOBS.c.id)
+    )
+
+
+def job_fail(
+    job_id: str,
+    lock_token: str,
+    error: dict[str, Any],
+    *,
+    retry_in: float | None,
+    result_ttl: int,
+    clock: Clock,
+) -> Update:
+    """Record a failed attempt (fenced): ``failing`` due again in ``retry_in`` seconds, or, with
+    ``retry_in`` None, ``failed`` for good (the dead-letter set)."""
+    values: dict[str, Any] = {
+        "error": literal(error, JOBS.c.error.type),
+        "lock_token": null(),
+        "locked_until": null(),
+        "updated_at": clock.now(),
+    }
+    if retry_in is None:
+        values.update(
+            state=str(JobState.FAILED),
+            finished_at=clock.now(),
+            result_expires_at=clock.after(result_ttl),
+        )
+    else:
+        values.update(state=str(JobState.FAILING), run_at=clock.after(retry_in))
+    return update(JOBS).where(_fenced([(job_id, lock_token)])).values(**values).returning(JOBS.c.id)
+
+
+def job_release(pairs: Sequence[tuple[str, str]], clock: Clock) -> Update:
+    """Hand jobs straight back to ``queued`` without spending an attempt (graceful shutdown)."""
+    return (
+        update(JOBS)
+        .where(_fenced(pairs))
+        .values(
+            state=str(JobState.QUEUED),
+            attempts=JOBS.c.attempts - 1,
+            lock_token=null(),
+            locked_by=null(),
+            locked_until=null(),
+            started_at=null(),
+            run_at=clock.now(),
+            updated_at=clock.now(),
+        )
+        .returning(JOBS.c.id)
+    )
+
+
+def job_delete(ids: Sequence[str]) -> Delete:
+    """Delete jobs by id (tests and tools; the pruner has its own batched statement)."""
+    return delete(JOBS).where(JOBS.c.id.in_(list(ids)))
+
+
+def job_counts() -> Select[tuple[str, str, int]]:
+    """Jobs per queue and state."""
+    return select(JOBS.c.queue, JOBS.c.state, func.count()).group_by(JOBS.c.queue, JOBS.c.state)

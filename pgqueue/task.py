@@ -1,0 +1,129 @@
+"""Tasks: a registered handler plus its default options, and per-call options via ``using()``."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypedDict, TypeVar, Unpack
+
+from pgqueue.job import EnqueueResult
+
+if TYPE_CHECKING:
+    from datetime import datetime, timedelta
+
+    from sqlalchemy import Connection
+    from sqlalchemy.orm import Session
+
+    from pgqueue.queue import Queue
+
+__all__ = ["BoundTask", "EnqueueOptions", "JobSpec", "Task"]
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+class EnqueueOptions(TypedDict, total=False):
+    """Per-call options accepted by ``using()``, ``Queue.enqueue`` and ``enqueue_many``.
+
+    ``id`` the dedup key (default: a new UUID); ``priority`` higher runs first; ``delay`` seconds or a
+    timedelta from now; ``run_at`` an aware datetime; ``queue`` overrides the task's queue;
+    ``max_attempts`` and ``result_ttl`` override the task's; ``connection`` (SQLAlchemy Connection) or
+    ``session`` (ORM Session) make the enqueue part of the caller's transaction.
+    """
+
+    id: str
+    priority: int
+    delay: float | timedelta
+    run_at: datetime
+    queue: str
+    max_attempts: int
+    result_ttl: int | timedelta
+    connection: Connection
+    session: Session
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class JobSpec:
+    """One job for ``enqueue_many`` when jobs need their own id or options.
+
+    Example::
+
+        send.enqueue_many([JobSpec(args=(42,), id="invoice-42"), JobSpec(args=(43,), priority=5)])
+    """
+
+    args: tuple[Any, ...] | list[Any] = ()
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    id: str | None = None
+    priority: int | None = None
+    delay: float | timedelta | None = None
+    run_at: datetime | None = None
+    queue: str | None = None
+    max_attempts: int | None = None
+    result_ttl: int | timedelta | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Task(Generic[P, R]):
+    """A function registered with ``@queue.task``. Calling it runs the function right here;
+    ``enqueue`` puts a job in the queue for a worker.
+
+    Example::
+
+        @queue.task(queue="emails", max_attempts=5)
+        def send(address: str) -> None: ...
+
+        send.enqueue("a@example.com")
+        send.using(id="welcome-7", delay=60).enqueue("b@example.com")
+    """
+
+    queue: Queue
+    function: Callable[P, R]
+    name: str
+    queue_name: str
+    priority: int
+    max_attempts: int
+    result_ttl: int
+    timeout: float | None
+
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
+        return self.function(*args, **kwargs)
+
+    def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> EnqueueResult:
+        """Enqueue one job with these arguments and the task's default options."""
+        return self.queue.enqueue(self.name, args=args, kwargs=kwargs)
+
+    def enqueue_many(
+        self, items: Iterable[tuple[Any, ...] | list[Any] | JobSpec]
+    ) -> list[EnqueueResult]:
+        """Enqueue many jobs in bulk: each item is an args tuple or a :class:`JobSpec`.
+
+        Returns one result per item, in order. See :meth:`Queue.enqueue_many`.
+        """
+        return self.queue.enqueue_many(self.name, items)
+
+    def using(self, **options: Unpack[EnqueueOptions]) -> BoundTask[P, R]:
+        """The same task with per-call options (validated here, before anything is written)."""
+        return BoundTask(self, self.queue.check_enqueue_options(options))
+
+
+@dataclass(frozen=True, slots=True)
+class BoundTask(Generic[P, R]):
+    """A task with per-call options, made by :meth:`Task.using`.
+
+    Example::
+
+        add.using(id="x", priority=10, connection=conn).enqueue(1, 2)
+    """
+
+    task: Task[P, R]
+    options: EnqueueOptions
+
+    def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> EnqueueResult:
+        """Enqueue one job with these arguments and the bound options."""
+        return self.task.queue.enqueue(self.task.name, args=args, kwargs=kwargs, **self.options)
+
+    def enqueue_many(
+        self, items: Iterable[tuple[Any, ...] | list[Any] | JobSpec]
+    ) -> list[EnqueueResult]:
+        """Bulk enqueue with the bound options as every job's defaults."""
+        return self.task.queue.enqueue_many(self.task.name, items, **self.options)

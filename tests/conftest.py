@@ -1,0 +1,96 @@
+"""Shared fixtures: one throwaway PostgreSQL server per session, a temp SQLite file per test, and
+``queue`` parametrised over both so every behaviour test runs on both databases.
+
+With ``CI=true`` the PostgreSQL tests fail instead of skipping when no server can be started.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from postgres_server import PostgresServer, postgres_available
+
+import pgqueue
+
+IN_CI = os.environ.get("CI", "").lower() == "true"
+BACKENDS = ("sqlite", "postgresql")
+
+
+def require_postgres() -> None:
+    """Skip (or, in CI, fail) when PostgreSQL cannot run here."""
+    available, reason = postgres_available()
+    if not available:
+        if IN_CI:
+            pytest.fail(f"PostgreSQL is required when CI=true: {reason}")
+        pytest.skip(reason)
+
+
+@pytest.fixture(scope="session")
+def pg_server() -> Iterator[PostgresServer]:
+    """The session's PostgreSQL server."""
+    require_postgres()
+    with PostgresServer() as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def pg_migrated_url(pg_server: PostgresServer) -> str:
+    """A database on the session server with pgqueue's schema, shared by behaviour tests."""
+    url = pg_server.create_database("pgqueue_shared")
+    queue = pgqueue.Queue(url)
+    queue.migrate()
+    queue.engine.dispose()
+    return url
+
+
+def _truncate(url: str) -> None:
+    engine = sa.create_engine(url)
+    with engine.begin() as conn:
+        conn.exec_driver_sql("TRUNCATE pgqueue_jobs, pgqueue_workers, pgqueue_leaders")
+    engine.dispose()
+
+
+@pytest.fixture(params=BACKENDS)
+def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A migrated, empty database: a fresh SQLite file, or the shared PostgreSQL one truncated."""
+    if request.param == "sqlite":
+        url = f"sqlite:///{tmp_path / 'pgqueue.db'}"
+        queue = pgqueue.Queue(url)
+        queue.migrate()
+        queue.engine.dispose()
+        return url
+    url: str = request.getfixturevalue("pg_migrated_url")
+    _truncate(url)
+    return url
+
+
+@pytest.fixture(params=BACKENDS)
+def empty_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A brand-new database with no tables at all, on each backend."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'empty.db'}"
+    server: PostgresServer = request.getfixturevalue("pg_server")
+    return server.create_database(f"empty_{uuid.uuid4().hex[:12]}")
+
+
+@pytest.fixture
+def queue(db_url: str) -> Iterator[pgqueue.Queue]:
+    """A Queue on a migrated, empty database (both backends)."""
+    q = pgqueue.Queue(db_url)
+    yield q
+    q.engine.dispose()
+
+
+def count_jobs(q: pgqueue.Queue) -> int:
+    """Rows in the jobs table."""
+    with q.engine.connect() as conn:
+        return int(conn.scalar(sa.text("SELECT count(*) FROM pgqueue_jobs")) or 0)
