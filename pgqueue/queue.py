@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
@@ -17,6 +18,7 @@ from pgqueue.backends import Backend, backend_for
 from pgqueue.backends.base import iter_chunks
 from pgqueue.errors import ConfigError, UnknownTaskError
 from pgqueue.job import CancelResult, EnqueueResult, JobState, JobStatus
+from pgqueue.notifications import ENQUEUED_CHANNEL, Listener
 from pgqueue.schema import JOBS
 from pgqueue.serde import JSONSerializer, Serializer
 from pgqueue.task import EnqueueOptions, JobSpec, Task
@@ -26,8 +28,6 @@ __all__ = ["Queue"]
 P = ParamSpec("P")
 R = TypeVar("R")
 
-#: Wake-up channel: an enqueue NOTIFYs it with the queue name, in the enqueue's transaction.
-ENQUEUED_CHANNEL = "pgqueue_enqueued"
 _OPTION_NAMES = frozenset(EnqueueOptions.__annotations__)
 # Rows per INSERT statement in bulk enqueue.
 BULK_CHUNK = 1000
@@ -77,6 +77,38 @@ class Queue:
             self.backend = backend_for(url)
             self.engine = self.backend.create_engine(url, **dict(engine_options or {}))
         self.tasks: dict[str, Task[Any, Any]] = {}
+        self._listener: Listener | None = None
+        self._listener_lock = threading.Lock()
+        self._finished_listeners: list[Callable[[str, str], None]] = []
+
+    @property
+    def listener(self) -> Listener | None:
+        """The shared LISTEN connection (PostgreSQL only; None on SQLite), started on first use."""
+        if not self.backend.supports_notify:
+            return None
+        with self._listener_lock:
+            if self._listener is None:
+                self._listener = Listener(self.engine)
+            return self._listener
+
+    def add_finished_listener(self, callback: Callable[[str, str], None]) -> Callable[[], None]:
+        """In-process hook: ``callback(job_id, state)`` after a worker in this process commits a
+        job's completion or final failure. Returns the remover."""
+        self._finished_listeners.append(callback)
+        return lambda: self._finished_listeners.remove(callback)
+
+    def jobs_finished(self, outcomes: Iterable[tuple[str, str]]) -> None:
+        """Called by workers after committing ``(job_id, state)`` outcomes (in-process wake-ups)."""
+        outcomes = list(outcomes)
+        for callback in list(self._finished_listeners):
+            for job_id, state in outcomes:
+                callback(job_id, state)
+
+    def close(self) -> None:
+        """Stop the listener and dispose of the engine's pooled connections."""
+        if self._listener is not None:
+            self._listener.stop()
+        self.engine.dispose()
 
     def __repr__(self) -> str:
         return f"Queue({self.engine.url.render_as_string(hide_password=True)!r})"

@@ -1,0 +1,161 @@
+"""One LISTEN connection per Queue, shared by every waiter and worker thread in the process.
+
+PostgreSQL delivers a NOTIFY when the sending transaction commits, so a wake-up never arrives
+before the row it announces is visible. pgqueue listens on two fixed channels and dispatches by
+payload in Python, so subscribing is a dictionary insert, not a round trip: the hot path of
+``enqueue_and_wait`` never waits for a ``LISTEN`` command.
+
+A lost connection is re-established with backoff; every ``on_reconnect`` callback then runs, so
+waiters re-read the rows they wait on and nothing that happened while deaf is missed.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import defaultdict
+from collections.abc import Callable
+from typing import Any
+
+from sqlalchemy import Engine
+
+__all__ = ["ENQUEUED_CHANNEL", "FINISHED_CHANNEL", "Listener", "finished_payload"]
+
+logger = logging.getLogger("pgqueue.notifications")
+
+#: Payload: the queue name. Sent by every enqueue that queued a job.
+ENQUEUED_CHANNEL = "pgqueue_enqueued"
+#: Payload: ``"<state>:<job id>"`` (see finished_payload). Sent with a completion or final failure.
+FINISHED_CHANNEL = "pgqueue_finished"
+CHANNELS = (ENQUEUED_CHANNEL, FINISHED_CHANNEL)
+
+_POLL_SECONDS = 0.5
+_BACKOFF_MAX_SECONDS = 5.0
+
+
+def finished_payload(state: str, job_id: str) -> str:
+    """The FINISHED_CHANNEL payload for a job that reached ``state``."""
+    return f"{state}:{job_id}"
+
+
+class Listener:
+    """A background thread holding a LISTEN connection.
+
+    Example::
+
+        unsubscribe = listener.subscribe(FINISHED_CHANNEL, lambda payload: print(payload))
+    """
+
+    def __init__(self, engine: Engine) -> None:
+        self._engine = engine
+        self._lock = threading.Lock()
+        self._callbacks: dict[str, list[Callable[[str], None]]] = defaultdict(list)
+        self._reconnect_callbacks: list[Callable[[], None]] = []
+        self._thread: threading.Thread | None = None
+        self._stopping = threading.Event()
+        self.listening = threading.Event()
+        self._connection: Any = None
+
+    def subscribe(
+        self, channel: str, callback: Callable[[str], None], *, wait: float = 10.0
+    ) -> Callable[[], None]:
+        """Call ``callback(payload)`` for every notification on ``channel``; returns the
+        unsubscribe function. Waits up to ``wait`` seconds for the connection to be listening."""
+        if channel not in CHANNELS:
+            raise ValueError(f"unknown channel {channel!r}")
+        with self._lock:
+            self._callbacks[channel].append(callback)
+            self._ensure_started()
+
+        def unsubscribe() -> None:
+            with self._lock:
+                callbacks = self._callbacks[channel]
+                if callback in callbacks:
+                    callbacks.remove(callback)
+
+        self.listening.wait(wait)
+        return unsubscribe
+
+    def on_reconnect(self, callback: Callable[[], None]) -> Callable[[], None]:
+        """Call ``callback()`` after every re-established connection; returns the remover."""
+        with self._lock:
+            self._reconnect_callbacks.append(callback)
+
+        def remove() -> None:
+            with self._lock:
+                if callback in self._reconnect_callbacks:
+                    self._reconnect_callbacks.remove(callback)
+
+        return remove
+
+    def stop(self) -> None:
+        """Stop the thread and close the connection (idempotent)."""
+        self._stopping.set()
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout=_POLL_SECONDS * 4)
+        self._thread = None
+
+    def _ensure_started(self) -> None:
+        if self._thread is None or not self._thread.is_alive():
+            self._stopping.clear()
+            self._thread = threading.Thread(target=self._run, name="pgqueue-listener", daemon=True)
+            self._thread.start()
+
+    def _connect(self) -> Any:
+        import psycopg
+
+        args, kwargs = self._engine.dialect.create_connect_args(self._engine.url)
+        connection = psycopg.connect(*args, **{**kwargs, "autocommit": True})
+        for channel in CHANNELS:
+            connection.execute(f"LISTEN {channel}")
+        return connection
+
+    def _run(self) -> None:
+        backoff = 0.1
+        first = True
+        while not self._stopping.is_set():
+            try:
+                self._connection = self._connect()
+            except Exception as exc:
+                logger.warning("LISTEN connection failed, retrying in %.1fs: %s", backoff, exc)
+                self._stopping.wait(backoff)
+                backoff = min(backoff * 2, _BACKOFF_MAX_SECONDS)
+                continue
+            backoff = 0.1
+            self.listening.set()
+            if not first:
+                self._fire_reconnect()
+            first = False
+            try:
+                while not self._stopping.is_set():
+                    for notify in self._connection.notifies(timeout=_POLL_SECONDS):
+                        self._dispatch(notify.channel, notify.payload)
+            except Exception as exc:
+                if not self._stopping.is_set():
+                    logger.warning("LISTEN connection lost, reconnecting: %s", exc)
+            finally:
+                self.listening.clear()
+                try:
+                    self._connection.close()
+                except Exception:
+                    logger.debug("closing the LISTEN connection failed", exc_info=True)
+                self._connection = None
+
+    def _dispatch(self, channel: str, payload: str) -> None:
+        with self._lock:
+            callbacks = list(self._callbacks.get(channel, ()))
+        for callback in callbacks:
+            try:
+                callback(payload)
+            except Exception:
+                logger.exception("notification callback failed")
+
+    def _fire_reconnect(self) -> None:
+        with self._lock:
+            callbacks = list(self._reconnect_callbacks)
+        for callback in callbacks:
+            try:
+                callback()
+            except Exception:
+                logger.exception("reconnect callback failed")
