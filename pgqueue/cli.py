@@ -1,0 +1,183 @@
+"""The ``pgqueue`` command.
+
+Every subcommand takes ``--url`` (default ``$PGQUEUE_URL``, else the SQLite default). Errors that
+pgqueue expects (bad URL, unreachable server, unmigrated database, missing module) print one line
+to stderr and exit 2, never a traceback.
+
+Subcommands are registered with :func:`command`; each gets an ``argparse`` subparser to configure
+and returns an exit code.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import asdict
+from datetime import datetime
+from typing import Any
+
+from pgqueue.errors import PgQueueError
+from pgqueue.queue import Queue
+
+__all__ = ["command", "load_queue", "main"]
+
+EXIT_OK = 0
+EXIT_FAILURE = 1
+EXIT_ERROR = 2
+
+Handler = Callable[[argparse.Namespace], int]
+_COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], Handler]] = {}
+
+
+def command(
+    name: str, help: str, configure: Callable[[argparse.ArgumentParser], None] | None = None
+) -> Callable[[Handler], Handler]:
+    """Register a subcommand ``name``; ``configure`` adds its arguments."""
+
+    def register(handler: Handler) -> Handler:
+        _COMMANDS[name] = (help, configure or (lambda parser: None), handler)
+        return handler
+
+    return register
+
+
+def load_queue(spec: str) -> Queue:
+    """Import ``module[:attribute]`` and return the Queue found there.
+
+    Without an attribute the module must have exactly one Queue at top level.
+    """
+    module_name, _, attribute = spec.partition(":")
+    sys.path.insert(0, ".")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise PgQueueError(f"cannot import module {module_name!r}: {exc}") from exc
+    if attribute:
+        found = getattr(module, attribute, None)
+        if not isinstance(found, Queue):
+            raise PgQueueError(f"{spec!r} is not a pgqueue.Queue")
+        return found
+    queues = [value for value in vars(module).values() if isinstance(value, Queue)]
+    if len(queues) != 1:
+        raise PgQueueError(
+            f"module {module_name!r} has {len(queues)} Queue objects; name one as MODULE:ATTRIBUTE"
+        )
+    return queues[0]
+
+
+def queue_from_args(args: argparse.Namespace) -> Queue:
+    """A Queue for ``--url`` (or the environment default)."""
+    return Queue(args.url, allow_unknown_tasks=True)
+
+
+def print_json(value: Any) -> None:
+    """Print ``value`` as JSON (datetimes as ISO 8601)."""
+    print(json.dumps(value, default=_json_default, indent=2, sort_keys=True))
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return value.isoformat()
+    return str(value)
+
+
+def _add_migrate(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--sql", action="store_true", help="print the DDL instead of applying it (for a DBA)"
+    )
+
+
+@command("migrate", "create or upgrade pgqueue's tables (idempotent)", _add_migrate)
+def _migrate(args: argparse.Namespace) -> int:
+    from pgqueue import migrate
+
+    if args.sql:
+        print(migrate.upgrade_sql(args.url))
+        return EXIT_OK
+    queue = queue_from_args(args)
+    queue.migrate()
+    print(
+        f"pgqueue schema is up to date on {queue.engine.url.render_as_string(hide_password=True)}"
+    )
+    return EXIT_OK
+
+
+def _add_status(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("job_id")
+    parser.add_argument("--json", action="store_true", help="print JSON")
+
+
+@command("status", "show one job", _add_status)
+def _status(args: argparse.Namespace) -> int:
+    status = queue_from_args(args).status(args.job_id)
+    if status is None:
+        print(f"no job {args.job_id!r}", file=sys.stderr)
+        return EXIT_FAILURE
+    if args.json:
+        print_json(asdict(status))
+    else:
+        for key, value in asdict(status).items():
+            print(f"{key:>18}  {value}")
+    return EXIT_OK
+
+
+def _add_retry(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("job_id")
+
+
+@command("retry", "move a failed or cancelled job back to queued", _add_retry)
+def _retry(args: argparse.Namespace) -> int:
+    if queue_from_args(args).retry(args.job_id):
+        print(f"job {args.job_id!r} queued again")
+        return EXIT_OK
+    print(f"job {args.job_id!r} is not failed or cancelled", file=sys.stderr)
+    return EXIT_FAILURE
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser with every registered subcommand."""
+    parser = argparse.ArgumentParser(
+        prog="pgqueue", description="A job queue in your own SQL database."
+    )
+    subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name, (help_text, configure, handler) in sorted(_COMMANDS.items()):
+        sub = subparsers.add_parser(name, help=help_text, description=help_text)
+        sub.add_argument(
+            "--url",
+            default=None,
+            help="database URL (default: $PGQUEUE_URL, else sqlite:///pgqueue.db)",
+        )
+        configure(sub)
+        sub.set_defaults(handler=handler)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``pgqueue`` command; returns the exit code."""
+    _load_commands()
+    args = build_parser().parse_args(argv)
+    try:
+        code: int = args.handler(args)
+    except PgQueueError as exc:
+        print(f"pgqueue: error: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    except KeyboardInterrupt:
+        return 130
+    return code
+
+
+def _load_commands() -> None:
+    # Commands that live beside their feature register themselves on import.
+    for module in ("pgqueue.demo",):
+        try:
+            importlib.import_module(module)
+        except ModuleNotFoundError as exc:
+            if exc.name != module:
+                raise
+
+
+if __name__ == "__main__":
+    sys.exit(main())
