@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# The whole test suite, from a fresh clone: venv, install, lint, types, tests.
+# README's second command; .ci/run calls exactly this. Works as root (CI) and as a normal user.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PYTHON=${PYTHON:-python3}
+VENV=${VENV:-.venv}
+
+if [ ! -x "$VENV/bin/python" ]; then
+    "$PYTHON" -m venv "$VENV"
+fi
+"$VENV/bin/python" -m pip install --quiet --upgrade pip
+"$VENV/bin/python" -m pip install --quiet -e '.[dev]'
+
+echo "== ruff"
+"$VENV/bin/ruff" check .
+"$VENV/bin/ruff" format --check .
+echo "== mypy --strict pgqueue"
+"$VENV/bin/mypy" --strict pgqueue
+
+echo "== pytest"
+"$VENV/bin/python" -m pytest "$@"
