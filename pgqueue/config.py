@@ -58,8 +58,8 @@ def resolve_url(url: str | URL | None) -> URL:
         parsed = url
     backend = parsed.get_backend_name()
     if backend in ("postgresql", "postgres"):
-        driver = parsed.get_driver_name()
-        if backend == "postgres" or driver in ("psycopg2", ""):
+        _, _, driver = parsed.drivername.partition("+")
+        if driver in ("psycopg2", ""):
             parsed = parsed.set(drivername="postgresql+psycopg")
         elif driver != "psycopg":
             raise ConfigError(
