@@ -16,6 +16,7 @@ Example::
 from __future__ import annotations
 
 import json
+import reprlib
 from collections.abc import Callable
 from typing import Any, Protocol, runtime_checkable
 
@@ -70,5 +71,5 @@ class JSONSerializer:
 
 
 def _describe(value: Any) -> str:
-    text = repr(value)
-    return f"{type(value).__name__} {text[:80]}{'…' if len(text) > 80 else ''}"
+    # reprlib bounds depth and length: the value may be huge or nested past the recursion limit.
+    return f"{type(value).__name__} {reprlib.repr(value)}"

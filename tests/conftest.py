@@ -87,7 +87,8 @@ def queue(db_url: str) -> Iterator[pgqueue.Queue]:
     """A Queue on a migrated, empty database (both backends)."""
     q = pgqueue.Queue(db_url)
     yield q
-    q.engine.dispose()
+    # close(), not just dispose(): it also stops the LISTEN thread a waiter or worker started.
+    q.close()
 
 
 def count_jobs(q: pgqueue.Queue) -> int:

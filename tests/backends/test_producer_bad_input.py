@@ -22,8 +22,21 @@ def add(queue: pgqueue.Queue) -> pgqueue.Task[..., Any]:
     return add
 
 
-BAD_TTLS = [0, -1, 1.5, 2.0, math.inf, math.nan, "60", None, True, timedelta(0), timedelta(seconds=-5),
-            timedelta(seconds=1.5), 10**12]
+BAD_TTLS = [
+    0,
+    -1,
+    1.5,
+    2.0,
+    math.inf,
+    math.nan,
+    "60",
+    None,
+    True,
+    timedelta(0),
+    timedelta(seconds=-5),
+    timedelta(seconds=1.5),
+    10**12,
+]
 
 
 @pytest.mark.parametrize("ttl", BAD_TTLS, ids=repr)
@@ -48,7 +61,9 @@ def test_invalid_result_ttl(queue: pgqueue.Queue, add: pgqueue.Task[..., Any], t
     [object(), {1, 2}, b"bytes", math.nan, math.inf, {"s": "nul\x00char"}, datetime(2026, 1, 1)],
     ids=repr,
 )
-def test_unserialisable_payload(queue: pgqueue.Queue, add: pgqueue.Task[..., Any], payload: Any) -> None:
+def test_unserialisable_payload(
+    queue: pgqueue.Queue, add: pgqueue.Task[..., Any], payload: Any
+) -> None:
     with pytest.raises(SerializationError) as info:
         add.enqueue(payload)
     assert "serialize" in str(info.value) or "NUL" in str(info.value)
@@ -70,7 +85,9 @@ def test_unknown_task_allowed_when_asked(db_url: str) -> None:
     producer.engine.dispose()
 
 
-def test_unknown_option_suggests_the_right_one(queue: pgqueue.Queue, add: pgqueue.Task[..., Any]) -> None:
+def test_unknown_option_suggests_the_right_one(
+    queue: pgqueue.Queue, add: pgqueue.Task[..., Any]
+) -> None:
     with pytest.raises(ConfigError, match="did you mean 'priority'"):
         add.using(prority=1)  # type: ignore[call-arg]
     with pytest.raises(ConfigError, match="unknown option"):
@@ -91,7 +108,10 @@ def test_unknown_option_suggests_the_right_one(queue: pgqueue.Queue, add: pgqueu
         ({"delay": math.inf}, "delay"),
         ({"run_at": datetime(2030, 1, 1)}, "timezone-aware"),
         ({"run_at": "2030-01-01"}, "run_at must be a datetime"),
-        ({"delay": 1, "run_at": datetime.fromisoformat("2030-01-01T00:00:00+00:00")}, "either delay"),
+        (
+            {"delay": 1, "run_at": datetime.fromisoformat("2030-01-01T00:00:00+00:00")},
+            "either delay",
+        ),
         ({"id": ""}, "job id must not be empty"),
         ({"id": 42}, "job id must be a str"),
         ({"id": "x" * 5000}, "limit is 1024"),
@@ -101,7 +121,9 @@ def test_unknown_option_suggests_the_right_one(queue: pgqueue.Queue, add: pgqueu
         ({"connection": "not a connection"}, "SQLAlchemy Connection"),
     ],
 )
-def test_bad_options(queue: pgqueue.Queue, add: pgqueue.Task[..., Any], options: dict[str, Any], match: str) -> None:
+def test_bad_options(
+    queue: pgqueue.Queue, add: pgqueue.Task[..., Any], options: dict[str, Any], match: str
+) -> None:
     with pytest.raises(ConfigError, match=match):
         add.using(**options).enqueue(1)
     with pytest.raises(ConfigError, match=match):

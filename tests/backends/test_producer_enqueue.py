@@ -24,18 +24,32 @@ def add(queue: pgqueue.Queue) -> pgqueue.Task[[int, int], int]:
 def set_state(queue: pgqueue.Queue, job_id: str, state: str, **values: object) -> None:
     with queue.engine.begin() as conn:
         conn.execute(
-            sa.update(statements.JOBS).where(statements.JOBS.c.id == job_id).values(state=state, **values)
+            sa.update(statements.JOBS)
+            .where(statements.JOBS.c.id == job_id)
+            .values(state=state, **values)
         )
 
 
-def test_enqueue_creates_a_queued_job(queue: pgqueue.Queue, add: pgqueue.Task[[int, int], int]) -> None:
+def test_enqueue_creates_a_queued_job(
+    queue: pgqueue.Queue, add: pgqueue.Task[[int, int], int]
+) -> None:
     result = add.enqueue(1, 2)
     assert result.status == "queued" and result.queued
     status = queue.status(result.id)
     assert status is not None
     assert status.state is JobState.QUEUED
-    assert (status.task, status.queue, status.args, status.kwargs) == ("tasks.add", "default", [1, 2], {})
-    assert (status.attempts, status.max_attempts, status.stall_count, status.priority) == (0, 3, 0, 0)
+    assert (status.task, status.queue, status.args, status.kwargs) == (
+        "tasks.add",
+        "default",
+        [1, 2],
+        {},
+    )
+    assert (status.attempts, status.max_attempts, status.stall_count, status.priority) == (
+        0,
+        3,
+        0,
+        0,
+    )
     assert status.run_at <= datetime.now(UTC) + timedelta(seconds=5)
     assert status.created_at.tzinfo is not None
 
@@ -44,11 +58,20 @@ def test_calling_a_task_runs_it_locally(add: pgqueue.Task[[int, int], int]) -> N
     assert add(2, 3) == 5
 
 
-def test_enqueue_by_name_with_options(queue: pgqueue.Queue, add: pgqueue.Task[[int, int], int]) -> None:
+def test_enqueue_by_name_with_options(
+    queue: pgqueue.Queue, add: pgqueue.Task[[int, int], int]
+) -> None:
     run_at = datetime.now(UTC) + timedelta(hours=1)
     result = queue.enqueue(
-        "tasks.add", args=[1], kwargs={"b": 2}, id="job-1", priority=7, run_at=run_at,
-        queue="urgent", max_attempts=9, result_ttl=timedelta(minutes=5),
+        "tasks.add",
+        args=[1],
+        kwargs={"b": 2},
+        id="job-1",
+        priority=7,
+        run_at=run_at,
+        queue="urgent",
+        max_attempts=9,
+        result_ttl=timedelta(minutes=5),
     )
     status = queue.status(result.id)
     assert status is not None
@@ -104,7 +127,11 @@ def test_duplicate_of_a_completed_job_returns_the_cached_result(
     future = datetime.now(UTC) + timedelta(hours=1)
     set_state(queue, "done", "completed", result=3, result_expires_at=future)
     again = add.using(id="done").enqueue(1, 2)
-    assert (again.status, again.result, again.existing_state) == ("completed", 3, JobState.COMPLETED)
+    assert (again.status, again.result, again.existing_state) == (
+        "completed",
+        3,
+        JobState.COMPLETED,
+    )
 
 
 def test_duplicate_of_a_completed_job_with_an_expired_result(
@@ -130,7 +157,11 @@ def test_enqueue_over_a_dead_job_requeues_it_with_the_new_payload(
     assert status is not None
     assert status.state is JobState.QUEUED
     assert (status.args, status.priority, status.attempts, status.stall_count, status.error) == (
-        [7, 8], 4, 0, 0, None,
+        [7, 8],
+        4,
+        0,
+        0,
+        None,
     )
 
 
@@ -139,8 +170,12 @@ def test_enqueue_many_returns_a_result_per_item_in_order(
 ) -> None:
     add.using(id="existing").enqueue(0, 0)
     results = add.enqueue_many(
-        [(1, 2), JobSpec(args=(3, 4), id="a", priority=5), JobSpec(args=(0, 0), id="existing"),
-         JobSpec(args=(9, 9), id="a")]
+        [
+            (1, 2),
+            JobSpec(args=(3, 4), id="a", priority=5),
+            JobSpec(args=(0, 0), id="existing"),
+            JobSpec(args=(9, 9), id="a"),
+        ]
     )
     assert [r.status for r in results] == ["queued", "queued", "duplicate", "duplicate"]
     assert results[3].existing_state is JobState.QUEUED

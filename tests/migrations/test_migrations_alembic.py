@@ -47,14 +47,21 @@ def test_upgrade_matches_metadata_then_downgrade_and_upgrade_again(empty_url: st
     queue.migrate()
     queue.migrate()  # idempotent
     assert tables(engine) == {
-        "pgqueue_jobs", "pgqueue_workers", "pgqueue_leaders", migrate.VERSION_TABLE
+        "pgqueue_jobs",
+        "pgqueue_workers",
+        "pgqueue_leaders",
+        migrate.VERSION_TABLE,
     }
     assert "alembic_version" not in tables(engine)
     assert schema_diff(engine) == []
     # compare_metadata sees index names and columns, not partial predicates: see the next test.
     migrated_indexes = index_definitions(engine)
-    assert {"ix_pgqueue_jobs_claim", "ix_pgqueue_jobs_claim_queue", "ix_pgqueue_jobs_stale",
-            "ix_pgqueue_jobs_finished"} <= set(migrated_indexes)
+    assert {
+        "ix_pgqueue_jobs_claim",
+        "ix_pgqueue_jobs_claim_queue",
+        "ix_pgqueue_jobs_stale",
+        "ix_pgqueue_jobs_finished",
+    } <= set(migrated_indexes)
 
     migrate.downgrade(engine)
     assert tables(engine) == {migrate.VERSION_TABLE}
@@ -69,13 +76,17 @@ def test_partial_index_predicates_match_metadata(empty_url: str) -> None:
     migrate.upgrade(engine)
     with engine.connect() as conn:
         if engine.dialect.name == "postgresql":
-            rows = conn.execute(sa.text(
-                "SELECT indexname, indexdef FROM pg_indexes WHERE tablename = 'pgqueue_jobs'"
-            )).all()
+            rows = conn.execute(
+                sa.text(
+                    "SELECT indexname, indexdef FROM pg_indexes WHERE tablename = 'pgqueue_jobs'"
+                )
+            ).all()
         else:
-            rows = conn.execute(sa.text(
-                "SELECT name, sql FROM sqlite_master WHERE type = 'index' AND tbl_name = 'pgqueue_jobs'"
-            )).all()
+            rows = conn.execute(
+                sa.text(
+                    "SELECT name, sql FROM sqlite_master WHERE type = 'index' AND tbl_name = 'pgqueue_jobs'"
+                )
+            ).all()
     migrated = {name: " ".join(str(sql).split()) for name, sql in rows if sql}
     expected = {}
     for index in METADATA.tables["pgqueue_jobs"].indexes:
@@ -118,9 +129,20 @@ def test_cli_migrate_and_sql(empty_url: str, tmp_path: Path) -> None:
 
 def test_plain_alembic_with_the_top_level_ini(empty_url: str) -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "alembic", "-c", str(ROOT / "alembic.ini"), "-x", f"url={empty_url}",
-         "upgrade", "head"],
-        capture_output=True, text=True, cwd=ROOT,
+        [
+            sys.executable,
+            "-m",
+            "alembic",
+            "-c",
+            str(ROOT / "alembic.ini"),
+            "-x",
+            f"url={empty_url}",
+            "upgrade",
+            "head",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
     )
     assert done.returncode == 0, done.stderr
     engine = sa.create_engine(pgqueue.config.resolve_url(empty_url))

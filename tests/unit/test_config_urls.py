@@ -11,8 +11,15 @@ from pgqueue.config import resolve_url
 
 @pytest.mark.parametrize(
     "url",
-    ["", "   ", "not a url", "postgresql://u:pw@host:notaport/db", "mysql://u:pw@host/db",
-     "postgresql+psycopg2x://u:pw@h/d", "oracle://scott:tiger@h/d"],
+    [
+        "",
+        "   ",
+        "not a url",
+        "postgresql://u:pw@host:notaport/db",
+        "mysql://u:pw@host/db",
+        "postgresql+psycopg2x://u:pw@h/d",
+        "oracle://scott:tiger@h/d",
+    ],
 )
 def test_bad_urls_are_refused_without_the_password(url: str) -> None:
     with pytest.raises(ConfigError) as info:
@@ -39,9 +46,15 @@ def test_repr_hides_the_password() -> None:
 
 
 def test_error_tree() -> None:
-    for error in (pgqueue.ConfigError, pgqueue.SerializationError, pgqueue.UnknownTaskError,
-                  pgqueue.JobFailedError, pgqueue.JobTimeoutError, pgqueue.BackendError,
-                  pgqueue.SchemaMissingError):
+    for error in (
+        pgqueue.ConfigError,
+        pgqueue.SerializationError,
+        pgqueue.UnknownTaskError,
+        pgqueue.JobFailedError,
+        pgqueue.JobTimeoutError,
+        pgqueue.BackendError,
+        pgqueue.SchemaMissingError,
+    ):
         assert issubclass(error, pgqueue.PgQueueError)
     assert issubclass(pgqueue.JobTimeoutError, TimeoutError)
     assert "pgqueue migrate" in str(pgqueue.SchemaMissingError())
