@@ -14,7 +14,7 @@ import argparse
 import importlib
 import json
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict
 from datetime import datetime
 from typing import Any
@@ -22,7 +22,7 @@ from typing import Any
 from pgqueue.errors import PgQueueError
 from pgqueue.queue import Queue
 
-__all__ = ["command", "load_queue", "main"]
+__all__ = ["command", "command_help", "load_queue", "main"]
 
 EXIT_OK = 0
 EXIT_FAILURE = 1
@@ -44,11 +44,14 @@ def command(
     return register
 
 
-def load_queue(spec: str) -> Queue:
+def load_queue(spec: str | Queue) -> Queue:
     """Import ``module[:attribute]`` and return the Queue found there.
 
-    Without an attribute the module must have exactly one Queue at top level.
+    Without an attribute the module must have exactly one Queue at top level. A Queue passed in
+    (by a framework integration, see :func:`main`) is returned as it is.
     """
+    if isinstance(spec, Queue):
+        return spec
     module_name, _, attribute = spec.partition(":")
     sys.path.insert(0, ".")
     try:
@@ -69,7 +72,10 @@ def load_queue(spec: str) -> Queue:
 
 
 def queue_from_args(args: argparse.Namespace) -> Queue:
-    """A Queue for ``--url`` (or the environment default)."""
+    """The Queue given to :func:`main`, else one for ``--url`` (or the environment default)."""
+    bound = getattr(args, "queue", None)
+    if isinstance(bound, Queue):
+        return bound
     return Queue(args.url, allow_unknown_tasks=True)
 
 
@@ -95,7 +101,8 @@ def _migrate(args: argparse.Namespace) -> int:
     from pgqueue import migrate
 
     if args.sql:
-        print(migrate.upgrade_sql(args.url))
+        bound = getattr(args, "queue", None)
+        print(migrate.upgrade_sql(bound.engine.url if isinstance(bound, Queue) else args.url))
         return EXIT_OK
     queue = queue_from_args(args)
     queue.migrate()
@@ -137,28 +144,67 @@ def _retry(args: argparse.Namespace) -> int:
     return EXIT_FAILURE
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The argument parser with every registered subcommand."""
-    parser = argparse.ArgumentParser(
-        prog="pgqueue", description="A job queue in your own SQL database."
-    )
+def build_parser(
+    prog: str = "pgqueue",
+    queue: Queue | None = None,
+    defaults: Mapping[str, Mapping[str, Any]] | None = None,
+) -> argparse.ArgumentParser:
+    """The argument parser with every registered subcommand.
+
+    With ``queue`` (framework integrations) every subcommand works on that Queue: ``--url`` and
+    the ``MODULE[:ATTR]`` argument go away. ``defaults`` maps a subcommand to option defaults.
+    """
+    parser = argparse.ArgumentParser(prog=prog, description="A job queue in your own SQL database.")
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, (help_text, configure, handler) in sorted(_COMMANDS.items()):
         sub = subparsers.add_parser(name, help=help_text, description=help_text)
-        sub.add_argument(
-            "--url",
-            default=None,
-            help="database URL (default: $PGQUEUE_URL, else sqlite:///pgqueue.db)",
-        )
+        if queue is None:
+            sub.add_argument(
+                "--url",
+                default=None,
+                help="database URL (default: $PGQUEUE_URL, else sqlite:///pgqueue.db)",
+            )
         configure(sub)
-        sub.set_defaults(handler=handler)
+        if queue is not None:
+            _bind_queue(sub, queue)
+        sub.set_defaults(handler=handler, **dict((defaults or {}).get(name, {})))
     return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``pgqueue`` command; returns the exit code."""
+def _bind_queue(parser: argparse.ArgumentParser, queue: Queue) -> None:
+    # The positional that names the Queue (dest "queue") becomes optional, hidden, and defaults
+    # to the bound Queue, which load_queue and queue_from_args then return.
+    for action in parser._actions:
+        if action.dest == "queue" and not action.option_strings:
+            action.nargs = "?"
+            action.help = argparse.SUPPRESS
+    parser.set_defaults(queue=queue, url=None)
+
+
+def command_help() -> dict[str, str]:
+    """Every subcommand's name and one-line help (for integrations that mirror the CLI)."""
     _load_commands()
-    args = build_parser().parse_args(argv)
+    return {name: help_text for name, (help_text, _, _) in sorted(_COMMANDS.items())}
+
+
+def main(
+    argv: Sequence[str] | None = None,
+    *,
+    queue: Queue | None = None,
+    prog: str = "pgqueue",
+    defaults: Mapping[str, Mapping[str, Any]] | None = None,
+) -> int:
+    """Entry point of the ``pgqueue`` command; returns the exit code.
+
+    Framework integrations pass the ``queue`` to work on (``manage.py pgqueue``,
+    ``flask pgqueue``), their ``prog`` name, and per-subcommand option ``defaults``.
+
+    Example::
+
+        main(["worker", "--burst"], queue=queue, prog="manage.py pgqueue")
+    """
+    _load_commands()
+    args = build_parser(prog, queue, defaults).parse_args(argv)
     try:
         code: int = args.handler(args)
     except PgQueueError as exc:

@@ -21,3 +21,6 @@ echo "== mypy --strict pgqueue"
 
 echo "== pytest"
 "$VENV/bin/python" -m pytest "$@"
+
+echo "== Django 6 (Python 3.12): the Django tests again"
+bash scripts/test-django6.sh

@@ -1,0 +1,54 @@
+"""A read-only Django model over ``pgqueue_jobs`` for the admin and for queries.
+
+The table belongs to pgqueue (``managed = False``): its DDL comes from pgqueue's Alembic lineage,
+and writes go through :class:`~pgqueue.Queue` (``retry``, ``cancel``), never through this model.
+
+Example::
+
+    from pgqueue.contrib.django.models import Job
+
+    Job.objects.filter(state="failed", queue="emails").count()
+"""
+
+from __future__ import annotations
+
+from django.db import models
+
+from pgqueue.job import JobState
+
+__all__ = ["Job"]
+
+
+class Job(models.Model):  # type: ignore[misc]
+    """One row of ``pgqueue_jobs``."""
+
+    id = models.TextField(primary_key=True)
+    task = models.TextField()
+    queue = models.TextField()
+    state = models.TextField(choices=[(state.value, state.value) for state in JobState])
+    payload = models.JSONField()
+    priority = models.IntegerField()
+    run_at = models.DateTimeField()
+    attempts = models.IntegerField()
+    max_attempts = models.IntegerField()
+    stall_count = models.IntegerField()
+    lock_token = models.TextField(null=True)
+    locked_by = models.TextField(null=True)
+    locked_until = models.DateTimeField(null=True)
+    result = models.JSONField(null=True)
+    error = models.JSONField(null=True)
+    result_ttl = models.IntegerField()
+    result_expires_at = models.DateTimeField(null=True)
+    created_at = models.DateTimeField()
+    updated_at = models.DateTimeField()
+    started_at = models.DateTimeField(null=True)
+    finished_at = models.DateTimeField(null=True)
+
+    class Meta:
+        managed = False
+        db_table = "pgqueue_jobs"
+        ordering = ("-created_at",)
+        verbose_name = "job"
+
+    def __str__(self) -> str:
+        return f"{self.task} {self.id} ({self.state})"

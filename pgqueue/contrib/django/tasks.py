@@ -1,0 +1,243 @@
+"""A backend for Django's Tasks framework that stores tasks in pgqueue and runs them on its workers.
+
+Django 6 ships ``django.tasks`` without a database worker; Django 5.2 has the same API in the
+``django_tasks`` backport. This module supports whichever is installed (``django.tasks`` first).
+
+settings.py::
+
+    TASKS = {
+        "default": {
+            "BACKEND": "pgqueue.contrib.django.TasksBackend",
+            "QUEUES": ["default", "emails"],        # Django's check; [] allows any queue name
+            "OPTIONS": {"DATABASE": "default", "MAX_ATTEMPTS": 1},   # both optional
+        }
+    }
+
+A task's ``module_path`` is its pgqueue task name, ``queue_name`` its queue, ``priority`` its
+priority (higher runs first) and ``run_after`` its due time. ``get_result`` reads the job back:
+queued jobs and jobs waiting for a retry are READY, running ones RUNNING, completed ones
+SUCCESSFUL with the return value, failed and cancelled ones FAILED with the stored error.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
+
+from django.db import transaction
+from django.utils import timezone
+from django.utils.module_loading import import_string
+
+from pgqueue import config
+from pgqueue.contrib.django.queues import DjangoQueue, get_queue
+from pgqueue.execution import current_job
+from pgqueue.job import JobState, JobStatus
+from pgqueue.task import Task as PgTask
+
+try:  # Django 6+
+    from django.tasks import task_backends
+    from django.tasks.backends.base import BaseTaskBackend
+    from django.tasks.base import Task, TaskContext, TaskError, TaskResult, TaskResultStatus
+    from django.tasks.exceptions import InvalidTask, TaskResultDoesNotExist
+    from django.tasks.signals import task_enqueued
+    from django.utils.json import normalize_json
+except ImportError:  # Django 5.2 with the django-tasks backport
+    from django_tasks import task_backends
+    from django_tasks.backends.base import BaseTaskBackend
+    from django_tasks.base import (
+        Task,
+        TaskContext,
+        TaskError,
+        TaskResult,
+        TaskResultStatus,
+    )
+    from django_tasks.exceptions import (
+        InvalidTaskError as InvalidTask,
+    )
+    from django_tasks.exceptions import TaskResultDoesNotExist
+    from django_tasks.signals import task_enqueued
+    from django_tasks.utils import normalize_json
+
+__all__ = ["TasksBackend", "register", "register_by_name"]
+
+OPTION_NAMES = ("DATABASE", "MAX_ATTEMPTS")
+
+_STATUS = {
+    JobState.QUEUED: TaskResultStatus.READY,
+    JobState.FAILING: TaskResultStatus.READY,
+    JobState.PROCESSING: TaskResultStatus.RUNNING,
+    JobState.COMPLETED: TaskResultStatus.SUCCESSFUL,
+    JobState.FAILED: TaskResultStatus.FAILED,
+    JobState.CANCELLED: TaskResultStatus.FAILED,
+}
+
+
+class TasksBackend(BaseTaskBackend):  # type: ignore[misc]
+    """``TASKS[...]["BACKEND"] = "pgqueue.contrib.django.TasksBackend"``.
+
+    Example::
+
+        from django.tasks import task        # django_tasks on Django 5.2
+
+        @task(queue_name="emails", priority=10)
+        def send_welcome(user_id: int) -> str: ...
+
+        result = send_welcome.enqueue(42)    # inside atomic(): joins the transaction
+        result.refresh(); result.status      # READY, RUNNING, SUCCESSFUL or FAILED
+    """
+
+    supports_defer = True
+    supports_async_task = True
+    supports_get_result = True
+    supports_priority = True
+
+    def __init__(self, alias: str, params: dict[str, Any]) -> None:
+        super().__init__(alias, params)
+        config.check_options(f"TASKS[{alias!r}]['OPTIONS']", self.options, OPTION_NAMES)
+        max_attempts = self.options.get("MAX_ATTEMPTS")
+        self.max_attempts = (
+            None if max_attempts is None else config.check_max_attempts(max_attempts)
+        )
+
+    @property
+    def queue(self) -> DjangoQueue:
+        """The DjangoQueue this backend writes to."""
+        return get_queue(self.options.get("DATABASE"))
+
+    def enqueue(self, task: Task, args: Any, kwargs: Any) -> TaskResult:
+        """Store the task as a pgqueue job (in Django's transaction, when one is open)."""
+        self.validate_task(task)
+        queue = self.queue
+        register(queue, task)
+        options: dict[str, Any] = {"queue": task.queue_name, "priority": task.priority}
+        if task.run_after is not None:
+            options["run_at"] = _aware(task.run_after)
+        if self.max_attempts is not None:
+            options["max_attempts"] = self.max_attempts
+        job = queue.enqueue(task.module_path, args=args, kwargs=kwargs, **options)
+        result = TaskResult(
+            task=task,
+            id=job.id,
+            status=TaskResultStatus.READY,
+            enqueued_at=timezone.now(),
+            started_at=None,
+            finished_at=None,
+            last_attempted_at=None,
+            args=list(args),
+            kwargs=dict(kwargs),
+            backend=self.alias,
+            errors=[],
+            worker_ids=[],
+        )
+        # Announce the job when workers can see it: at commit, or now in autocommit.
+        transaction.on_commit(
+            functools.partial(task_enqueued.send, type(self), task_result=result),
+            using=queue.database,
+        )
+        return result
+
+    def get_result(self, result_id: str) -> TaskResult:
+        """The job's current state as a TaskResult; TaskResultDoesNotExist if there is none."""
+        status = self.queue.status(result_id)
+        task = None if status is None else _django_task(status.task)
+        if status is None or task is None:
+            raise TaskResultDoesNotExist(result_id)
+        return self._result(task, status)
+
+    def _result(self, task: Task, status: JobStatus) -> TaskResult:
+        # The job's options may lie outside what Django accepts (priority beyond +-100).
+        with contextlib.suppress(Exception):
+            task = task.using(priority=status.priority, queue_name=status.queue)
+        errors = []
+        if status.error:
+            kind = str(status.error.get("type") or "Exception")
+            errors.append(
+                TaskError(
+                    exception_class_path=kind if "." in kind else f"builtins.{kind}",
+                    traceback=str(status.error.get("traceback") or status.error.get("message")),
+                )
+            )
+        result = TaskResult(
+            task=task,
+            id=status.id,
+            status=_STATUS[status.state],
+            enqueued_at=status.created_at,
+            started_at=status.started_at,
+            finished_at=status.finished_at,
+            last_attempted_at=status.started_at,
+            args=status.args,
+            kwargs=status.kwargs,
+            backend=self.alias,
+            errors=errors,
+            # pgqueue keeps the last worker only; one entry per attempt keeps `attempts` right.
+            worker_ids=[status.locked_by or ""] * status.attempts,
+        )
+        if status.state is JobState.COMPLETED:
+            object.__setattr__(result, "_return_value", status.result)
+        return result
+
+
+def _backend_for(queue: DjangoQueue, task: Task) -> TasksBackend:
+    """The TasksBackend that writes to ``queue`` (the task's own, if several do)."""
+    own = task.get_backend()
+    if isinstance(own, TasksBackend) and own.queue is queue:
+        return own
+    for backend in task_backends.all():
+        if isinstance(backend, TasksBackend) and backend.queue is queue:
+            return backend
+    return own  # type: ignore[no-any-return]
+
+
+def _aware(value: datetime) -> datetime:
+    # With USE_TZ = False Django allows naive run_after in the default time zone.
+    return value if timezone.is_aware(value) else timezone.make_aware(value)
+
+
+def _django_task(name: str) -> Task | None:
+    try:
+        found = import_string(name)
+    except ImportError:
+        return None
+    return found if isinstance(found, Task) else None
+
+
+def register(queue: DjangoQueue, task: Task) -> PgTask[Any, Any]:
+    """The pgqueue task that runs ``task`` on ``queue`` (registered on first use).
+
+    Workers find a Django task by its ``module_path``, so it must be importable by that path.
+    """
+    try:
+        return queue.tasks[task.module_path]
+    except KeyError:
+        raise InvalidTask(
+            f"{task.module_path!r} does not import as this task; pgqueue workers find Django "
+            "tasks by their module path, so decorate a module-level function in place"
+        ) from None
+
+
+def register_by_name(queue: DjangoQueue, name: str) -> PgTask[Any, Any] | None:
+    """Register the Django task at import path ``name`` if it uses a :class:`TasksBackend`."""
+    task = _django_task(name)
+    if task is None or not isinstance(task.get_backend(), TasksBackend):
+        return None
+    registered: PgTask[Any, Any] = queue.task(name=name)(_runner(queue, name))
+    return registered
+
+
+def _runner(queue: DjangoQueue, name: str) -> Callable[..., Any]:
+    def run(*args: Any, **kwargs: Any) -> Any:
+        task = _django_task(name)
+        if task is None:
+            raise LookupError(f"{name!r} is no longer a Django task")
+        if task.takes_context:
+            status = queue.status(current_job().id)
+            assert status is not None  # a running job's row exists
+            context = TaskContext(task_result=_backend_for(queue, task)._result(task, status))
+            return normalize_json(task.call(context, *args, **kwargs))
+        return normalize_json(task.call(*args, **kwargs))
+
+    run.__qualname__ = run.__name__ = f"run[{name}]"
+    return run
