@@ -29,7 +29,9 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
-__all__ = ["TRACE_KEY", "JobSpan", "enqueue_span", "job_span", "reset"]
+from pgqueue.errors import ConfigError
+
+__all__ = ["TRACE_KEY", "JobSpan", "enqueue_span", "job_span", "reset", "use_tracer_provider"]
 
 #: The payload key that carries the trace context from producer to worker.
 TRACE_KEY = "trace"
@@ -149,6 +151,25 @@ def _base(task: str, queue: str | None, operation: str) -> dict[str, Any]:
     if queue is not None:
         attributes["messaging.destination.name"] = queue
     return attributes
+
+
+def use_tracer_provider(provider: Any) -> None:
+    """Make pgqueue's spans with ``provider`` instead of OpenTelemetry's global tracer provider
+    (None: the global one again), e.g. to keep a test's spans out of the process-wide setup.
+
+    Example::
+
+        provider = TracerProvider()
+        provider.add_span_processor(SimpleSpanProcessor(InMemorySpanExporter()))
+        tracing.use_tracer_provider(provider)
+    """
+    global _api
+    _api = None
+    if provider is not None:
+        api = _opentelemetry()
+        if api is None:
+            raise ConfigError("tracing needs opentelemetry-api: pip install 'pgqueue[tracing]'")
+        _api = (api[0], api[1], provider.get_tracer("pgqueue"))
 
 
 def reset() -> None:

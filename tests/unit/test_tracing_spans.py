@@ -7,7 +7,6 @@ import sys
 from collections.abc import Iterator
 
 import pytest
-from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -18,18 +17,14 @@ from pgqueue import tracing
 
 @pytest.fixture
 def spans() -> Iterator[InMemorySpanExporter]:
-    """Finished spans of this test (one SDK provider per process: the global one is set once)."""
-    provider = trace.get_tracer_provider()
-    if not isinstance(provider, TracerProvider):
-        provider = TracerProvider()
-        trace.set_tracer_provider(provider)
+    """Finished spans of this test, from a provider of its own (the global one is left alone)."""
     exporter = InMemorySpanExporter()
-    processor = SimpleSpanProcessor(exporter)
-    provider.add_span_processor(processor)
-    tracing.reset()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    tracing.use_tracer_provider(provider)
     yield exporter
-    processor.shutdown()
-    tracing.reset()
+    tracing.use_tracer_provider(None)
+    provider.shutdown()
 
 
 def test_consumer_span_is_a_child_of_the_enqueue_span(spans: InMemorySpanExporter) -> None:
