@@ -127,3 +127,27 @@ def test_unknown_pgqueue_setting_is_refused_with_a_suggestion() -> None:
         pytest.raises(pgqueue.ConfigError, match="did you mean 'MAX_ATTEMPTS'"),
     ):
         pgqueue_settings()
+
+
+def remember_connection(database: str) -> None:
+    from django.db import connections
+
+    wrapper = connections[database]
+    wrapper.ensure_connection()
+    SEEN.append(wrapper)
+
+
+SEEN: list[Any] = []
+
+
+def test_a_worker_closes_stale_django_connections_after_each_job(alias: str) -> None:
+    queue = get_queue(alias)
+    if "tests.remember_connection" not in queue.tasks:
+        queue.task(name="tests.remember_connection")(remember_connection)
+    SEEN.clear()
+    queue.enqueue("tests.remember_connection", args=[alias])
+    drain(alias)
+    # CONN_MAX_AGE is 0 here: like a request's, the job's connection is closed when it ends.
+    assert len(SEEN) == 1 and SEEN[0].connection is None
+    remember_connection(alias)  # a plain call leaves the caller's connection alone
+    assert SEEN[-1].connection is not None

@@ -88,6 +88,14 @@ def test_flask_pgqueue_commands_exist_and_run(app: Flask) -> None:
     assert missing.exit_code == 1
 
 
+def test_flask_pgqueue_worker_burst_runs_the_jobs(app: Flask) -> None:
+    response = app.test_client().post("/orders", data={"email": "b@c.d", "total_cents": "9"})
+    worked = app.test_cli_runner().invoke(args=["pgqueue", "worker", "--burst"])
+    assert worked.exit_code == 0, worked.output
+    with app.app_context():
+        assert shop.pgq.queue.result(response.json["receipt_job"]) == "receipt sent to b@c.d"
+
+
 def test_without_db_the_queue_comes_from_pgqueue_url(db_url: str) -> None:
     app = Flask("plain")
     app.config["PGQUEUE_URL"] = db_url
