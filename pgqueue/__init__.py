@@ -26,21 +26,26 @@ from pgqueue.errors import (
     SerializationError,
     UnknownTaskError,
 )
+from pgqueue.execution import JobContext, current_job
 from pgqueue.job import CancelResult, EnqueueResult, JobState, JobStatus
 from pgqueue.queue import Queue
+from pgqueue.retries import Backoff, Retry, RetryPolicy
 from pgqueue.serde import JSONSerializer, Serializer
 from pgqueue.task import BoundTask, EnqueueOptions, JobSpec, Task
+from pgqueue.worker import Worker, WorkerStats
 
 __version__ = "0.1.0"
 
 __all__ = [
     "BackendError",
+    "Backoff",
     "BoundTask",
     "CancelResult",
     "ConfigError",
     "EnqueueOptions",
     "EnqueueResult",
     "JSONSerializer",
+    "JobContext",
     "JobFailedError",
     "JobSpec",
     "JobState",
@@ -48,10 +53,15 @@ __all__ = [
     "JobTimeoutError",
     "PgQueueError",
     "Queue",
+    "Retry",
+    "RetryPolicy",
     "SchemaMissingError",
     "SerializationError",
     "Serializer",
     "Task",
     "UnknownTaskError",
+    "Worker",
+    "WorkerStats",
     "__version__",
+    "current_job",
 ]

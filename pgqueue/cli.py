@@ -144,6 +144,93 @@ def _retry(args: argparse.Namespace) -> int:
     return EXIT_FAILURE
 
 
+def _add_worker(parser: argparse.ArgumentParser) -> None:
+    from pgqueue import worker
+
+    parser.add_argument("queue", metavar="MODULE[:ATTR]", help="where the Queue and its tasks live")
+    parser.add_argument(
+        "--queues",
+        type=lambda text: [name.strip() for name in text.split(",") if name.strip()],
+        default=None,
+        metavar="NAME[,NAME...]",
+        help="work only on these queues (default: all)",
+    )
+    parser.add_argument(
+        "--concurrency",
+        type=int,
+        default=worker.DEFAULT_CONCURRENCY,
+        help="jobs run at once (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--lease",
+        type=float,
+        default=worker.DEFAULT_LEASE,
+        help="seconds a claim holds without a heartbeat (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--heartbeat", type=float, default=None, help="seconds between beats (default: lease / 3)"
+    )
+    parser.add_argument(
+        "--poll-interval",
+        type=float,
+        default=None,
+        help="seconds between looks for due jobs when idle (default: 1 on PostgreSQL, 0.1 on "
+        "SQLite)",
+    )
+    parser.add_argument(
+        "--grace-period",
+        type=float,
+        default=worker.DEFAULT_GRACE_PERIOD,
+        help="seconds a stopping worker waits for running jobs before handing them back "
+        "(default: %(default)s)",
+    )
+    parser.add_argument("--worker-id", default=None, help="default: host-pid-random")
+    parser.add_argument(
+        "--no-reaper", dest="reaper", action="store_false", help="do not run the embedded reaper"
+    )
+    parser.add_argument("--burst", action="store_true", help="drain the due jobs, then exit")
+
+
+@command(
+    "worker",
+    "run jobs until SIGTERM/SIGINT (a second signal: at once), or with --burst until none is due",
+    _add_worker,
+)
+def _worker(args: argparse.Namespace) -> int:
+    from pgqueue.worker import Worker
+
+    if args.url is not None:
+        raise PgQueueError("--url does not apply here: the Queue in MODULE names its database")
+    worker = Worker(
+        load_queue(args.queue),
+        queues=args.queues,
+        concurrency=args.concurrency,
+        lease=args.lease,
+        heartbeat=args.heartbeat,
+        reaper=args.reaper,
+        worker_id=args.worker_id,
+        poll_interval=args.poll_interval,
+        grace_period=args.grace_period,
+    )
+    _log_to_stderr()
+    worker.run(burst=args.burst)
+    return EXIT_OK
+
+
+def _log_to_stderr() -> None:
+    import logging
+
+    from pgqueue.logs import FORMAT, ContextFilter
+
+    if logging.getLogger().handlers:
+        return
+    handler = logging.StreamHandler()
+    handler.addFilter(ContextFilter())
+    handler.setFormatter(logging.Formatter(FORMAT))
+    logging.getLogger().addHandler(handler)
+    logging.getLogger("pgqueue").setLevel(logging.INFO)
+
+
 def build_parser(
     prog: str = "pgqueue",
     queue: Queue | None = None,

@@ -19,6 +19,7 @@ from pgqueue.backends.base import iter_chunks
 from pgqueue.errors import ConfigError, UnknownTaskError
 from pgqueue.job import CancelResult, EnqueueResult, JobState, JobStatus
 from pgqueue.notifications import ENQUEUED_CHANNEL, Listener
+from pgqueue.retries import RetryPolicy
 from pgqueue.schema import JOBS
 from pgqueue.serde import JSONSerializer, Serializer
 from pgqueue.task import EnqueueOptions, JobSpec, Task
@@ -128,6 +129,7 @@ class Queue:
         max_attempts: int | None = ...,
         result_ttl: int | timedelta | None = ...,
         timeout: float | timedelta | None = ...,
+        retry: RetryPolicy | None = ...,
     ) -> Callable[[Callable[P, R]], Task[P, R]]: ...
 
     def task(
@@ -140,11 +142,13 @@ class Queue:
         max_attempts: int | None = None,
         result_ttl: int | timedelta | None = None,
         timeout: float | timedelta | None = None,
+        retry: RetryPolicy | None = None,
     ) -> Any:
         """Register a function as a task (usable bare or with options).
 
         ``name`` defaults to ``module.qualname``; ``max_attempts`` and ``result_ttl`` default to the
-        Queue's; ``timeout`` (seconds) bounds one attempt.
+        Queue's; ``timeout`` (seconds) bounds one attempt; ``retry`` (a :class:`RetryPolicy` such
+        as :class:`Backoff`) says when a failed attempt runs again.
 
         Example::
 
@@ -160,6 +164,10 @@ class Queue:
         )
         ttl = self.result_ttl if result_ttl is None else config.check_result_ttl(result_ttl)
         seconds = None if timeout is None else config.check_positive_seconds("timeout", timeout)
+        if retry is not None and not isinstance(retry, RetryPolicy):
+            raise ConfigError(
+                f"retry must have a delay(attempt) method, e.g. pgqueue.Backoff(), not {retry!r}"
+            )
 
         def register(fn: Callable[..., Any]) -> Task[Any, Any]:
             if not callable(fn):
@@ -177,6 +185,7 @@ class Queue:
                 max_attempts,
                 ttl,
                 seconds,
+                **({} if retry is None else {"retry": retry}),
             )
             self.tasks[task_name] = registered
             return registered

@@ -18,9 +18,11 @@ from sqlalchemy import (
     ColumnElement,
     Delete,
     Select,
+    Text,
     Update,
     and_,
     bindparam,
+    cast,
     delete,
     func,
     literal,
@@ -30,7 +32,7 @@ from sqlalchemy import (
     tuple_,
     update,
 )
-from sqlalchemy.dialects.postgresql import INTERVAL
+from sqlalchemy.dialects.postgresql import ARRAY, INTERVAL, JSONB
 from sqlalchemy.sql.dml import ReturningInsert
 
 from pgqueue.backends.base import Clock
@@ -41,10 +43,13 @@ __all__ = [
     "job_cancel",
     "job_claim",
     "job_complete",
+    "job_complete_each",
+    "job_complete_many",
     "job_enqueue",
     "job_extend_leases",
     "job_fail",
     "job_get",
+    "job_held",
     "job_outcomes",
     "job_release",
     "job_retry",
@@ -171,7 +176,9 @@ def job_claim(
     because the backend begins every write with ``BEGIN IMMEDIATE``.
     """
     conditions: list[ColumnElement[bool]] = [
-        JOBS.c.state.in_([str(s) for s in CLAIMABLE_STATES]),
+        # Literal states, not parameters: only then can the planner prove that the partial claim
+        # index covers the query (SQLite always; PostgreSQL once it switches to a generic plan).
+        JOBS.c.state.in_([literal_column(f"'{s}'") for s in CLAIMABLE_STATES]),
         JOBS.c.run_at <= clock.now(),
     ]
     if queues is not None:
@@ -236,6 +243,82 @@ def job_complete(
             result_expires_at=clock.after(result_ttl),
         )
         .returning(JOBS.c.id)
+    )
+
+
+_ONE_SECOND: ColumnElement[Any] = literal_column("INTERVAL '1 second'")
+
+
+def job_complete_many(clock: Clock) -> Update:
+    """PostgreSQL: store many handlers' results in one fenced UPDATE; returns the ids that were
+    still ours (an id missing from the result lost its lease).
+
+    Run with three equally long lists: ``ids``, ``lock_tokens`` and ``results`` (JSON text, or
+    None for no result). Arrays unnested side by side keep the SQL text the same for every batch
+    size, so it is compiled once and the server plans one nested loop over the primary key.
+    Each row's result expires after its own stored ``result_ttl``.
+    """
+    done = (
+        func.unnest(
+            bindparam("ids", type_=ARRAY(Text)),
+            bindparam("lock_tokens", type_=ARRAY(Text)),
+            bindparam("results", type_=ARRAY(Text)),
+        )
+        .table_valued("id", "lock_token", "result")
+        .render_derived(name="done")
+    )
+    return (
+        update(JOBS)
+        .where(
+            JOBS.c.id == done.c.id,
+            JOBS.c.lock_token == done.c.lock_token,
+            JOBS.c.state == str(JobState.PROCESSING),
+        )
+        .values(
+            state=str(JobState.COMPLETED),
+            result=cast(done.c.result, JSONB),
+            error=null(),
+            lock_token=null(),
+            locked_until=null(),
+            finished_at=clock.now(),
+            updated_at=clock.now(),
+            result_expires_at=clock.now() + JOBS.c.result_ttl * _ONE_SECOND,
+        )
+        .returning(JOBS.c.id)
+    )
+
+
+def job_held(pairs: Sequence[tuple[str, str]]) -> Select[Any]:
+    """The ids of the jobs still held under these ``(id, lock_token)`` pairs."""
+    return select(JOBS.c.id).where(_fenced(pairs))
+
+
+def job_complete_each(clock: Clock) -> Update:
+    """Store handlers' results, one parameter set per job (run with executemany): ``job_id``,
+    ``job_lock_token``, ``job_result`` (a document or None) and ``job_expires_at``. Fenced.
+
+    For a database that cannot join arrays (SQLite), where executemany of one prepared UPDATE
+    is the cheap way to write a batch. The clock must be fixed: expiry times come from Python.
+    """
+    if clock.fixed is None:
+        raise TypeError("job_complete_each needs a fixed clock")
+    return (
+        update(JOBS)
+        .where(
+            JOBS.c.id == bindparam("job_id"),
+            JOBS.c.lock_token == bindparam("job_lock_token"),
+            JOBS.c.state == str(JobState.PROCESSING),
+        )
+        .values(
+            state=str(JobState.COMPLETED),
+            result=bindparam("job_result", type_=JOBS.c.result.type),
+            error=null(),
+            lock_token=null(),
+            locked_until=null(),
+            finished_at=clock.now(),
+            updated_at=clock.now(),
+            result_expires_at=bindparam("job_expires_at", type_=UTCDateTime),
+        )
     )
 
 

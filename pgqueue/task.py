@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypedDict, TypeVar, Unpack
 
 from pgqueue.job import EnqueueResult
+from pgqueue.retries import DEFAULT_RETRY, RetryPolicy
 
 if TYPE_CHECKING:
     from datetime import datetime, timedelta
@@ -84,6 +85,8 @@ class Task(Generic[P, R]):
     max_attempts: int
     result_ttl: int
     timeout: float | None
+    #: When a failed attempt runs again (see :mod:`pgqueue.retries`).
+    retry: RetryPolicy = DEFAULT_RETRY
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
         return self.function(*args, **kwargs)

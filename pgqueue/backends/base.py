@@ -6,7 +6,7 @@ Statements (``pgqueue.statements``) are written once; a backend supplies the dia
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -57,6 +57,9 @@ class Backend(Protocol):
     name: str
     #: True when the database can push wake-ups (LISTEN/NOTIFY); False means poll.
     supports_notify: bool
+    #: True when one fenced UPDATE can settle many jobs (``statements.job_complete_many``);
+    #: False: one fenced UPDATE per job, all in one transaction (cheap on SQLite).
+    batch_updates: bool
 
     def create_engine(self, url: Any, **options: Any) -> Engine:
         """An Engine configured for pgqueue's use of this database."""
@@ -80,6 +83,10 @@ class Backend(Protocol):
 
     def notify(self, connection: Connection, channel: str, payload: str) -> None:
         """Send a wake-up inside the caller's transaction (delivered on commit)."""
+        ...
+
+    def notify_many(self, connection: Connection, channel: str, payloads: Sequence[str]) -> None:
+        """Send one wake-up per payload inside the caller's transaction, in one round trip."""
         ...
 
     def translate(self, error: DBAPIError) -> Exception:

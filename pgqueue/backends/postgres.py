@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy import Connection, Engine, Table, func, select
+from sqlalchemy import Connection, Engine, Table, Text, bindparam, func, select
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.exc import DBAPIError
 
@@ -26,6 +26,7 @@ class PostgresBackend:
 
     name = "postgresql"
     supports_notify = True
+    batch_updates = True
 
     def create_engine(self, url: Any, **options: Any) -> Engine:
         options.setdefault("pool_pre_ping", True)
@@ -49,6 +50,14 @@ class PostgresBackend:
 
     def notify(self, connection: Connection, channel: str, payload: str) -> None:
         connection.execute(select(func.pg_notify(channel, payload)))
+
+    def notify_many(self, connection: Connection, channel: str, payloads: Sequence[str]) -> None:
+        if not payloads:
+            return
+        each = func.unnest(
+            bindparam("payloads", list(payloads), type_=postgresql.ARRAY(Text))
+        ).column_valued("payload")
+        connection.execute(select(func.pg_notify(channel, each)))
 
     def translate(self, error: DBAPIError) -> Exception:
         sqlstate = getattr(error.orig, "sqlstate", None)

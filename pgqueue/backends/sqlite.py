@@ -9,7 +9,7 @@ readers proceed beside the writer.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
@@ -35,6 +35,7 @@ class SQLiteBackend:
 
     name = "sqlite"
     supports_notify = False
+    batch_updates = False
 
     def create_engine(self, url: Any, **options: Any) -> Engine:
         connect_args = options.setdefault("connect_args", {})
@@ -82,6 +83,9 @@ class SQLiteBackend:
 
     def notify(self, connection: Connection, channel: str, payload: str) -> None:
         # No server to push through; waiters poll (and in-process waiters are woken directly).
+        return None
+
+    def notify_many(self, connection: Connection, channel: str, payloads: Sequence[str]) -> None:
         return None
 
     def translate(self, error: DBAPIError) -> Exception:
