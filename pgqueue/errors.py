@@ -83,7 +83,14 @@ class JobFailedError(PgQueueError):
 
 
 class JobTimeoutError(PgQueueError, TimeoutError):
-    """Waiting for a job's result timed out; the job itself goes on."""
+    """Waiting for a job's result timed out; the job itself goes on.
+
+    ``job_id`` names the job, so it can be looked up later with ``queue.status(job_id)``.
+    """
+
+    def __init__(self, message: str | None = None, *, job_id: str | None = None) -> None:
+        super().__init__(message)
+        self.job_id = job_id
 
 
 class BackendError(PgQueueError):

@@ -6,12 +6,17 @@ payload in Python, so subscribing is a dictionary insert, not a round trip: the 
 ``enqueue_and_wait`` never waits for a ``LISTEN`` command.
 
 A lost connection is re-established with backoff; every ``on_reconnect`` callback then runs, so
-waiters re-read the rows they wait on and nothing that happened while deaf is missed.
+waiters re-read the rows they wait on and nothing that happened while deaf is missed. The callbacks
+also run once the first connection is listening: a subscriber that did not wait for it (``wait=0``)
+re-checks then, instead of blocking its caller on the connect. An idle connection is pinged now and
+then, so a connection that died silently (a dropped network path sends no reset) is noticed too.
 """
 
 from __future__ import annotations
 
 import logging
+import select
+import socket
 import threading
 from collections import defaultdict
 from collections.abc import Callable
@@ -29,8 +34,12 @@ ENQUEUED_CHANNEL = "pgqueue_enqueued"
 FINISHED_CHANNEL = "pgqueue_finished"
 CHANNELS = (ENQUEUED_CHANNEL, FINISHED_CHANNEL)
 
-_POLL_SECONDS = 0.5
 _BACKOFF_MAX_SECONDS = 5.0
+# An idle connection runs ``SELECT 1`` this often; psycopg queues notifications that arrive
+# meanwhile for the next notifies() call, so the ping loses nothing.
+_PING_SECONDS = 10.0
+_STOP_SECONDS = 2.0
+_CONNECT_TIMEOUT_SECONDS = 10
 
 
 def finished_payload(state: str, job_id: str) -> str:
@@ -55,6 +64,14 @@ class Listener:
         self._stopping = threading.Event()
         self.listening = threading.Event()
         self._connection: Any = None
+        # Written by stop() to end the thread's select() at once.
+        self._wake: socket.socket | None = None
+
+    @property
+    def backend_pid(self) -> int | None:
+        """The server process id of the LISTEN connection while connected (for diagnostics)."""
+        connection = self._connection
+        return None if connection is None else int(connection.info.backend_pid)
 
     def subscribe(
         self, channel: str, callback: Callable[[str], None], *, wait: float = 10.0
@@ -77,7 +94,8 @@ class Listener:
         return unsubscribe
 
     def on_reconnect(self, callback: Callable[[], None]) -> Callable[[], None]:
-        """Call ``callback()`` after every re-established connection; returns the remover."""
+        """Call ``callback()`` whenever a connection starts listening (the first one, and every
+        re-established one after a loss); returns the remover."""
         with self._lock:
             self._reconnect_callbacks.append(callback)
 
@@ -91,9 +109,12 @@ class Listener:
     def stop(self) -> None:
         """Stop the thread and close the connection (idempotent)."""
         self._stopping.set()
+        with self._lock:
+            if self._wake is not None:
+                self._wake.send(b"\0")
         thread = self._thread
         if thread is not None and thread is not threading.current_thread():
-            thread.join(timeout=_POLL_SECONDS * 4)
+            thread.join(timeout=_STOP_SECONDS)
         self._thread = None
 
     def _ensure_started(self) -> None:
@@ -106,14 +127,27 @@ class Listener:
         import psycopg
 
         args, kwargs = self._engine.dialect.create_connect_args(self._engine.url)
+        # A bounded connect: a host that swallows packets must not hang the thread forever.
+        kwargs.setdefault("connect_timeout", _CONNECT_TIMEOUT_SECONDS)
         connection = psycopg.connect(*args, **{**kwargs, "autocommit": True})
         for channel in CHANNELS:
             connection.execute(f"LISTEN {channel}")
         return connection
 
     def _run(self) -> None:
+        woken, wake = socket.socketpair()
+        with self._lock:
+            self._wake = wake
+        try:
+            self._reconnect_forever(woken)
+        finally:
+            with self._lock:
+                self._wake = None
+            woken.close()
+            wake.close()
+
+    def _reconnect_forever(self, woken: socket.socket) -> None:
         backoff = 0.1
-        first = True
         while not self._stopping.is_set():
             try:
                 self._connection = self._connect()
@@ -124,13 +158,9 @@ class Listener:
                 continue
             backoff = 0.1
             self.listening.set()
-            if not first:
-                self._fire_reconnect()
-            first = False
+            self._fire_reconnect()
             try:
-                while not self._stopping.is_set():
-                    for notify in self._connection.notifies(timeout=_POLL_SECONDS):
-                        self._dispatch(notify.channel, notify.payload)
+                self._listen(self._connection, woken)
             except Exception as exc:
                 if not self._stopping.is_set():
                     logger.warning("LISTEN connection lost, reconnecting: %s", exc)
@@ -141,6 +171,19 @@ class Listener:
                 except Exception:
                     logger.debug("closing the LISTEN connection failed", exc_info=True)
                 self._connection = None
+
+    def _listen(self, connection: Any, woken: socket.socket) -> None:
+        while not self._stopping.is_set():
+            ready, _, _ = select.select([connection.fileno(), woken], [], [], _PING_SECONDS)
+            if woken in ready:
+                return
+            if not ready:
+                # Quiet for a while: make sure the connection is still there. A dead one
+                # raises here (or, when the server closed it, in notifies() below).
+                connection.execute("SELECT 1")
+            # timeout=0 reads what has arrived, including what psycopg queued during the ping.
+            for notify in connection.notifies(timeout=0):
+                self._dispatch(notify.channel, notify.payload)
 
     def _dispatch(self, channel: str, payload: str) -> None:
         with self._lock:

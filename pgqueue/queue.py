@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -18,11 +19,17 @@ from pgqueue.backends import Backend, backend_for
 from pgqueue.backends.base import iter_chunks
 from pgqueue.errors import ConfigError, UnknownTaskError
 from pgqueue.job import CancelResult, EnqueueResult, JobState, JobStatus
-from pgqueue.notifications import ENQUEUED_CHANNEL, Listener
+from pgqueue.notifications import (
+    ENQUEUED_CHANNEL,
+    FINISHED_CHANNEL,
+    Listener,
+    finished_payload,
+)
 from pgqueue.retries import RetryPolicy
 from pgqueue.schema import JOBS
 from pgqueue.serde import JSONSerializer, Serializer
 from pgqueue.task import EnqueueOptions, JobSpec, Task
+from pgqueue.waiting import Wait, Waiters, await_for, wait_for
 
 __all__ = ["Queue"]
 
@@ -81,6 +88,7 @@ class Queue:
         self._listener: Listener | None = None
         self._listener_lock = threading.Lock()
         self._finished_listeners: list[Callable[[str, str], None]] = []
+        self._waiters = Waiters(self)
 
     @property
     def listener(self) -> Listener | None:
@@ -257,6 +265,66 @@ class Queue:
         with self.connect(connection=connection, session=session) as conn:
             return self._insert(conn, rows)
 
+    def enqueue_and_wait(
+        self,
+        task: str,
+        /,
+        args: Iterable[Any] = (),
+        kwargs: Mapping[str, Any] | None = None,
+        *,
+        timeout: float | timedelta | None = None,
+        **options: Unpack[EnqueueOptions],
+    ) -> Any:
+        """Enqueue a job and block until it finishes; return the handler's value.
+
+        Raises :class:`JobFailedError` when the job ends ``failed`` (or is cancelled), carrying
+        the stored error type, message and traceback; retries in between are waited through.
+        Raises :class:`JobTimeoutError` (also a ``TimeoutError``) when ``timeout`` seconds pass
+        first; the job goes on and can be looked up later by its id. ``timeout=None`` waits as
+        long as it takes. A duplicate id of a completed job returns its cached result at once.
+        Options are :meth:`enqueue`'s, except ``connection``/``session``: a job inside an
+        uncommitted transaction cannot finish.
+
+        Example::
+
+            total = queue.enqueue_and_wait("tasks.add", args=[1, 2], timeout=30)
+        """
+        return wait_for(Wait(self, self._waiters, task, args, kwargs, timeout, options))
+
+    async def aenqueue(
+        self,
+        task: str,
+        /,
+        args: Iterable[Any] = (),
+        kwargs: Mapping[str, Any] | None = None,
+        **options: Unpack[EnqueueOptions],
+    ) -> EnqueueResult:
+        """:meth:`enqueue` for asyncio code: the same statements, run in a worker thread.
+
+        Example::
+
+            result = await queue.aenqueue("tasks.add", args=[1, 2])
+        """
+        return await asyncio.to_thread(self.enqueue, task, args, kwargs, **options)
+
+    async def aenqueue_and_wait(
+        self,
+        task: str,
+        /,
+        args: Iterable[Any] = (),
+        kwargs: Mapping[str, Any] | None = None,
+        *,
+        timeout: float | timedelta | None = None,
+        **options: Unpack[EnqueueOptions],
+    ) -> Any:
+        """:meth:`enqueue_and_wait` for asyncio code; the event loop is never blocked.
+
+        Example::
+
+            total = await queue.aenqueue_and_wait("tasks.add", args=[1, 2], timeout=30)
+        """
+        return await await_for(Wait(self, self._waiters, task, args, kwargs, timeout, options))
+
     def check_enqueue_options(self, options: Mapping[str, Any]) -> EnqueueOptions:
         """Validate per-call options (unknown names, types, ranges) and return them normalised."""
         config.check_options("enqueue", options, _OPTION_NAMES)
@@ -367,15 +435,15 @@ class Queue:
 
     def _outcomes(self, conn: Connection, ids: list[str]) -> dict[str, EnqueueResult]:
         outcomes: dict[str, EnqueueResult] = {}
-        now = config.utc_now()
         for chunk in iter_chunks(ids, BULK_CHUNK):
             for job_id, state, result, expires_at in conn.execute(statements.job_outcomes(chunk)):
                 state = JobState(state)
                 if state is JobState.COMPLETED:
-                    live = expires_at is None or expires_at > now
-                    value = self.serializer.decode(result) if live and result is not None else None
                     outcomes[job_id] = EnqueueResult(
-                        id=job_id, status="completed", existing_state=state, result=value
+                        id=job_id,
+                        status="completed",
+                        existing_state=state,
+                        result=self.stored(result, expires_at),
                     )
                 else:
                     outcomes[job_id] = EnqueueResult(
@@ -407,7 +475,6 @@ class Queue:
         """Build a JobStatus from a full job row."""
         payload = self.serializer.decode(row["payload"]) or {}
         expires = row["result_expires_at"]
-        live = expires is None or expires > config.utc_now()
         return JobStatus(
             id=row["id"],
             task=row["task"],
@@ -426,24 +493,30 @@ class Queue:
             locked_until=row["locked_until"],
             args=list(payload.get("args", [])),
             kwargs=dict(payload.get("kwargs", {})),
-            result=self.serializer.decode(row["result"])
-            if live and row["result"] is not None
-            else None,
-            error=row["error"] if live else None,
+            result=self.stored(row["result"], expires),
+            error=row["error"] if _unexpired(expires) else None,
             result_expires_at=expires,
         )
 
-    def result(self, job_id: str) -> Any:
+    def result(self, job_id: str, *, connection: Connection | None = None) -> Any:
         """The stored result of a completed job, or None (not completed, unknown or expired).
 
         Example::
 
             queue.result(r.id)   # 3
         """
-        status = self.status(job_id)
-        if status is None or status.state is not JobState.COMPLETED:
+        with self.connect(connection=connection, write=False) as conn:
+            row = conn.execute(statements.job_result(job_id)).first()
+        if row is None or row.state != JobState.COMPLETED:
             return None
-        return status.result
+        return self.stored(row.result, row.result_expires_at)
+
+    def stored(self, document: Any, expires_at: datetime | None) -> Any:
+        """A stored result document decoded, or None when there is none or it has expired (the
+        pruner clears expired ones in batches; until then they are hidden here)."""
+        if document is None or not _unexpired(expires_at):
+            return None
+        return self.serializer.decode(document)
 
     def cancel(
         self, job_id: str, *, connection: Connection | None = None, now: datetime | None = None
@@ -458,6 +531,10 @@ class Queue:
         with self.connect(connection=connection) as conn:
             clock = self.backend.clock(now)
             if conn.scalar(statements.job_cancel(job_id, clock)) is not None:
+                # Wakes anyone waiting in enqueue_and_wait, who then raises JobFailedError.
+                self.backend.notify(
+                    conn, FINISHED_CHANNEL, finished_payload(JobState.CANCELLED, job_id)
+                )
                 return CancelResult(id=job_id, status="cancelled")
             state = conn.scalar(select(JOBS.c.state).where(JOBS.c.id == job_id))
         return CancelResult(id=job_id, status="not_found" if state is None else str(state))
@@ -516,6 +593,10 @@ class Queue:
                     yield conn
         except DBAPIError as exc:
             raise self.backend.translate(exc) from exc
+
+
+def _unexpired(expires_at: datetime | None) -> bool:
+    return expires_at is None or expires_at > config.utc_now()
 
 
 def _delay(value: float | timedelta) -> float:

@@ -75,6 +75,7 @@ def _in(column: str, states: tuple[JobState, ...]) -> Any:
 _CLAIMABLE = _in("state", CLAIMABLE_STATES)
 _FINISHED = _in("state", FINISHED_STATES)
 _PROCESSING = text("state = 'processing'")
+_EXPIRING = text("result_expires_at IS NOT NULL")
 
 JOBS = Table(
     "pgqueue_jobs",
@@ -138,6 +139,14 @@ Index(
     JOBS.c.finished_at,
     postgresql_where=_FINISHED,
     sqlite_where=_FINISHED,
+)
+# The pruner's expiry scan: rows still holding a result or error with a TTL. Expiring a result
+# clears result_expires_at, so a row leaves this index once its result is gone.
+Index(
+    "ix_pgqueue_jobs_result_expiry",
+    JOBS.c.result_expires_at,
+    postgresql_where=_EXPIRING,
+    sqlite_where=_EXPIRING,
 )
 
 WORKERS = Table(

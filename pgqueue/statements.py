@@ -28,6 +28,7 @@ from sqlalchemy import (
     literal,
     literal_column,
     null,
+    or_,
     select,
     tuple_,
     update,
@@ -36,7 +37,7 @@ from sqlalchemy.dialects.postgresql import ARRAY, INTERVAL, JSONB
 from sqlalchemy.sql.dml import ReturningInsert
 
 from pgqueue.backends.base import Clock
-from pgqueue.job import CLAIMABLE_STATES, REQUEUEABLE_STATES, JobState
+from pgqueue.job import CLAIMABLE_STATES, FINISHED_STATES, REQUEUEABLE_STATES, JobState
 from pgqueue.schema import JOBS, UTCDateTime
 
 __all__ = [
@@ -46,12 +47,15 @@ __all__ = [
     "job_complete_each",
     "job_complete_many",
     "job_enqueue",
+    "job_expire_results",
     "job_extend_leases",
     "job_fail",
     "job_get",
     "job_held",
     "job_outcomes",
+    "job_prune",
     "job_release",
+    "job_result",
     "job_retry",
 ]
 
@@ -123,6 +127,13 @@ def job_outcomes(ids: Sequence[str]) -> Select[tuple[str, str, Any, Any]]:
 def job_get(job_id: str) -> Select[Any]:
     """One whole job row."""
     return select(JOBS).where(JOBS.c.id == job_id)
+
+
+def job_result(job_id: str) -> Select[tuple[str, Any, Any, Any]]:
+    """What a waiter reads when woken: state, result, error and when they expire."""
+    return select(JOBS.c.state, JOBS.c.result, JOBS.c.error, JOBS.c.result_expires_at).where(
+        JOBS.c.id == job_id
+    )
 
 
 def job_cancel(job_id: str, clock: Clock) -> Update:
@@ -367,6 +378,50 @@ def job_release(pairs: Sequence[tuple[str, str]], clock: Clock) -> Update:
         )
         .returning(JOBS.c.id)
     )
+
+
+def job_expire_results(limit: int, clock: Clock) -> Update:
+    """Forget up to ``limit`` results and errors whose TTL has passed (the pruner, one batch).
+
+    The row and its state stay: a completed job still dedups as ``completed``, with result None.
+    ``result_expires_at`` is cleared with them, which takes the row out of the expiry index so
+    the next batch does not walk over it again. Rows another transaction holds are skipped and
+    picked up next time.
+    """
+    expired = (
+        select(JOBS.c.id)
+        .where(JOBS.c.result_expires_at <= clock.now())
+        .limit(limit)
+        .with_for_update(skip_locked=True)
+    )
+    return (
+        update(JOBS)
+        .where(JOBS.c.id.in_(expired))
+        .values(result=null(), error=null(), result_expires_at=null(), updated_at=clock.now())
+    )
+
+
+def job_prune(state: JobState, older_than: float, limit: int, clock: Clock) -> Delete:
+    """Delete up to ``limit`` jobs that finished in ``state`` more than ``older_than`` seconds ago
+    (the pruner, one batch). A row whose result is still within its TTL is kept until it expires.
+
+    The state is a literal, not a parameter, so the planner can match the finished-rows partial
+    index (PostgreSQL proves ``state = 'completed'`` implies its predicate; SQLite needs the
+    predicate's own ``IN`` term, which is repeated here for it).
+    """
+    finished: list[ColumnElement[str]] = [literal_column(f"'{s}'") for s in FINISHED_STATES]
+    picked = (
+        select(JOBS.c.id)
+        .where(
+            JOBS.c.state.in_(finished),
+            JOBS.c.state == literal_column(f"'{state}'"),
+            JOBS.c.finished_at < clock.after(-older_than),
+            or_(JOBS.c.result_expires_at.is_(None), JOBS.c.result_expires_at <= clock.now()),
+        )
+        .limit(limit)
+        .with_for_update(skip_locked=True)
+    )
+    return delete(JOBS).where(JOBS.c.id.in_(picked))
 
 
 def job_delete(ids: Sequence[str]) -> Delete:

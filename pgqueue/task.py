@@ -104,6 +104,33 @@ class Task(Generic[P, R]):
         """
         return self.queue.enqueue_many(self.name, items)
 
+    def enqueue_and_wait(
+        self, *args: Any, timeout: float | timedelta | None = None, **kwargs: Any
+    ) -> R:
+        """Enqueue one job and block until its value is back (see :meth:`Queue.enqueue_and_wait`).
+
+        ``timeout`` (seconds, None = no limit) belongs to the wait, so it never reaches the
+        handler; a handler argument called ``timeout`` goes through
+        ``queue.enqueue_and_wait(task.name, kwargs={"timeout": ...})``.
+
+        Example::
+
+            add.enqueue_and_wait(1, 2, timeout=30)   # 3
+        """
+        value: R = self.queue.enqueue_and_wait(self.name, args, kwargs, timeout=timeout)
+        return value
+
+    async def aenqueue(self, *args: P.args, **kwargs: P.kwargs) -> EnqueueResult:
+        """:meth:`enqueue` for asyncio code (``await add.aenqueue(1, 2)``)."""
+        return await self.queue.aenqueue(self.name, args, kwargs)
+
+    async def aenqueue_and_wait(
+        self, *args: Any, timeout: float | timedelta | None = None, **kwargs: Any
+    ) -> R:
+        """:meth:`enqueue_and_wait` for asyncio code (``await add.aenqueue_and_wait(1, 2)``)."""
+        value: R = await self.queue.aenqueue_and_wait(self.name, args, kwargs, timeout=timeout)
+        return value
+
     def using(self, **options: Unpack[EnqueueOptions]) -> BoundTask[P, R]:
         """The same task with per-call options (validated here, before anything is written)."""
         return BoundTask(self, self.queue.check_enqueue_options(options))
@@ -130,3 +157,30 @@ class BoundTask(Generic[P, R]):
     ) -> list[EnqueueResult]:
         """Bulk enqueue with the bound options as every job's defaults."""
         return self.task.queue.enqueue_many(self.task.name, items, **self.options)
+
+    def enqueue_and_wait(
+        self, *args: Any, timeout: float | timedelta | None = None, **kwargs: Any
+    ) -> R:
+        """Enqueue with the bound options and wait for the value (see :meth:`Task.enqueue_and_wait`).
+
+        Example::
+
+            add.using(id="y").enqueue_and_wait(1, 2, timeout=30)
+        """
+        queue, name = self.task.queue, self.task.name
+        value: R = queue.enqueue_and_wait(name, args, kwargs, timeout=timeout, **self.options)
+        return value
+
+    async def aenqueue(self, *args: P.args, **kwargs: P.kwargs) -> EnqueueResult:
+        """:meth:`enqueue` for asyncio code."""
+        return await self.task.queue.aenqueue(self.task.name, args, kwargs, **self.options)
+
+    async def aenqueue_and_wait(
+        self, *args: Any, timeout: float | timedelta | None = None, **kwargs: Any
+    ) -> R:
+        """:meth:`enqueue_and_wait` for asyncio code."""
+        queue, name = self.task.queue, self.task.name
+        value: R = await queue.aenqueue_and_wait(
+            name, args, kwargs, timeout=timeout, **self.options
+        )
+        return value

@@ -25,6 +25,7 @@ STATES = "'queued', 'processing', 'failing', 'completed', 'failed', 'cancelled'"
 CLAIMABLE = sa.text("state IN ('queued', 'failing')")
 FINISHED = sa.text("state IN ('completed', 'failed', 'cancelled')")
 PROCESSING = sa.text("state = 'processing'")
+EXPIRING = sa.text("result_expires_at IS NOT NULL")
 
 
 def upgrade() -> None:
@@ -81,6 +82,13 @@ def upgrade() -> None:
         postgresql_where=FINISHED,
         sqlite_where=FINISHED,
     )
+    op.create_index(
+        "ix_pgqueue_jobs_result_expiry",
+        "pgqueue_jobs",
+        ["result_expires_at"],
+        postgresql_where=EXPIRING,
+        sqlite_where=EXPIRING,
+    )
     op.create_table(
         "pgqueue_workers",
         sa.Column("id", sa.Text(), primary_key=True),
@@ -101,6 +109,7 @@ def upgrade() -> None:
 def downgrade() -> None:
     op.drop_table("pgqueue_leaders")
     op.drop_table("pgqueue_workers")
+    op.drop_index("ix_pgqueue_jobs_result_expiry", table_name="pgqueue_jobs")
     op.drop_index("ix_pgqueue_jobs_finished", table_name="pgqueue_jobs")
     op.drop_index("ix_pgqueue_jobs_stale", table_name="pgqueue_jobs")
     op.drop_index("ix_pgqueue_jobs_claim_queue", table_name="pgqueue_jobs")

@@ -1,0 +1,255 @@
+"""Waiting for a job to finish: the machinery behind ``enqueue_and_wait``.
+
+Each Queue has one :class:`Waiters` registry that maps job ids to wake-up callbacks. A wake-up
+only ever means "look again": a waiter believes nothing until it has re-read the job's row.
+Wake-ups come from three places:
+
+- **PostgreSQL**: the Queue's one shared LISTEN connection (:class:`~pgqueue.notifications.Listener`),
+  however many threads wait. A worker's completion or final failure sends ``pg_notify`` in the
+  same transaction as its UPDATE, so the row is visible by the time the notification arrives.
+  Whenever that connection (re)starts listening, every waiter re-reads: a notification sent while
+  it was down is gone, but the row it announced is not.
+- **In-process**: a worker running in this process calls ``Queue.jobs_finished`` after it commits,
+  which wakes the waiters without a database round trip (the only push there is on SQLite).
+- **A timer**: each waiter also re-reads on its own, with backoff. On SQLite that is the poll
+  (another process's worker cannot push); on PostgreSQL it is a slow safety net for a finish that
+  sent no notification.
+
+Subscribing comes first, then the enqueue, then the wait, so a job that finishes at any moment
+after the enqueue still wakes its waiter. The sync and async paths share everything but the
+blocking primitive: :class:`Wait` holds the options, the deadline, the backoff and the reading of
+the outcome; :func:`wait_for` blocks a thread on a ``threading.Event`` and :func:`await_for`
+awaits an ``asyncio.Event`` and runs the same statements in a worker thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterable, Mapping
+from contextlib import suppress
+from dataclasses import dataclass
+from datetime import timedelta
+from functools import partial
+from typing import TYPE_CHECKING, Any
+
+from pgqueue import config, statements
+from pgqueue.errors import ConfigError, JobFailedError, JobTimeoutError
+from pgqueue.job import EnqueueResult, JobState
+from pgqueue.notifications import FINISHED_CHANNEL
+
+if TYPE_CHECKING:
+    from pgqueue.queue import Queue
+
+__all__ = ["Wait", "Waiters", "await_for", "wait_for"]
+
+logger = logging.getLogger("pgqueue.waiting")
+
+#: Seconds between a waiter's own re-reads of its job: (first, longest), growing by
+#: POLL_BACKOFF. SQLite polls briskly because nothing else tells it about a worker in another
+#: process; PostgreSQL's notifications make its re-read a rarely needed safety net.
+POLL_INTERVALS = {"sqlite": (0.01, 0.5), "postgresql": (0.5, 5.0)}
+POLL_BACKOFF = 1.5
+
+#: Stored as the error of a job that was cancelled while someone waited for it.
+CANCELLED_ERROR = {"type": "JobCancelled", "message": "the job was cancelled before it finished"}
+#: Stored as the error when the row disappeared while waited on (deleted, or pruned).
+MISSING_ERROR = {"type": "JobNotFound", "message": "the job no longer exists (deleted or pruned)"}
+
+
+class Waiters:
+    """Who waits for which job, and the wake-ups that reach them (one per Queue).
+
+    Nothing connects until the first :meth:`watch`; from then on the Queue's listener carries
+    finish notifications for every waiter in the process.
+
+    Example::
+
+        woken = threading.Event()
+        unwatch = waiters.watch(job_id, woken.set)
+    """
+
+    def __init__(self, queue: Queue) -> None:
+        self._queue = queue
+        self._lock = threading.Lock()
+        self._wakers: dict[str, list[Callable[[], object]]] = {}
+        self._hooked = False
+
+    def watch(self, job_id: str, wake: Callable[[], object]) -> Callable[[], None]:
+        """Call ``wake()`` whenever ``job_id`` may have finished; returns the remover.
+
+        Never blocks on the database: on PostgreSQL the first call starts the listener in the
+        background, and the re-read every waiter does once it is listening covers a job that
+        finished before that.
+        """
+        with self._lock:
+            if not self._hooked:
+                self._hook()
+                self._hooked = True
+            self._wakers.setdefault(job_id, []).append(wake)
+
+        def unwatch() -> None:
+            with self._lock:
+                wakers = self._wakers.get(job_id, [])
+                if wake in wakers:
+                    wakers.remove(wake)
+                if not wakers:
+                    self._wakers.pop(job_id, None)
+
+        return unwatch
+
+    def wake(self, job_ids: Iterable[str]) -> None:
+        """Wake the waiters of these jobs."""
+        with self._lock:
+            wakers = [w for job_id in job_ids for w in self._wakers.get(job_id, ())]
+        self._call(wakers)
+
+    def wake_all(self) -> None:
+        """Wake every waiter (after a reconnect: any of them may have missed its notification)."""
+        with self._lock:
+            wakers = [w for ws in self._wakers.values() for w in ws]
+        self._call(wakers)
+
+    def _hook(self) -> None:
+        self._queue.add_finished_listener(lambda job_id, _state: self.wake([job_id]))
+        listener = self._queue.listener
+        if listener is not None:
+            # Registered before subscribing, which starts the connection: it fires on the first
+            # connection too, so not waiting for LISTEN here loses nothing.
+            listener.on_reconnect(self.wake_all)
+            listener.subscribe(FINISHED_CHANNEL, self._on_notification, wait=0)
+
+    def _on_notification(self, payload: str) -> None:
+        # "<state>:<job id>": states hold no colon, job ids may.
+        _state, _, job_id = payload.partition(":")
+        self.wake([job_id])
+
+    @staticmethod
+    def _call(wakers: list[Callable[[], object]]) -> None:
+        for wake in wakers:
+            # A waker runs in the listener's or a worker's thread: its failure (an event loop
+            # closed under an async waiter) must not reach them.
+            try:
+                wake()
+            except Exception:
+                logger.debug("waking a waiter failed", exc_info=True)
+
+
+@dataclass(frozen=True, slots=True)
+class Finished:
+    """A job's value, once it is known (``None`` from :meth:`Wait.check` means not yet)."""
+
+    value: Any
+
+
+class Wait:
+    """One ``enqueue_and_wait`` call: its job, deadline and backoff, and how to read the outcome.
+
+    Validation happens here, before anything is written.
+    """
+
+    def __init__(
+        self,
+        queue: Queue,
+        waiters: Waiters,
+        task: str,
+        args: Iterable[Any],
+        kwargs: Mapping[str, Any] | None,
+        timeout: float | timedelta | None,
+        options: Mapping[str, Any],
+    ) -> None:
+        if options.get("connection") is not None or options.get("session") is not None:
+            raise ConfigError(
+                "enqueue_and_wait cannot join your transaction: workers would not see the job "
+                "until you commit, so the wait could never end. Enqueue with connection=, commit, "
+                "then look the job up with queue.status(id)"
+            )
+        self.queue = queue
+        self.waiters = waiters
+        self.task = task
+        self.args = tuple(args)
+        self.kwargs = dict(kwargs or {})
+        self.timeout = (
+            None if timeout is None else config.check_positive_seconds("timeout", timeout)
+        )
+        # The id must be known before the enqueue, to subscribe to it first.
+        self.job_id = options.get("id") or str(uuid.uuid4())
+        self.options = {**options, "id": self.job_id}
+        self._deadline = None if self.timeout is None else time.monotonic() + self.timeout
+        self._interval, self._longest = POLL_INTERVALS.get(queue.backend.name, (0.5, 5.0))
+
+    def enqueue(self) -> EnqueueResult:
+        """Enqueue the job (blocking)."""
+        return self.queue.enqueue(self.task, self.args, self.kwargs, **self.options)
+
+    def enqueued(self, result: EnqueueResult) -> Finished | None:
+        """The answer the enqueue already gives: a completed duplicate's cached result."""
+        return Finished(result.result) if result.status == "completed" else None
+
+    def next_timeout(self) -> float:
+        """Seconds to block before re-reading; raises JobTimeoutError once the deadline passed."""
+        interval = self._interval
+        self._interval = min(interval * POLL_BACKOFF, self._longest)
+        if self._deadline is None:
+            return interval
+        remaining = self._deadline - time.monotonic()
+        if remaining <= 0:
+            raise JobTimeoutError(
+                f"job {self.job_id!r} did not finish within {self.timeout:g} s; it goes on: "
+                f"look it up later with queue.status({self.job_id!r})",
+                job_id=self.job_id,
+            )
+        return min(interval, remaining)
+
+    def check(self) -> Finished | None:
+        """Read the row (blocking): the value once completed, None while it is still on its way;
+        raises JobFailedError when it ended ``failed`` or ``cancelled`` or is gone."""
+        with self.queue.connect(write=False) as conn:
+            row = conn.execute(statements.job_result(self.job_id)).first()
+        if row is None:
+            raise JobFailedError(self.job_id, MISSING_ERROR)
+        state, result, error, expires_at = row
+        if state == JobState.COMPLETED:
+            return Finished(self.queue.stored(result, expires_at))
+        if state == JobState.FAILED:
+            raise JobFailedError(self.job_id, error)
+        if state == JobState.CANCELLED:
+            raise JobFailedError(self.job_id, error or CANCELLED_ERROR)
+        return None
+
+
+def wait_for(wait: Wait) -> Any:
+    """Subscribe, enqueue and block this thread until the job's outcome (see :class:`Wait`)."""
+    woken = threading.Event()
+    unwatch = wait.waiters.watch(wait.job_id, woken.set)
+    try:
+        finished = wait.enqueued(wait.enqueue())
+        while finished is None:
+            woken.wait(wait.next_timeout())
+            woken.clear()
+            finished = wait.check()
+        return finished.value
+    finally:
+        unwatch()
+
+
+async def await_for(wait: Wait) -> Any:
+    """:func:`wait_for` for asyncio: the loop is never blocked, the statements run in threads."""
+    loop = asyncio.get_running_loop()
+    woken = asyncio.Event()
+    unwatch = wait.waiters.watch(wait.job_id, partial(loop.call_soon_threadsafe, woken.set))
+    try:
+        finished = wait.enqueued(await asyncio.to_thread(wait.enqueue))
+        while finished is None:
+            # Outside the suppress: JobTimeoutError is a TimeoutError too.
+            delay = wait.next_timeout()
+            with suppress(TimeoutError):
+                await asyncio.wait_for(woken.wait(), delay)
+            woken.clear()
+            finished = await asyncio.to_thread(wait.check)
+        return finished.value
+    finally:
+        unwatch()
