@@ -317,7 +317,10 @@ class QueueCollector:
         return iter(families)
 
     def _families(self) -> list[Any]:
-        gauge = _prometheus().core.GaugeMetricFamily
+        _prometheus()  # a clear error when the extra is missing
+        from prometheus_client.core import GaugeMetricFamily
+
+        gauge = GaugeMetricFamily
         by_queue = ["queue"]
         return [
             gauge("pgqueue_database_up", "1 when the last read of the queue database worked."),

@@ -14,7 +14,7 @@ from sqlalchemy import Connection, Engine, select
 from sqlalchemy.engine import URL
 from sqlalchemy.exc import DBAPIError
 
-from pgqueue import config, statements
+from pgqueue import config, statements, tracing
 from pgqueue.backends import Backend, backend_for
 from pgqueue.backends.base import iter_chunks
 from pgqueue.errors import ConfigError, UnknownTaskError
@@ -259,11 +259,14 @@ class Queue:
         connection = options.pop("connection", None)
         session = options.pop("session", None)
         defaults = self._task_defaults(task)
-        rows = [self._row(task, defaults, options, item) for item in items]
-        if not rows:
+        items = list(items)
+        if not items:
             return []
-        with self.connect(connection=connection, session=session) as conn:
-            return self._insert(conn, rows)
+        queue_name = options.get("queue", defaults["queue"])
+        with tracing.enqueue_span(task, queue=queue_name, count=len(items)) as span:
+            rows = [self._row(task, defaults, options, item, span.carrier) for item in items]
+            with self.connect(connection=connection, session=session) as conn:
+                return self._insert(conn, rows)
 
     def enqueue_and_wait(
         self,
@@ -366,6 +369,7 @@ class Queue:
         defaults: Mapping[str, Any],
         options: Mapping[str, Any],
         item: tuple[Any, ...] | list[Any] | JobSpec,
+        trace: dict[str, str] | None = None,
     ) -> dict[str, Any]:
         if isinstance(item, JobSpec):
             spec = {k: v for k in _SPEC_FIELDS if (v := getattr(item, k)) is not None}
@@ -385,7 +389,10 @@ class Queue:
             del merged["delay"]
         if "delay" in spec and "run_at" in options:
             del merged["run_at"]
-        payload = self.serializer.encode({"args": list(args), "kwargs": dict(kwargs)})
+        document: dict[str, Any] = {"args": list(args), "kwargs": dict(kwargs)}
+        if trace:
+            document[tracing.TRACE_KEY] = trace
+        payload = self.serializer.encode(document)
         return {
             "id": merged.get("id") or str(uuid.uuid4()),
             "task": task,

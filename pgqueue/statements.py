@@ -22,6 +22,7 @@ from sqlalchemy import (
     Update,
     and_,
     bindparam,
+    case,
     cast,
     delete,
     func,
@@ -38,7 +39,7 @@ from sqlalchemy.sql.dml import ReturningInsert
 
 from pgqueue.backends.base import Clock
 from pgqueue.job import CLAIMABLE_STATES, FINISHED_STATES, REQUEUEABLE_STATES, JobState
-from pgqueue.schema import JOBS, UTCDateTime
+from pgqueue.schema import JOBS, WORKERS, UTCDateTime
 
 __all__ = [
     "job_cancel",
@@ -148,9 +149,14 @@ def job_cancel(job_id: str, clock: Clock) -> Update:
 
 def job_retry(job_id: str, clock: Clock) -> Update:
     """Move a ``failed`` or ``cancelled`` job back to ``queued`` with fresh counters, due now."""
+    return job_retry_many([job_id], clock)
+
+
+def job_retry_many(ids: Sequence[str], clock: Clock) -> Update:
+    """``job_retry`` for many ids at once; returns the ids it moved (rows in other states stay)."""
     return (
         update(JOBS)
-        .where(JOBS.c.id == job_id, JOBS.c.state.in_([str(s) for s in REQUEUEABLE_STATES]))
+        .where(JOBS.c.id.in_(list(ids)), JOBS.c.state.in_([str(s) for s in REQUEUEABLE_STATES]))
         .values(
             state=str(JobState.QUEUED),
             attempts=0,
@@ -178,8 +184,10 @@ def job_claim(
     lease: float,
     queues: Sequence[str] | None,
     clock: Clock,
+    ids: Sequence[str] | None = None,
 ) -> Update:
-    """Claim up to ``limit`` due jobs, highest priority first, then oldest ``run_at``, then id.
+    """Claim up to ``limit`` due jobs, highest priority first, then oldest ``run_at``, then id
+    (only among ``ids`` if given: ``pgqueue.testing.run_job``).
 
     The CTE is an optimisation fence as well as the lock: PostgreSQL evaluates it once, locking
     exactly the rows it returns and skipping rows another claimer holds, instead of re-running a
@@ -194,6 +202,8 @@ def job_claim(
     ]
     if queues is not None:
         conditions.append(JOBS.c.queue.in_(list(queues)))
+    if ids is not None:
+        conditions.append(JOBS.c.id.in_(list(ids)))
     picked = (
         select(JOBS.c.id)
         .where(*conditions)
@@ -429,6 +439,116 @@ def job_delete(ids: Sequence[str]) -> Delete:
     return delete(JOBS).where(JOBS.c.id.in_(list(ids)))
 
 
-def job_counts() -> Select[tuple[str, str, int]]:
+def job_counts() -> Select[Any]:
     """Jobs per queue and state."""
     return select(JOBS.c.queue, JOBS.c.state, func.count()).group_by(JOBS.c.queue, JOBS.c.state)
+
+
+# -- operator views: stats, listings, bulk admin (the CLI, the exporter, pgqueue.testing) ---
+
+
+def clock_read(clock: Clock) -> Select[Any]:
+    """The clock's current instant (the database's own on PostgreSQL), for computing ages."""
+    return select(clock.now())
+
+
+def job_oldest_due(clock: Clock) -> Select[Any]:
+    """Per queue: the earliest ``run_at`` among claimable jobs already due (the longest wait)."""
+    return (
+        select(JOBS.c.queue, func.min(JOBS.c.run_at))
+        .where(JOBS.c.state.in_([str(s) for s in CLAIMABLE_STATES]), JOBS.c.run_at <= clock.now())
+        .group_by(JOBS.c.queue)
+    )
+
+
+def job_finished_counts(*, since: float, recent: float, clock: Clock) -> Select[Any]:
+    """Per queue and finished state: jobs that finished in the last ``since`` seconds, and how many
+    of them in the last ``recent`` seconds (served by the finished-rows index)."""
+    in_recent = case((JOBS.c.finished_at >= clock.after(-recent), 1), else_=0)
+    return (
+        select(JOBS.c.queue, JOBS.c.state, func.count(), func.coalesce(func.sum(in_recent), 0))
+        .where(
+            JOBS.c.state.in_([str(s) for s in FINISHED_STATES]),
+            JOBS.c.finished_at >= clock.after(-since),
+        )
+        .group_by(JOBS.c.queue, JOBS.c.state)
+    )
+
+
+def job_list(
+    *, states: Sequence[str] | None, queue: str | None, task: str | None, limit: int
+) -> Select[Any]:
+    """Whole job rows, most recently changed first, filtered by state, queue and task."""
+    statement = select(JOBS)
+    if states:
+        statement = statement.where(JOBS.c.state.in_(list(states)))
+    if queue is not None:
+        statement = statement.where(JOBS.c.queue == queue)
+    if task is not None:
+        statement = statement.where(JOBS.c.task == task)
+    return statement.order_by(JOBS.c.updated_at.desc(), JOBS.c.id).limit(limit)
+
+
+def job_ids(*, state: JobState, queue: str | None, after: str, limit: int) -> Select[Any]:
+    """Up to ``limit`` ids of jobs in ``state`` (and ``queue``), in id order after ``after``: a
+    keyset walk for bulk operations that never revisits a row."""
+    statement = select(JOBS.c.id).where(JOBS.c.state == str(state), JOBS.c.id > after)
+    if queue is not None:
+        statement = statement.where(JOBS.c.queue == queue)
+    return statement.order_by(JOBS.c.id).limit(limit)
+
+
+def job_count(*, state: JobState, queue: str | None) -> Select[Any]:
+    """How many jobs are in ``state`` (and ``queue``)."""
+    statement = select(func.count()).select_from(JOBS).where(JOBS.c.state == str(state))
+    if queue is not None:
+        statement = statement.where(JOBS.c.queue == queue)
+    return statement
+
+
+def job_recent_errors(error_type: str, *, since: float, clock: Clock) -> Select[Any]:
+    """Per queue: ``failing``/``failed`` jobs whose stored error is of ``error_type`` and that
+    changed in the last ``since`` seconds (e.g. the reaper's ``StalledJobError``)."""
+    return (
+        select(JOBS.c.queue, func.count())
+        .where(
+            JOBS.c.state.in_([str(JobState.FAILING), str(JobState.FAILED)]),
+            JOBS.c.updated_at >= clock.after(-since),
+            JOBS.c.error["type"].as_string() == error_type,
+        )
+        .group_by(JOBS.c.queue)
+    )
+
+
+def job_prunable_count(state: JobState, older_than: float, clock: Clock) -> Select[Any]:
+    """How many rows ``job_prune`` would delete, all batches together."""
+    return select(func.count()).where(
+        JOBS.c.state == str(state),
+        JOBS.c.finished_at < clock.after(-older_than),
+        or_(JOBS.c.result_expires_at.is_(None), JOBS.c.result_expires_at <= clock.now()),
+    )
+
+
+def worker_live(seconds: float, clock: Clock) -> Select[Any]:
+    """The queues (None: all) of every worker that beat in the last ``seconds``."""
+    return select(WORKERS.c.queues).where(WORKERS.c.last_beat_at >= clock.after(-seconds))
+
+
+def job_make_due(
+    *, clock: Clock, ids: Sequence[str] | None = None, queues: Sequence[str] | None = None
+) -> Update:
+    """Make waiting jobs scheduled for later due now (of ``ids`` / ``queues`` if given): tests
+    run delayed jobs and retries without waiting for them."""
+    statement = update(JOBS).where(
+        JOBS.c.state.in_([str(s) for s in CLAIMABLE_STATES]), JOBS.c.run_at > clock.now()
+    )
+    if ids is not None:
+        statement = statement.where(JOBS.c.id.in_(list(ids)))
+    if queues is not None:
+        statement = statement.where(JOBS.c.queue.in_(list(queues)))
+    return statement.values(run_at=clock.now(), updated_at=clock.now())
+
+
+def job_delete_all() -> Delete:
+    """Delete every job (``pgqueue.testing.clear``)."""
+    return delete(JOBS)
