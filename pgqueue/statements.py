@@ -411,23 +411,30 @@ def job_expire_results(limit: int, clock: Clock) -> Update:
     )
 
 
-def job_prune(state: JobState, older_than: float, limit: int, clock: Clock) -> Delete:
-    """Delete up to ``limit`` jobs that finished in ``state`` more than ``older_than`` seconds ago
-    (the pruner, one batch). A row whose result is still within its TTL is kept until it expires.
+def _prunable(state: JobState, older_than: float, clock: Clock) -> list[ColumnElement[bool]]:
+    """Jobs that finished in ``state`` more than ``older_than`` seconds ago, whose result's TTL
+    has passed too.
 
     The state is a literal, not a parameter, so the planner can match the finished-rows partial
     index (PostgreSQL proves ``state = 'completed'`` implies its predicate; SQLite needs the
     predicate's own ``IN`` term, which is repeated here for it).
     """
     finished: list[ColumnElement[str]] = [literal_column(f"'{s}'") for s in FINISHED_STATES]
+    return [
+        JOBS.c.state.in_(finished),
+        JOBS.c.state == literal_column(f"'{state}'"),
+        JOBS.c.finished_at < clock.after(-older_than),
+        or_(JOBS.c.result_expires_at.is_(None), JOBS.c.result_expires_at <= clock.now()),
+    ]
+
+
+def job_prune(state: JobState, older_than: float, limit: int, clock: Clock) -> Delete:
+    """Delete up to ``limit`` jobs that finished in ``state`` more than ``older_than`` seconds ago
+    (the pruner, one batch; ``pgqueue purge``). A row whose result is still within its TTL is
+    kept until it expires."""
     picked = (
         select(JOBS.c.id)
-        .where(
-            JOBS.c.state.in_(finished),
-            JOBS.c.state == literal_column(f"'{state}'"),
-            JOBS.c.finished_at < clock.after(-older_than),
-            or_(JOBS.c.result_expires_at.is_(None), JOBS.c.result_expires_at <= clock.now()),
-        )
+        .where(*_prunable(state, older_than, clock))
         .limit(limit)
         .with_for_update(skip_locked=True)
     )
@@ -522,11 +529,7 @@ def job_recent_errors(error_type: str, *, since: float, clock: Clock) -> Select[
 
 def job_prunable_count(state: JobState, older_than: float, clock: Clock) -> Select[Any]:
     """How many rows ``job_prune`` would delete, all batches together."""
-    return select(func.count()).where(
-        JOBS.c.state == str(state),
-        JOBS.c.finished_at < clock.after(-older_than),
-        or_(JOBS.c.result_expires_at.is_(None), JOBS.c.result_expires_at <= clock.now()),
-    )
+    return select(func.count()).select_from(JOBS).where(*_prunable(state, older_than, clock))
 
 
 def worker_live(seconds: float, clock: Clock) -> Select[Any]:

@@ -1,0 +1,42 @@
+"""Maintenance: the background services that keep a queue healthy, run by one elected leader.
+
+- :mod:`~pgqueue.maintenance.service`: ``MaintenanceService``, the shape every service shares
+  (interval scheduling on APScheduler, leadership per tick, events, a pure ``run_once``).
+- :mod:`~pgqueue.maintenance.leadership`: ``Leadership``, advisory locks on PostgreSQL and a lease
+  row on SQLite.
+- :mod:`~pgqueue.maintenance.presence`: ``WorkerPresence``, a worker's registry row and its
+  liveness lock (fast crash detection).
+- :mod:`~pgqueue.maintenance.reaper`: ``Reaper``, stale-lease recovery and dead-lettering.
+
+Example::
+
+    leadership = Leadership.for_queue(queue)
+    Reaper(queue, leadership=leadership).start()
+"""
+
+from __future__ import annotations
+
+from pgqueue.maintenance.leadership import (
+    DEFAULT_LEADER_NAME,
+    DEFAULT_LOCK_NAMESPACE,
+    AdvisoryLockLeadership,
+    Leadership,
+    LeaseRowLeadership,
+)
+from pgqueue.maintenance.presence import WorkerPresence
+from pgqueue.maintenance.reaper import Reaper, ReaperConfig, StalledJob
+from pgqueue.maintenance.service import LEADERSHIP_EVENTS, MaintenanceService
+
+__all__ = [
+    "DEFAULT_LEADER_NAME",
+    "DEFAULT_LOCK_NAMESPACE",
+    "LEADERSHIP_EVENTS",
+    "AdvisoryLockLeadership",
+    "Leadership",
+    "LeaseRowLeadership",
+    "MaintenanceService",
+    "Reaper",
+    "ReaperConfig",
+    "StalledJob",
+    "WorkerPresence",
+]

@@ -1,0 +1,340 @@
+"""Leader election for maintenance services: one process per database does the periodic work.
+
+Leadership only saves work; it is never what keeps a job safe (every reap is a fenced,
+idempotent UPDATE). So an election may be briefly wrong, e.g. two leaders for a moment after a
+network partition heals, without harm.
+
+PostgreSQL
+    A session advisory lock (``pg_try_advisory_lock``) held on a dedicated connection that is
+    not part of the Engine's pool. Whoever holds the lock leads; the lock dies with the session,
+    so a leader that crashes or loses its connection frees it at once, and a follower takes it on
+    its next attempt. The leader re-checks every tick that its session still holds the lock; an
+    error on that connection means leadership is lost. A leader that *hangs* keeps its socket
+    open, so the session also gets ``idle_session_timeout`` of a few intervals (the TTL below):
+    the server ends a session that stopped ticking, and the lock passes on (PostgreSQL 14+).
+
+SQLite
+    A lease row in ``pgqueue_leaders``: the holder renews ``expires_at`` on every tick, and anyone
+    may take the row once it has expired. SQLite is single-host, so the lease only has to cover
+    processes sharing one file; failover takes up to the TTL plus a follower's interval.
+
+The TTL is ``LEASE_TTL_INTERVALS`` (3) times the shortest interval of the services sharing the
+leadership: a healthy leader renews every interval, so only one that stopped ticking loses it.
+
+Advisory lock keys share one 64-bit space with every other user of the database, including the
+host application. pgqueue only uses keys whose high 32 bits equal its *namespace*
+(``DEFAULT_LOCK_NAMESPACE``, configurable with ``lock_namespace=``); the low 32 bits name the
+role (leader keys have the top bit clear, worker liveness keys have it set).
+
+Example::
+
+    leadership = Leadership.for_queue(queue)
+    reaper = Reaper(queue, leadership=leadership)
+    pruner = Pruner(queue, leadership=leadership)   # the same leader runs both
+"""
+
+from __future__ import annotations
+
+import abc
+import contextlib
+import logging
+import threading
+import uuid
+import zlib
+from datetime import datetime
+from typing import TYPE_CHECKING
+
+from sqlalchemy import Connection, Engine
+from sqlalchemy.exc import DBAPIError
+
+from pgqueue import config, statements
+from pgqueue.errors import ConfigError
+
+if TYPE_CHECKING:
+    from pgqueue.queue import Queue
+
+__all__ = [
+    "DEFAULT_LEADER_NAME",
+    "DEFAULT_LOCK_NAMESPACE",
+    "AdvisoryLockLeadership",
+    "Leadership",
+    "LeaseRowLeadership",
+    "advisory_key",
+    "check_lock_namespace",
+    "close_quietly",
+    "leader_key",
+    "open_session_connection",
+    "worker_key",
+]
+
+logger = logging.getLogger("pgqueue.leadership")
+
+#: The high 32 bits of every advisory lock key pgqueue takes: ASCII "pgqu".
+DEFAULT_LOCK_NAMESPACE = 0x7067_7175
+#: The role all of pgqueue's maintenance services share by default (one leader runs them all).
+DEFAULT_LEADER_NAME = "maintenance"
+#: How long a leader that stopped ticking keeps leadership (the SQLite lease row's TTL, the
+#: PostgreSQL leader session's idle timeout), in intervals of the fastest service sharing it: a
+#: healthy leader, which uses it every interval, keeps it through a slow tick or two.
+LEASE_TTL_INTERVALS = 3.0
+#: That TTL when no service has joined (``elect()`` called directly).
+DEFAULT_LEASE_TTL = 30.0
+
+_LOW_BITS = 0xFFFF_FFFF
+_WORKER_BIT = 0x8000_0000
+
+
+def check_lock_namespace(value: object) -> int:
+    """A lock namespace: the high 32 bits of pgqueue's advisory lock keys, kept non-negative."""
+    return config.check_int("lock_namespace", value, low=0, high=0x7FFF_FFFF)
+
+
+def advisory_key(namespace: int, low: int) -> int:
+    """The 64-bit advisory lock key ``namespace:low`` (both 32-bit; the result is >= 0)."""
+    return (namespace << 32) | (low & _LOW_BITS)
+
+
+def leader_key(namespace: int, name: str) -> int:
+    """The advisory lock key of the leader role ``name`` (top bit of the low half clear)."""
+    return advisory_key(namespace, zlib.crc32(name.encode()) & ~_WORKER_BIT)
+
+
+def worker_key(namespace: int, number: int) -> int:
+    """A worker liveness key (top bit of the low half set, so it never equals a leader key)."""
+    return advisory_key(namespace, number | _WORKER_BIT)
+
+
+def open_session_connection(engine: Engine, label: str) -> Connection:
+    """A PostgreSQL connection of its own, outside the Engine's pool, in autocommit mode, for
+    holding session advisory locks.
+
+    It is checked out through the Engine (so the application's connect arguments and hooks apply)
+    and then detached: closing it really closes it, and the pool never hands a connection that
+    still holds a session lock to anyone else. ``label`` shows in ``pg_stat_activity``.
+    """
+    connection = engine.connect()
+    try:
+        connection = connection.execution_options(isolation_level="AUTOCOMMIT")
+        connection.detach()
+        connection.execute(statements.session_setting("application_name", label))
+    except BaseException:
+        connection.close()
+        raise
+    return connection
+
+
+def close_quietly(connection: Connection | None) -> None:
+    """Close a dedicated connection that may already be broken."""
+    if connection is None:
+        return
+    try:
+        connection.close()
+    except Exception:
+        logger.debug("closing a dedicated connection failed", exc_info=True)
+
+
+class Leadership(abc.ABC):
+    """One leader role on one database, shared by the maintenance services of a process.
+
+    Services call :meth:`join` when they start and :meth:`leave` when they stop; the last one to
+    leave resigns. Each service tick calls :meth:`elect`, which acquires or re-checks leadership
+    and returns whether this process leads. Thread-safe: services tick on their own threads.
+
+    Example::
+
+        leadership = Leadership.for_queue(queue)
+        if leadership.elect():
+            ...  # do the leader's work
+        leadership.resign()
+    """
+
+    def __init__(self, queue: Queue, name: str, *, ttl: float | None = None) -> None:
+        self.queue = queue
+        self.name = config.check_name("leader name", name)
+        self._ttl = None if ttl is None else config.check_positive_seconds("ttl", ttl)
+        self._lock = threading.RLock()
+        self._leader = False
+        self._intervals: list[float] = []
+
+    @staticmethod
+    def for_queue(
+        queue: Queue,
+        *,
+        name: str = DEFAULT_LEADER_NAME,
+        lock_namespace: int = DEFAULT_LOCK_NAMESPACE,
+    ) -> Leadership:
+        """The leadership implementation for the queue's database.
+
+        Example::
+
+            leadership = Leadership.for_queue(queue, lock_namespace=0x1234)
+        """
+        if queue.backend.name == "postgresql":
+            return AdvisoryLockLeadership(queue, name, lock_namespace=lock_namespace)
+        return LeaseRowLeadership(queue, name)
+
+    @property
+    def is_leader(self) -> bool:
+        """Whether the last election made this process the leader."""
+        return self._leader
+
+    @property
+    def ttl(self) -> float:
+        """Seconds a leader that stops ticking keeps leadership: ``LEASE_TTL_INTERVALS`` times
+        the shortest interval of the joined services, unless ``ttl=`` was given."""
+        if self._ttl is not None:
+            return self._ttl
+        if self._intervals:
+            return LEASE_TTL_INTERVALS * min(self._intervals)
+        return DEFAULT_LEASE_TTL
+
+    def join(self, interval: float) -> None:
+        """A service that ticks every ``interval`` seconds starts using this leadership."""
+        with self._lock:
+            self._intervals.append(interval)
+
+    def leave(self, interval: float) -> None:
+        """That service stopped; the last one to leave resigns."""
+        with self._lock:
+            if interval in self._intervals:
+                self._intervals.remove(interval)
+            if not self._intervals:
+                self.resign()
+
+    def elect(self, now: datetime | None = None) -> bool:
+        """Acquire leadership, or confirm it is still held; True when this process leads.
+
+        Raises :class:`~pgqueue.errors.BackendError` when the database cannot be reached; this
+        process is then not the leader.
+        """
+        with self._lock:
+            try:
+                self._leader = self._elect(now)
+            except BaseException:
+                self._leader = False
+                raise
+            return self._leader
+
+    def resign(self) -> None:
+        """Give leadership up (if held) and release what holds it. Idempotent."""
+        with self._lock:
+            self._leader = False
+            try:
+                self._resign()
+            except Exception:
+                logger.warning("resigning leadership %r failed", self.name, exc_info=True)
+
+    @abc.abstractmethod
+    def _elect(self, now: datetime | None) -> bool: ...
+
+    @abc.abstractmethod
+    def _resign(self) -> None: ...
+
+
+class AdvisoryLockLeadership(Leadership):
+    """PostgreSQL: a session advisory lock on a dedicated connection (see the module docstring).
+
+    Example::
+
+        leadership = AdvisoryLockLeadership(queue, "maintenance")
+        leadership.elect()   # True in exactly one process at a time
+    """
+
+    def __init__(
+        self,
+        queue: Queue,
+        name: str,
+        *,
+        lock_namespace: int = DEFAULT_LOCK_NAMESPACE,
+        ttl: float | None = None,
+    ) -> None:
+        super().__init__(queue, name, ttl=ttl)
+        if queue.backend.name != "postgresql":
+            raise ConfigError("advisory lock leadership needs PostgreSQL")
+        self.key = leader_key(check_lock_namespace(lock_namespace), self.name)
+        self._connection: Connection | None = None
+
+    def _elect(self, now: datetime | None) -> bool:
+        if self._connection is not None:
+            try:
+                if self._connection.scalar(statements.advisory_lock_held(self.key)):
+                    return True
+            except DBAPIError as exc:
+                # The lock died with the session. Stand down for this round rather than racing
+                # to take it again: every process gets the same chance on its next tick.
+                if self._leader:
+                    logger.warning(
+                        "leader connection lost (%s); leadership %r lost", exc, self.name
+                    )
+                self._drop_connection()
+                return False
+        try:
+            if self._connection is None:
+                self._connection = self._connect()
+            return bool(self._connection.scalar(statements.advisory_lock_try(self.key)))
+        except DBAPIError as exc:
+            self._drop_connection()
+            raise self.queue.backend.translate(exc) from exc
+
+    def _connect(self) -> Connection:
+        connection = open_session_connection(self.queue.engine, f"pgqueue leader {self.name}")
+        # A leader that hangs (SIGSTOP, a long pause, a deadlocked process) keeps its session and
+        # so its lock, and nobody would reap. The session is used every tick, so the server may
+        # end it once it has been idle for a few intervals: that frees the lock for a follower.
+        # PostgreSQL 14+; older servers refuse the setting and keep the lock until the socket dies.
+        try:
+            connection.execute(
+                statements.session_setting("idle_session_timeout", f"{int(self.ttl * 1000)}ms")
+            )
+        except DBAPIError as exc:
+            logger.info(
+                "no idle_session_timeout on this server (%s); a hung leader keeps its lock", exc
+            )
+        return connection
+
+    def _resign(self) -> None:
+        # Closing the session frees the lock on its own; the explicit unlock just does it sooner
+        # than the server noticing a closed socket would.
+        if self._connection is not None:
+            with contextlib.suppress(DBAPIError):
+                self._connection.execute(statements.advisory_unlock(self.key))
+        self._drop_connection()
+
+    def _drop_connection(self) -> None:
+        close_quietly(self._connection)
+        self._connection = None
+
+
+class LeaseRowLeadership(Leadership):
+    """SQLite (or any database without advisory locks): a lease row in ``pgqueue_leaders``.
+
+    The TTL is ``LEASE_TTL_INTERVALS`` times the shortest interval of the joined services
+    (``ttl=`` overrides it), so failover after a leader dies takes at most TTL plus a follower's
+    interval.
+
+    Example::
+
+        leadership = LeaseRowLeadership(queue, "maintenance", ttl=30)
+    """
+
+    def __init__(self, queue: Queue, name: str, *, ttl: float | None = None) -> None:
+        super().__init__(queue, name, ttl=ttl)
+        self.holder = str(uuid.uuid4())
+
+    def _elect(self, now: datetime | None) -> bool:
+        queue = self.queue
+        with queue.connect() as conn:
+            holder = conn.scalar(
+                statements.leader_elect(
+                    queue.backend.insert,
+                    name=self.name,
+                    holder=self.holder,
+                    ttl=self.ttl,
+                    clock=queue.backend.clock(now),
+                )
+            )
+        return holder is not None
+
+    def _resign(self) -> None:
+        with self.queue.connect() as conn:
+            conn.execute(statements.leader_resign(name=self.name, holder=self.holder))

@@ -1,0 +1,315 @@
+"""The reaper: recovers jobs whose worker died or hung (SEMANTICS.md, "Leases, heartbeats and the
+reaper").
+
+A job in ``processing`` is stale when ``locked_until + grace < now`` (the database clock on
+PostgreSQL): its worker stopped extending the lease. On PostgreSQL, with crash detection, a job is
+also released at once when its worker's liveness lock is free, i.e. the worker process is gone
+(see :mod:`pgqueue.maintenance.presence`). Each release counts a stall and is an attempt:
+
+- stall count beyond ``max_stalls``, or no attempt left: ``failed`` (the dead-letter set) with
+  the error ``StalledJobError: job stalled more than allowable limit``;
+- otherwise ``failing``, due again after the retry delay.
+
+Every release is one UPDATE fenced on ``id``, ``lock_token`` and ``state = 'processing'`` (and
+the lapsed lease), inside a batch selected with ``FOR UPDATE SKIP LOCKED``: two reapers running at
+once release disjoint rows, and a release run twice touches nothing the second time. Leadership
+only avoids duplicated work.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from sqlalchemy import Connection, RowMapping, Select
+
+from pgqueue import config, metrics, statements
+from pgqueue.job import JobState
+from pgqueue.maintenance.leadership import (
+    DEFAULT_LOCK_NAMESPACE,
+    Leadership,
+    check_lock_namespace,
+)
+from pgqueue.maintenance.service import MaintenanceService, check_interval
+from pgqueue.notifications import ENQUEUED_CHANNEL, FINISHED_CHANNEL, finished_payload
+from pgqueue.retries import DEFAULT_RETRY
+
+if TYPE_CHECKING:
+    from pgqueue.queue import Queue
+
+__all__ = [
+    "DEFAULT_BATCH_SIZE",
+    "DEFAULT_CRASH_DETECTION",
+    "DEFAULT_GRACE",
+    "DEFAULT_INTERVAL",
+    "DEFAULT_MAX_STALLS",
+    "DEFAULT_WORKER_TTL",
+    "STALLED_MESSAGE",
+    "Reaper",
+    "ReaperConfig",
+    "StalledJob",
+]
+
+logger = logging.getLogger("pgqueue.reaper")
+
+DEFAULT_INTERVAL = 10.0
+DEFAULT_MAX_STALLS = 1
+DEFAULT_GRACE = 0.0
+#: Jobs released per transaction.
+DEFAULT_BATCH_SIZE = 100
+#: Release the jobs of a dead worker process at once (PostgreSQL; see maintenance.presence).
+DEFAULT_CRASH_DETECTION = True
+#: Registry rows of workers silent for this long are deleted.
+DEFAULT_WORKER_TTL = 300.0
+#: The error message stored on a job the reaper moves to ``failed``.
+STALLED_MESSAGE = "job stalled more than allowable limit"
+STALLED_ERROR_TYPE = "StalledJobError"
+MAX_BATCH_SIZE = 10_000
+MAX_STALLS_LIMIT = 1_000_000
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ReaperConfig:
+    """The reaper's settings, validated at construction.
+
+    ``interval`` seconds between scans (0 disables the scheduled reaper); ``max_stalls`` stalls a
+    job may survive, the next one fails it; ``grace`` extra seconds past ``locked_until`` before a
+    job counts as stale; ``batch_size`` jobs per transaction; ``crash_detection`` release at once
+    the jobs of workers whose liveness lock is free (PostgreSQL); ``worker_ttl`` seconds after
+    which a silent worker's registry row is deleted; ``lock_namespace`` the high 32 bits of
+    pgqueue's advisory lock keys.
+
+    Example::
+
+        ReaperConfig(interval=5, max_stalls=2)
+    """
+
+    interval: float = DEFAULT_INTERVAL
+    max_stalls: int = DEFAULT_MAX_STALLS
+    grace: float = DEFAULT_GRACE
+    batch_size: int = DEFAULT_BATCH_SIZE
+    crash_detection: bool = DEFAULT_CRASH_DETECTION
+    worker_ttl: float = DEFAULT_WORKER_TTL
+    lock_namespace: int = DEFAULT_LOCK_NAMESPACE
+
+    def __post_init__(self) -> None:
+        checked = {
+            "interval": check_interval(self.interval),
+            "max_stalls": config.check_int(
+                "max_stalls", self.max_stalls, low=0, high=MAX_STALLS_LIMIT
+            ),
+            "grace": config.check_positive_seconds("grace", self.grace, allow_zero=True),
+            "batch_size": config.check_int(
+                "batch_size", self.batch_size, low=1, high=MAX_BATCH_SIZE
+            ),
+            "crash_detection": config.check_bool("crash_detection", self.crash_detection),
+            "worker_ttl": config.check_positive_seconds("worker_ttl", self.worker_ttl),
+            "lock_namespace": check_lock_namespace(self.lock_namespace),
+        }
+        for name, value in checked.items():
+            object.__setattr__(self, name, value)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StalledJob:
+    """What the ``stalled`` event reports about one released job.
+
+    ``cause`` is ``"lease_expired"`` or ``"worker_gone"`` (crash detection); ``state`` is where the
+    job went: ``failing`` (retried at ``retry_in`` seconds) or ``failed`` (dead-lettered).
+
+    Example::
+
+        reaper.on("stalled", lambda job: print(job.id, job.worker_id, job.state))
+    """
+
+    id: str
+    task: str
+    queue: str
+    worker_id: str | None
+    attempts: int
+    stall_count: int
+    state: JobState
+    cause: str
+    retry_in: float | None
+
+
+class Reaper(MaintenanceService):
+    """Releases stalled jobs; scheduled every ``interval`` seconds, acting only while leader.
+
+    Every :class:`~pgqueue.Worker` runs one embedded (``reaper=False`` turns it off); run one on
+    its own with ``pgqueue reaper MODULE``. Events: ``stalled(StalledJob)``,
+    ``leadership_acquired()``, ``leadership_lost()``, ``error(exception)``.
+
+    Example::
+
+        reaper = pgqueue.Reaper(queue, interval=10, max_stalls=1, grace=0)
+        reaper.on("stalled", lambda job: print("stalled:", job.id))
+        reaper.start()
+        ...
+        reaper.stop()
+
+        reaper.run_once(now=datetime.now(UTC) + timedelta(minutes=5))   # in a test
+    """
+
+    service_name: ClassVar[str] = "reaper"
+    service_events: ClassVar[frozenset[str]] = frozenset({"stalled"})
+
+    def __init__(
+        self,
+        queue: Queue,
+        interval: float | timedelta = DEFAULT_INTERVAL,
+        max_stalls: int = DEFAULT_MAX_STALLS,
+        grace: float | timedelta = DEFAULT_GRACE,
+        *,
+        batch_size: int = DEFAULT_BATCH_SIZE,
+        crash_detection: bool = DEFAULT_CRASH_DETECTION,
+        worker_ttl: float | timedelta = DEFAULT_WORKER_TTL,
+        lock_namespace: int = DEFAULT_LOCK_NAMESPACE,
+        leadership: Leadership | None = None,
+    ) -> None:
+        self.config = ReaperConfig(
+            interval=interval,  # type: ignore[arg-type]  # normalised to float by the config
+            max_stalls=max_stalls,
+            grace=grace,  # type: ignore[arg-type]
+            batch_size=batch_size,
+            crash_detection=crash_detection,
+            worker_ttl=worker_ttl,  # type: ignore[arg-type]
+            lock_namespace=lock_namespace,
+        )
+        super().__init__(
+            queue,
+            interval=self.config.interval,
+            leadership=leadership,
+            lock_namespace=self.config.lock_namespace,
+        )
+
+    def __repr__(self) -> str:
+        c = self.config
+        return (
+            f"Reaper({self.queue!r}, interval={c.interval:g}, max_stalls={c.max_stalls}, "
+            f"grace={c.grace:g})"
+        )
+
+    def run_once(self, now: datetime | None = None) -> int:
+        """Release every stale job (and, with crash detection, every job of a dead worker) as of
+        ``now`` (default: the database's clock); returns how many were released.
+
+        Pure: no leadership, no scheduling; safe to call from several processes at once.
+
+        Example::
+
+            assert reaper.run_once(now=later) == 1
+        """
+        c = self.config
+        released = self._release(
+            lambda: statements.job_stale(
+                grace=c.grace, limit=c.batch_size, clock=self.queue.backend.clock(now)
+            ),
+            cause="lease_expired",
+            grace=c.grace,
+            now=now,
+        )
+        if c.crash_detection and self.queue.backend.name == "postgresql":
+            released += self._release(
+                lambda: statements.job_orphaned(limit=c.batch_size),
+                cause="worker_gone",
+                grace=None,
+                now=now,
+            )
+        with self.queue.connect() as conn:
+            conn.execute(statements.worker_prune(c.worker_ttl, self.queue.backend.clock(now)))
+        if released:
+            logger.warning("released stale running jobs count=%d", released)
+        return released
+
+    def _release(
+        self,
+        select_batch: Callable[[], Select[Any]],
+        *,
+        cause: str,
+        grace: float | None,
+        now: datetime | None,
+    ) -> int:
+        total = 0
+        while True:
+            released: list[StalledJob] = []
+            with self.queue.connect() as conn:
+                rows = conn.execute(select_batch()).mappings().all()
+                for row in rows:
+                    job = self._reap(conn, row, cause=cause, grace=grace, now=now)
+                    if job is not None:
+                        released.append(job)
+            dead = [(job.id, str(job.state)) for job in released if job.retry_in is None]
+            if dead:
+                try:
+                    self.queue.jobs_finished(dead)  # wakes in-process waiters (SQLite)
+                except Exception:
+                    logger.exception("a finished-job callback failed")
+            for job in released:
+                metrics.job_stalled(queue=job.queue, task=job.task, dead=job.retry_in is None)
+                self.emit("stalled", job)
+            total += len(released)
+            # A short batch was the last one; an empty result guards against looping on rows
+            # that match the scan but not the fenced UPDATE.
+            if len(rows) < self.config.batch_size or not released:
+                return total
+
+    def _reap(
+        self,
+        conn: Connection,
+        row: RowMapping,
+        *,
+        cause: str,
+        grace: float | None,
+        now: datetime | None,
+    ) -> StalledJob | None:
+        stall_count = row["stall_count"] + 1
+        retry_in: float | None = None
+        if stall_count > self.config.max_stalls or row["attempts"] >= row["max_attempts"]:
+            error = {"type": STALLED_ERROR_TYPE, "message": STALLED_MESSAGE, "traceback": None}
+        else:
+            retry_in = self._retry_in(row)
+            where = "lease expired" if cause == "lease_expired" else "worker process gone"
+            error = {
+                "type": STALLED_ERROR_TYPE,
+                "message": f"job stalled ({where}) on worker {row['locked_by']}",
+                "traceback": None,
+            }
+        clock = self.queue.backend.clock(now)
+        statement = statements.job_reap(
+            row["id"],
+            row["lock_token"],
+            error,
+            retry_in=retry_in,
+            result_ttl=row["result_ttl"],
+            grace=grace,
+            clock=clock,
+        )
+        if conn.scalar(statement) is None:
+            return None
+        backend = self.queue.backend
+        if retry_in is None:
+            backend.notify(conn, FINISHED_CHANNEL, finished_payload(JobState.FAILED, row["id"]))
+        else:
+            backend.notify(conn, ENQUEUED_CHANNEL, row["queue"])
+        return StalledJob(
+            id=row["id"],
+            task=row["task"],
+            queue=row["queue"],
+            worker_id=row["locked_by"],
+            attempts=row["attempts"],
+            stall_count=stall_count,
+            state=JobState.FAILED if retry_in is None else JobState.FAILING,
+            cause=cause,
+            retry_in=retry_in,
+        )
+
+    def _retry_in(self, row: RowMapping) -> float:
+        # A stall is a failed attempt, so the task's retry policy spaces the next one; a task
+        # this process does not know (a standalone reaper) gets the default policy.
+        task = self.queue.tasks.get(row["task"])
+        policy = DEFAULT_RETRY if task is None else task.retry
+        return float(policy.delay(row["attempts"]))

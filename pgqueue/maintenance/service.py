@@ -1,0 +1,204 @@
+"""The one shape of every maintenance service: an interval job that acts only while leader.
+
+A service subclasses :class:`MaintenanceService` and supplies ``run_once(now=None)``: one pass of
+its work, pure (no scheduling, no leadership), directly callable by tests with an injected time.
+The base class adds the rest:
+
+- ``start()`` schedules ``tick()`` every ``interval`` seconds on an APScheduler
+  ``BackgroundScheduler`` of its own (one thread, at most one running tick, missed ticks
+  coalesced), the first tick at once; ``stop()`` shuts it down and leaves the leadership. Both are
+  idempotent; ``interval=0`` makes ``start()`` a no-op.
+- ``tick()`` re-runs the election, reports transitions as ``leadership_acquired`` /
+  ``leadership_lost`` events, and calls ``run_once()`` only while this process leads. A process
+  that just became leader therefore works in the same tick: a new leader scans at once.
+- Failures are logged, reported as ``error`` events, and never stop the schedule.
+
+Several services share one leader by passing the same :class:`Leadership`.
+
+Example::
+
+    class Pruner(MaintenanceService):
+        service_name = "pruner"
+
+        def run_once(self, now=None) -> int:
+            ...
+
+    pruner = Pruner(queue, interval=60, leadership=reaper.leadership)
+    pruner.start()
+"""
+
+from __future__ import annotations
+
+import abc
+import logging
+import threading
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from apscheduler.executors.pool import ThreadPoolExecutor
+from apscheduler.schedulers.background import BackgroundScheduler
+from apscheduler.triggers.interval import IntervalTrigger
+
+from pgqueue import config
+from pgqueue.errors import PgQueueError
+from pgqueue.maintenance.leadership import DEFAULT_LOCK_NAMESPACE, Leadership
+
+if TYPE_CHECKING:
+    from pgqueue.queue import Queue
+
+__all__ = ["LEADERSHIP_EVENTS", "MaintenanceService", "check_interval"]
+
+logger = logging.getLogger("pgqueue.maintenance")
+
+# APScheduler logs every run of every job at INFO. Our schedulers log through loggers of their
+# own, quiet below WARNING, so an application logging at INFO does not get two lines per tick;
+# the application's own APScheduler loggers are left alone.
+_EXECUTOR = "pgqueue"
+_SCHEDULER_LOGGER = logging.getLogger("pgqueue.maintenance.apscheduler")
+_SCHEDULER_LOGGER.setLevel(logging.WARNING)
+logging.getLogger(f"apscheduler.executors.{_EXECUTOR}").setLevel(logging.WARNING)
+
+#: Events every service emits. Callbacks: ``leadership_acquired()``, ``leadership_lost()``,
+#: ``error(exception)``.
+LEADERSHIP_EVENTS = frozenset({"leadership_acquired", "leadership_lost", "error"})
+
+
+def check_interval(value: object) -> float:
+    """A service interval: seconds (or a timedelta) greater than zero, or 0 to disable."""
+    return config.check_positive_seconds("interval", value, allow_zero=True)
+
+
+class MaintenanceService(abc.ABC):
+    """Base class of the Reaper, the Pruner and the periodic-jobs Scheduler (see module docs).
+
+    ``leadership`` None gives the service a leadership of its own; pass one to share a leader.
+    """
+
+    #: Names the service in logs and thread names.
+    service_name: ClassVar[str] = "maintenance"
+    #: Events beyond LEADERSHIP_EVENTS that this service emits.
+    service_events: ClassVar[frozenset[str]] = frozenset()
+
+    def __init__(
+        self,
+        queue: Queue,
+        *,
+        interval: float,
+        leadership: Leadership | None = None,
+        lock_namespace: int = DEFAULT_LOCK_NAMESPACE,
+    ) -> None:
+        self.queue = queue
+        self.interval = interval
+        self.leadership = leadership or Leadership.for_queue(queue, lock_namespace=lock_namespace)
+        self._callbacks: dict[str, list[Callable[..., Any]]] = {
+            event: [] for event in LEADERSHIP_EVENTS | self.service_events
+        }
+        self._scheduler: BackgroundScheduler | None = None
+        self._state_lock = threading.Lock()
+        self._leader = False
+
+    @property
+    def is_leader(self) -> bool:
+        """True while this service is running and its process leads."""
+        return self._leader and self.leadership.is_leader
+
+    @property
+    def running(self) -> bool:
+        """True between ``start()`` and ``stop()`` (False when the interval disables it)."""
+        return self._scheduler is not None
+
+    def on(self, event: str, callback: Callable[..., Any]) -> Callable[[], None]:
+        """Call ``callback`` on ``event``; returns a function that removes it.
+
+        Callbacks run on the service's thread; an exception in one is logged and ignored.
+
+        Example::
+
+            service.on("leadership_acquired", lambda: print("leading"))
+            service.on("error", lambda exc: print("failed:", exc))
+        """
+        config.check_options(f"{type(self).__name__}.on", {event: None}, self._callbacks)
+        if not callable(callback):
+            raise TypeError(f"callback must be callable, not {type(callback).__name__}")
+        self._callbacks[event].append(callback)
+        return lambda: self._callbacks[event].remove(callback)
+
+    def emit(self, event: str, *args: Any) -> None:
+        """Run the callbacks registered for ``event``."""
+        for callback in list(self._callbacks[event]):
+            try:
+                callback(*args)
+            except Exception:
+                logger.exception("%s %s callback failed", self.service_name, event)
+
+    def start(self) -> None:
+        """Schedule ``tick()`` every ``interval`` seconds, the first one now. Idempotent."""
+        with self._state_lock:
+            if self._scheduler is not None or not self.interval:
+                return
+            self.leadership.join(self.interval)
+            scheduler = BackgroundScheduler(
+                timezone=UTC,
+                logger=_SCHEDULER_LOGGER,
+                executors={_EXECUTOR: ThreadPoolExecutor(max_workers=1)},
+                job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": None},
+            )
+            scheduler.add_job(
+                self.tick,
+                IntervalTrigger(seconds=self.interval, timezone=UTC),
+                executor=_EXECUTOR,
+                id=self.service_name,
+                name=f"pgqueue {self.service_name}",
+                next_run_time=datetime.now(UTC),
+            )
+            scheduler.start()
+            self._scheduler = scheduler
+
+    def stop(self) -> None:
+        """Stop scheduling, wait for a running tick, and leave the leadership. Idempotent."""
+        with self._state_lock:
+            scheduler, self._scheduler = self._scheduler, None
+        if scheduler is None:
+            return
+        scheduler.shutdown(wait=True)
+        self.leadership.leave(self.interval)
+        self._set_leader(False)
+
+    def tick(self, now: datetime | None = None) -> Any:
+        """One scheduled round: elect, then ``run_once(now)`` if leader; returns its result, or
+        None when not leader or when it failed (reported as an ``error`` event)."""
+        try:
+            leader = self.leadership.elect(now)
+        except Exception as exc:
+            leader = False
+            self._report(exc)
+        self._set_leader(leader)
+        if not leader:
+            return None
+        try:
+            return self.run_once(now)
+        except Exception as exc:
+            self._report(exc)
+            return None
+
+    @abc.abstractmethod
+    def run_once(self, now: datetime | None = None) -> Any:
+        """One pass of the service's work, regardless of leadership."""
+
+    def _set_leader(self, leader: bool) -> None:
+        if leader == self._leader:
+            return
+        self._leader = leader
+        if leader:
+            logger.info("%s: this process is now the leader", self.service_name)
+        else:
+            logger.info("%s: this process is no longer the leader", self.service_name)
+        self.emit("leadership_acquired" if leader else "leadership_lost")
+
+    def _report(self, exc: Exception) -> None:
+        if isinstance(exc, PgQueueError):
+            logger.warning("%s tick failed: %s", self.service_name, exc)
+        else:
+            logger.exception("%s tick failed", self.service_name)
+        self.emit("error", exc)

@@ -1,0 +1,153 @@
+"""A worker process that dies or hangs mid-job: its job is recovered by another worker.
+
+Real processes (see reaper_children.py): worker A starts first and leads the embedded reapers;
+it claims a job whose first attempt blocks. Worker B starts and follows. Then A is SIGKILLed or
+SIGSTOPped, the worst case, since the leader goes with it: B must take leadership over as well
+as the job. Each test records the measured recovery time (``pytest -rA`` shows them).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from reaper_children import Children, make_queue, wait_for
+
+import pgqueue
+from pgqueue import statements
+from pgqueue.job import JobState
+
+INTERVAL = 0.5
+HEARTBEAT = 0.5
+# Processes, a loaded 2-core machine, and the worker's own polling (0.1 s on SQLite): the
+# bounds below are the design's plus this.
+SLACK = 3.0
+
+
+def registered(queue: pgqueue.Queue, worker_id: str) -> bool:
+    with queue.connect() as conn:
+        return any(row.id == worker_id for row in conn.execute(statements.worker_list()))
+
+
+def status(queue: pgqueue.Queue, job_id: str) -> pgqueue.JobStatus:
+    found = queue.status(job_id)
+    assert found is not None
+    return found
+
+
+def start_two_workers(
+    children: Children, queue: pgqueue.Queue, *options: str
+) -> tuple[subprocess.Popen[bytes], subprocess.Popen[bytes], str]:
+    """A leads and runs attempt 1 of a held job; B is up and following. Returns (A, B, job id)."""
+    a = children.start("worker", "--worker-id", "a", *options)
+    wait_for(lambda: children.leaders() == {a.pid}, what="worker A to lead")
+    job_id = queue.enqueue("tasks.hold", args=["job"]).id
+    wait_for((children.marks / "job.attempt1").exists, what="attempt 1 to start")
+    assert (children.marks / "job.attempt1").read_text() == str(a.pid)
+    b = children.start("worker", "--worker-id", "b", *options)
+    wait_for(lambda: registered(queue, "b"), what="worker B to register")
+    return a, b, job_id
+
+
+@pytest.fixture
+def marks(tmp_path: Path) -> Path:
+    return tmp_path
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("crash_detection", [False, True], ids=["lease", "crash_detection"])
+def test_a_sigkilled_workers_job_is_completed_by_another_worker(
+    db_url: str,
+    marks: Path,
+    crash_detection: bool,
+    record_property: pytest.RecordProperty,
+) -> None:
+    queue = make_queue(db_url, marks)
+    if crash_detection and queue.backend.name != "postgresql":
+        pytest.skip("crash detection uses PostgreSQL advisory locks")
+    # With crash detection the lease is long, so a recovery well inside it cannot be the lease.
+    lease = 30.0 if crash_detection else 2.0
+    options = [
+        "--lease",
+        str(lease),
+        "--heartbeat",
+        str(HEARTBEAT),
+        "--interval",
+        str(INTERVAL),
+    ]
+    if not crash_detection:
+        options.append("--no-crash-detection")
+    children = Children(db_url, marks)
+    try:
+        a, b, job_id = start_two_workers(children, queue, *options)
+        killed_at = time.monotonic()
+        os.kill(a.pid, signal.SIGKILL)
+        wait_for(
+            lambda: status(queue, job_id).state is JobState.COMPLETED,
+            timeout=lease + 60,
+            what="the job to complete",
+        )
+        recovery = time.monotonic() - killed_at
+        record_property("recovery_seconds", round(recovery, 2))
+        print(f"recovery after SIGKILL ({queue.backend.name}, {crash_detection=}): {recovery:.2f}s")
+
+        final = status(queue, job_id)
+        assert final.result == f"attempt2:{b.pid}"
+        assert (final.attempts, final.stall_count) == (2, 1)
+        bound = INTERVAL if crash_detection else lease + INTERVAL
+        assert recovery < bound + SLACK
+    finally:
+        children.close()
+        queue.close()
+
+
+@pytest.mark.slow
+def test_a_stopped_workers_job_is_taken_over_and_its_late_completion_rejected(
+    db_url: str, marks: Path, record_property: pytest.RecordProperty
+) -> None:
+    queue = make_queue(db_url, marks)
+    lease = 2.0
+    options = [
+        "--lease",
+        str(lease),
+        "--heartbeat",
+        str(HEARTBEAT),
+        "--interval",
+        str(INTERVAL),
+    ]
+    children = Children(db_url, marks)
+    try:
+        a, b, job_id = start_two_workers(children, queue, *options)
+        stopped_at = time.monotonic()
+        os.kill(a.pid, signal.SIGSTOP)
+        wait_for(
+            lambda: status(queue, job_id).state is JobState.COMPLETED,
+            timeout=60,
+            what="the job to complete",
+        )
+        takeover = time.monotonic() - stopped_at
+        record_property("takeover_seconds", round(takeover, 2))
+        print(f"takeover after SIGSTOP ({queue.backend.name}): {takeover:.2f}s")
+        # A hung worker keeps its liveness lock: only its lease could release the job.
+        assert takeover >= lease - HEARTBEAT
+        assert status(queue, job_id).result == f"attempt2:{b.pid}"
+
+        # A wakes up and finishes attempt 1: too late, its lease was taken.
+        (marks / "job.release").touch()
+        os.kill(a.pid, signal.SIGCONT)
+        wait_for(
+            lambda: "lease lost, outcome discarded" in children.log(a),
+            what="worker A to notice the lost lease",
+        )
+        final = status(queue, job_id)
+        assert final.state is JobState.COMPLETED
+        assert final.result == f"attempt2:{b.pid}"
+        assert (final.attempts, final.stall_count) == (2, 1)
+        assert a.poll() is None  # and it carries on working
+    finally:
+        children.close()
+        queue.close()
