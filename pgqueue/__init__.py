@@ -28,6 +28,7 @@ from pgqueue.errors import (
 )
 from pgqueue.execution import JobContext, current_job
 from pgqueue.job import CancelResult, EnqueueResult, JobState, JobStatus
+from pgqueue.maintenance.reaper import Reaper, StalledJob
 from pgqueue.queue import Queue
 from pgqueue.retries import Backoff, Retry, RetryPolicy
 from pgqueue.serde import JSONSerializer, Serializer
@@ -53,11 +54,13 @@ __all__ = [
     "JobTimeoutError",
     "PgQueueError",
     "Queue",
+    "Reaper",
     "Retry",
     "RetryPolicy",
     "SchemaMissingError",
     "SerializationError",
     "Serializer",
+    "StalledJob",
     "Task",
     "UnknownTaskError",
     "Worker",

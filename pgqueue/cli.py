@@ -20,13 +20,16 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pgqueue import operations
 from pgqueue.errors import ConfigError, PgQueueError
 from pgqueue.job import FINISHED_STATES, JobState
 from pgqueue.queue import Queue
 from pgqueue.task import JobSpec
+
+if TYPE_CHECKING:
+    from pgqueue.maintenance.service import MaintenanceService
 
 __all__ = ["command", "command_help", "load_queue", "main"]
 
@@ -711,6 +714,82 @@ def _metrics(args: argparse.Namespace) -> int:
     finally:
         server.stop()
     return EXIT_OK
+
+
+def _add_reaper(parser: argparse.ArgumentParser) -> None:
+    from pgqueue.maintenance import leadership, reaper
+
+    parser.add_argument("queue", metavar="MODULE[:ATTR]", help="where the Queue is defined")
+    parser.add_argument(
+        "--interval", type=float, default=reaper.DEFAULT_INTERVAL, help="seconds between scans"
+    )
+    parser.add_argument(
+        "--max-stalls",
+        type=int,
+        default=reaper.DEFAULT_MAX_STALLS,
+        help="stalls a job survives; the next one dead-letters it",
+    )
+    parser.add_argument(
+        "--grace",
+        type=float,
+        default=reaper.DEFAULT_GRACE,
+        help="extra seconds past a lapsed lease before a job counts as stalled",
+    )
+    parser.add_argument(
+        "--no-crash-detection",
+        dest="crash_detection",
+        action="store_false",
+        help="wait for leases only; do not release the jobs of dead workers at once (pgbouncer "
+        "in transaction pooling mode)",
+    )
+    parser.add_argument(
+        "--lock-namespace",
+        type=int,
+        default=leadership.DEFAULT_LOCK_NAMESPACE,
+        help="high 32 bits of pgqueue's advisory lock keys (PostgreSQL)",
+    )
+    parser.add_argument(
+        "--once", action="store_true", help="scan once, print the count and exit (no election)"
+    )
+
+
+@command("reaper", "run a standalone reaper: recover jobs of dead or hung workers", _add_reaper)
+def _reaper(args: argparse.Namespace) -> int:
+    from pgqueue.maintenance import Reaper
+
+    if args.url is not None:
+        raise PgQueueError("--url does not apply here: the Queue in MODULE names its database")
+    reaper = Reaper(
+        load_queue(args.queue),
+        interval=args.interval,
+        max_stalls=args.max_stalls,
+        grace=args.grace,
+        crash_detection=args.crash_detection,
+        lock_namespace=args.lock_namespace,
+    )
+    if args.once:
+        print(f"released {reaper.run_once()} stalled jobs")
+        return EXIT_OK
+    if not reaper.config.interval:
+        raise PgQueueError("--interval 0 disables the reaper; use --once for a single scan")
+    _log_to_stderr()
+    run_until_signalled(reaper)
+    return EXIT_OK
+
+
+def run_until_signalled(service: MaintenanceService) -> None:
+    """Start a maintenance service, block until SIGTERM or SIGINT, then stop it."""
+    import signal
+    import threading
+
+    stopping = threading.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: stopping.set())
+    service.start()
+    try:
+        stopping.wait()
+    finally:
+        service.stop()
 
 
 def build_parser(

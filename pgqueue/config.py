@@ -119,6 +119,13 @@ def check_result_ttl(value: object) -> int:
     return int(seconds)
 
 
+def check_bool(name: str, value: object) -> bool:
+    """A true bool (a truthy string such as "no" would silently mean yes)."""
+    if not isinstance(value, bool):
+        raise ConfigError(f"{name} must be True or False, not {value!r}")
+    return value
+
+
 def check_int(name: str, value: object, *, low: int, high: int) -> int:
     """A true int (not bool) within [low, high]."""
     if not isinstance(value, int) or isinstance(value, bool):

@@ -10,6 +10,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import (
+    BigInteger,
     CheckConstraint,
     Column,
     DateTime,
@@ -158,6 +159,9 @@ WORKERS = Table(
     Column("queues", Document),
     Column("started_at", UTCDateTime, nullable=False),
     Column("last_beat_at", UTCDateTime, nullable=False),
+    # PostgreSQL: the session advisory lock the worker process holds while alive (None: it holds
+    # none, e.g. behind a transaction-pooling pgbouncer). A free lock means the process is gone.
+    Column("lock_key", BigInteger),
 )
 
 # Leadership on SQLite (PostgreSQL uses advisory locks): one row per role, held until it expires.

@@ -15,8 +15,11 @@ from collections.abc import Sequence
 from typing import Any
 
 from sqlalchemy import (
+    BigInteger,
+    Boolean,
     ColumnElement,
     Delete,
+    Integer,
     Select,
     Text,
     Update,
@@ -24,13 +27,16 @@ from sqlalchemy import (
     bindparam,
     case,
     cast,
+    column,
     delete,
+    exists,
     func,
     literal,
     literal_column,
     null,
     or_,
     select,
+    table,
     tuple_,
     update,
 )
@@ -39,9 +45,12 @@ from sqlalchemy.sql.dml import ReturningInsert
 
 from pgqueue.backends.base import Clock
 from pgqueue.job import CLAIMABLE_STATES, FINISHED_STATES, REQUEUEABLE_STATES, JobState
-from pgqueue.schema import JOBS, WORKERS, UTCDateTime
+from pgqueue.schema import JOBS, LEADERS, WORKERS, UTCDateTime
 
 __all__ = [
+    "advisory_lock_held",
+    "advisory_lock_try",
+    "advisory_unlock",
     "job_cancel",
     "job_claim",
     "job_complete",
@@ -53,11 +62,21 @@ __all__ = [
     "job_fail",
     "job_get",
     "job_held",
+    "job_orphaned",
     "job_outcomes",
     "job_prune",
+    "job_reap",
     "job_release",
     "job_result",
     "job_retry",
+    "job_stale",
+    "leader_elect",
+    "leader_resign",
+    "session_setting",
+    "worker_delete",
+    "worker_list",
+    "worker_prune",
+    "worker_upsert",
 ]
 
 #: Columns a producer supplies per job (plus ``explicit_run_at`` / ``delay``; see job_enqueue).
@@ -555,3 +574,211 @@ def job_make_due(
 def job_delete_all() -> Delete:
     """Delete every job (``pgqueue.testing.clear``)."""
     return delete(JOBS)
+
+
+# -- the reaper -----------------------------------------------------------------------------------
+
+_STALE_COLUMNS = (
+    JOBS.c.id,
+    JOBS.c.lock_token,
+    JOBS.c.task,
+    JOBS.c.queue,
+    JOBS.c.locked_by,
+    JOBS.c.attempts,
+    JOBS.c.max_attempts,
+    JOBS.c.stall_count,
+    JOBS.c.result_ttl,
+)
+
+
+def _lease_lapsed(grace: float, clock: Clock) -> ColumnElement[bool]:
+    # locked_until + grace < now, written so the stale index on locked_until serves it.
+    return and_(JOBS.c.state == str(JobState.PROCESSING), JOBS.c.locked_until < clock.after(-grace))
+
+
+def job_stale(*, grace: float, limit: int, clock: Clock) -> Select[Any]:
+    """Up to ``limit`` ``processing`` jobs whose lease lapsed more than ``grace`` seconds ago,
+    oldest first, locked for the reaper's transaction (rows another reaper holds are skipped)."""
+    return (
+        select(*_STALE_COLUMNS)
+        .where(_lease_lapsed(grace, clock))
+        .order_by(JOBS.c.locked_until)
+        .limit(limit)
+        .with_for_update(skip_locked=True)
+    )
+
+
+# pg_locks and pg_database, as far as crash detection reads them (PostgreSQL only).
+_PG_LOCKS = table(
+    "pg_locks",
+    column("locktype"),
+    column("database"),
+    column("classid", BigInteger),
+    column("objid", BigInteger),
+    column("objsubid", Integer),
+    column("pid", Integer),
+    column("granted", Boolean),
+)
+_PG_DATABASE = table("pg_database", column("oid"), column("datname"))
+
+
+def _advisory_locks_held() -> Select[Any]:
+    """The 64-bit keys of every session advisory lock granted in this database.
+
+    ``pg_try_advisory_lock(bigint)`` shows up in pg_locks split in two: the high 32 bits in
+    ``classid``, the low 32 in ``objid``, with ``objsubid = 1``. pgqueue keys are non-negative,
+    so the reassembled value never overflows a bigint.
+    """
+    locks = _PG_LOCKS.c
+    key = cast(locks.classid, BigInteger) * 4294967296 + cast(locks.objid, BigInteger)
+    this_database = (
+        select(_PG_DATABASE.c.oid)
+        .where(_PG_DATABASE.c.datname == func.current_database())
+        .scalar_subquery()
+    )
+    return select(key).where(
+        locks.locktype == "advisory",
+        locks.granted.is_(True),
+        locks.objsubid == 1,
+        locks.database == this_database,
+    )
+
+
+def job_orphaned(*, limit: int) -> Select[Any]:
+    """PostgreSQL only: up to ``limit`` ``processing`` jobs whose worker registered a liveness
+    lock that nobody holds any more, i.e. the worker's process (or its connection) is gone.
+
+    Workers without a lock key (crash detection off) are never matched: only their lease can
+    release their jobs.
+    """
+    return (
+        select(*_STALE_COLUMNS)
+        .join_from(JOBS, WORKERS, WORKERS.c.id == JOBS.c.locked_by)
+        .where(
+            JOBS.c.state == str(JobState.PROCESSING),
+            WORKERS.c.lock_key.is_not(None),
+            WORKERS.c.lock_key.not_in(_advisory_locks_held()),
+        )
+        .limit(limit)
+        .with_for_update(skip_locked=True, of=JOBS)
+    )
+
+
+def job_reap(
+    job_id: str,
+    lock_token: str,
+    error: dict[str, Any],
+    *,
+    retry_in: float | None,
+    result_ttl: int,
+    grace: float | None,
+    clock: Clock,
+) -> Update:
+    """Release one stalled job (fenced like ``job_fail``, which it extends): count a stall, then
+    ``failing`` due in ``retry_in`` seconds, or ``failed`` for good with ``retry_in`` None.
+
+    With ``grace`` set the lease must still be lapsed at this instant, so a job whose lease was
+    extended since it was read is left alone; None (crash detection) releases on the fence alone.
+    Running it twice is harmless: the first run clears the lock token the second one matches on.
+    """
+    statement = job_fail(
+        job_id, lock_token, error, retry_in=retry_in, result_ttl=result_ttl, clock=clock
+    ).values(stall_count=JOBS.c.stall_count + 1)
+    if grace is not None:
+        statement = statement.where(_lease_lapsed(grace, clock))
+    return statement
+
+
+# -- the worker registry --------------------------------------------------------------------------
+
+
+def worker_upsert(
+    insert: Any,
+    *,
+    worker_id: str,
+    host: str,
+    pid: int,
+    queues: Sequence[str] | None,
+    lock_key: int | None,
+    clock: Clock,
+) -> Any:
+    """Register a worker or record its heartbeat (``last_beat_at``, its current lock key)."""
+    statement = insert(WORKERS).values(
+        id=worker_id,
+        host=host,
+        pid=pid,
+        queues=literal(list(queues), WORKERS.c.queues.type) if queues is not None else null(),
+        lock_key=lock_key,
+        started_at=clock.now(),
+        last_beat_at=clock.now(),
+    )
+    return statement.on_conflict_do_update(
+        index_elements=[WORKERS.c.id],
+        set_={
+            "last_beat_at": statement.excluded.last_beat_at,
+            "lock_key": statement.excluded.lock_key,
+        },
+    )
+
+
+def worker_delete(worker_id: str) -> Delete:
+    """Remove a worker's registry row (it stopped)."""
+    return delete(WORKERS).where(WORKERS.c.id == worker_id)
+
+
+def worker_prune(older_than: float, clock: Clock) -> Delete:
+    """Remove registry rows of workers silent for more than ``older_than`` seconds (the reaper).
+
+    A live but silent worker loses nothing: its next heartbeat registers it again.
+    """
+    return delete(WORKERS).where(WORKERS.c.last_beat_at < clock.after(-older_than))
+
+
+def worker_list() -> Select[Any]:
+    """Every registered worker, oldest first."""
+    return select(WORKERS).order_by(WORKERS.c.started_at, WORKERS.c.id)
+
+
+# -- leadership -----------------------------------------------------------------------------------
+
+
+def leader_elect(insert: Any, *, name: str, holder: str, ttl: float, clock: Clock) -> Any:
+    """Take or renew the lease row for role ``name`` (SQLite's leadership); returns ``holder``
+    when ``holder`` leads for the next ``ttl`` seconds, no row when someone else does."""
+    statement = insert(LEADERS).values(name=name, holder=holder, expires_at=clock.after(ttl))
+    return statement.on_conflict_do_update(
+        index_elements=[LEADERS.c.name],
+        set_={"holder": statement.excluded.holder, "expires_at": statement.excluded.expires_at},
+        where=or_(
+            LEADERS.c.holder == statement.excluded.holder, LEADERS.c.expires_at < clock.now()
+        ),
+    ).returning(LEADERS.c.holder)
+
+
+def leader_resign(*, name: str, holder: str) -> Delete:
+    """Give the lease row for ``name`` up, if ``holder`` still has it."""
+    return delete(LEADERS).where(LEADERS.c.name == name, LEADERS.c.holder == holder)
+
+
+def advisory_lock_try(key: int) -> Select[Any]:
+    """PostgreSQL: take the session advisory lock ``key`` if it is free; True when taken (or
+    already held by this session)."""
+    return select(func.pg_try_advisory_lock(literal(key, BigInteger)))
+
+
+def advisory_unlock(key: int) -> Select[Any]:
+    """PostgreSQL: release the session advisory lock ``key`` held by this session."""
+    return select(func.pg_advisory_unlock(literal(key, BigInteger)))
+
+
+def advisory_lock_held(key: int) -> Select[Any]:
+    """PostgreSQL: whether this session holds the advisory lock ``key`` (the leader's re-check;
+    it fails outright when the connection is gone)."""
+    held = _advisory_locks_held().where(_PG_LOCKS.c.pid == func.pg_backend_pid()).subquery()
+    return select(exists().where(held.c[0] == key))
+
+
+def session_setting(name: str, value: str) -> Select[Any]:
+    """PostgreSQL: set a run-time parameter for the rest of this session (``SET name = value``),
+    e.g. ``application_name`` or ``idle_session_timeout``."""
+    return select(func.set_config(name, value, False))

@@ -62,6 +62,8 @@ from pgqueue.execution import (
     thread_stack,
 )
 from pgqueue.job import JobState
+from pgqueue.maintenance.presence import DEFAULT_CRASH_DETECTION, WorkerPresence
+from pgqueue.maintenance.reaper import Reaper
 from pgqueue.notifications import ENQUEUED_CHANNEL, FINISHED_CHANNEL, finished_payload
 from pgqueue.queue import Queue
 from pgqueue.retries import DEFAULT_RETRY
@@ -173,7 +175,11 @@ class Worker:
 
     ``queues`` limits the worker to those queue names (None: all). ``concurrency`` jobs run at once.
     ``lease`` is how long a claim holds without a heartbeat; ``heartbeat`` (default ``lease / 3``)
-    must be shorter. ``reaper`` runs the embedded reaper (only the elected leader acts).
+    must be shorter. ``reaper`` runs the embedded reaper (only the elected leader acts): True for
+    the default settings, a :class:`~pgqueue.Reaper` of this queue for others, False for none.
+    ``crash_detection`` (PostgreSQL) holds a liveness lock so that the reaper releases this worker's
+    jobs as soon as its process dies, without waiting for their leases (see docs/reaper.md; switch
+    it off behind a transaction-pooling pgbouncer).
     ``poll_interval`` (default 1 s on PostgreSQL, 0.1 s on SQLite) is how often an idle worker looks
     for due jobs without being woken; ``grace_period`` how long a stop waits for running jobs.
 
@@ -192,9 +198,10 @@ class Worker:
         concurrency: int = DEFAULT_CONCURRENCY,
         lease: float = DEFAULT_LEASE,
         heartbeat: float | None = None,
-        reaper: bool = True,
+        reaper: bool | Reaper = True,
         worker_id: str | None = None,
         *,
+        crash_detection: bool = DEFAULT_CRASH_DETECTION,
         poll_interval: float | None = None,
         grace_period: float = DEFAULT_GRACE_PERIOD,
     ) -> None:
@@ -213,14 +220,20 @@ class Worker:
                     f"heartbeat ({self.heartbeat:g}s) must be shorter than the lease "
                     f"({self.lease:g}s), or leases lapse between beats; the default is lease / 3"
                 )
-        if not isinstance(reaper, bool):
-            raise ConfigError(f"reaper must be True or False, not {reaper!r}")
+        if not isinstance(reaper, bool | Reaper):
+            raise ConfigError(f"reaper must be True, False or a pgqueue.Reaper, not {reaper!r}")
+        if isinstance(reaper, Reaper) and reaper.queue is not queue:
+            raise ConfigError("the worker's reaper must belong to the worker's queue")
         self.reaper = reaper
+        self._reaper: Reaper | None = None
         self.id = config.check_name(
             "worker_id",
             f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
             if worker_id is None
             else worker_id,
+        )
+        self._presence = WorkerPresence(
+            queue, self.id, queues=self.queues, crash_detection=crash_detection
         )
         if poll_interval is None:
             poll_interval = (
@@ -357,12 +370,23 @@ class Worker:
     def _start_maintenance(self) -> None:
         """Start what runs beside the worker when ``reaper=True``: the embedded reaper (only
         the elected leader acts). Called once, on the loop thread, before the first claim."""
-        # MAINTENANCE HOOK (issue 4): start pgqueue.maintenance's reaper here if self.reaper.
+        # Registered, and holding its liveness lock, before the first claim: every job this
+        # worker holds is then covered by the lock its registry row advertises.
+        self._presence.start(every=self.heartbeat)
+        if self.reaper is not False:
+            self._reaper = self.reaper if isinstance(self.reaper, Reaper) else Reaper(self.queue)
+            self._reaper.start()
 
     def _stop_maintenance(self) -> None:
         """Stop what :meth:`_start_maintenance` started. Called once, on the loop thread, after
         the worker's jobs were handed back (or abandoned, on a forced stop)."""
-        # MAINTENANCE HOOK (issue 4): stop the embedded reaper here.
+        try:
+            if self._reaper is not None:
+                self._reaper.stop()
+        finally:
+            # Only now, with its jobs handed back, may the liveness lock go: freed earlier, the
+            # reaper would count them as stalled.
+            self._presence.stop()
 
     # -- the loop ------------------------------------------------------------------------------
 

@@ -10,6 +10,7 @@ import os
 import sys
 import uuid
 from collections.abc import Iterator
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -95,3 +96,30 @@ def count_jobs(q: pgqueue.Queue) -> int:
     """Rows in the jobs table."""
     with q.engine.connect() as conn:
         return int(conn.scalar(sa.text("SELECT count(*) FROM pgqueue_jobs")) or 0)
+
+
+def claim_jobs(
+    q: pgqueue.Queue,
+    *,
+    now: datetime | None = None,
+    worker_id: str = "w1",
+    lease: float = 30.0,
+    limit: int = 100,
+) -> dict[str, str]:
+    """Claim due jobs as ``worker_id`` at ``now`` (default: the backend's clock), the way a worker
+    would, and return ``{job id: lock token}``. A claim far in the past makes a stalled job."""
+    from pgqueue import statements
+
+    token = uuid.uuid4().hex
+    with q.connect() as conn:
+        rows = conn.execute(
+            statements.job_claim(
+                worker_id=worker_id,
+                lock_token=token,
+                limit=limit,
+                lease=lease,
+                queues=None,
+                clock=q.backend.clock(now),
+            )
+        ).all()
+    return {row.id: row.lock_token for row in rows}

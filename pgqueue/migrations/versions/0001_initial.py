@@ -97,6 +97,7 @@ def upgrade() -> None:
         sa.Column("queues", JSON_DOCUMENT),
         sa.Column("started_at", TIMESTAMP, nullable=False),
         sa.Column("last_beat_at", TIMESTAMP, nullable=False),
+        sa.Column("lock_key", sa.BigInteger()),
     )
     op.create_table(
         "pgqueue_leaders",
