@@ -377,7 +377,7 @@ def _stats(args: argparse.Namespace) -> int:
         print_json({"queues": [asdict(s) for s in stats]})
         return EXIT_OK
     if not stats:
-        print("no jobs and no live workers")
+        print("no jobs")
         return EXIT_OK
     states = _state_names(list(JobState))
     print_table(

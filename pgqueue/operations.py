@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 from pgqueue import config, statements
 from pgqueue.errors import ConfigError
 from pgqueue.job import FINISHED_STATES, JobState, JobStatus
+from pgqueue.maintenance.reaper import DEFAULT_WORKER_TTL, STALLED_ERROR_TYPE
 from pgqueue.notifications import ENQUEUED_CHANNEL
 
 if TYPE_CHECKING:
@@ -48,11 +49,6 @@ DEFAULT_THROUGHPUT_WINDOW = 300.0
 RECENT_WINDOW = 3600.0
 #: Rows per transaction in bulk retry and purge.
 DEFAULT_BATCH_SIZE = 500
-#: A worker that has not beaten for this long no longer counts as live (the reaper deletes such
-#: registry rows after the same time, see ``Reaper(worker_ttl=...)``).
-WORKER_LIVE_SECONDS = 300.0
-#: The error type the reaper stores on a job it released (see ``pgqueue.maintenance.reaper``).
-STALLED_ERROR_TYPE = "StalledJobError"
 
 Progress = Callable[[int], None]
 
@@ -119,7 +115,8 @@ def queue_stats(
             STALLED_ERROR_TYPE, since=RECENT_WINDOW, clock=clock
         )
         stalled: dict[str, int] = dict(conn.execute(stalled_rows).all())
-        workers = conn.execute(statements.worker_live(WORKER_LIVE_SECONDS, clock)).all()
+        # Live: beat within the reaper's worker TTL (after it, the reaper deletes the row).
+        workers = conn.execute(statements.worker_live(DEFAULT_WORKER_TTL, clock)).all()
     serving: dict[str, int] = defaultdict(int)
     everywhere = 0
     for (queues,) in workers:
