@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 
@@ -79,3 +80,13 @@ def test_usage_error_exits_2() -> None:
     done = pgqueue_command("jobs", "--limit", "-3")
     assert done.returncode == 2
     assert "Traceback" not in done.stderr and "--limit" in done.stderr
+
+
+def test_metrics_port_in_use(db_url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        code = main(["metrics", "--port", str(port), "--host", "127.0.0.1", "--url", db_url])
+    out, err = capsys.readouterr()
+    assert_one_line_error(code, out, err, f"cannot serve metrics on 127.0.0.1:{port}")
