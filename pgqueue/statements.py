@@ -40,7 +40,7 @@ from sqlalchemy import (
     tuple_,
     update,
 )
-from sqlalchemy.dialects.postgresql import ARRAY, INTERVAL, JSONB
+from sqlalchemy.dialects.postgresql import INTERVAL, JSONB
 from sqlalchemy.sql.dml import ReturningInsert
 
 from pgqueue.backends.base import Clock
@@ -195,6 +195,27 @@ def job_retry_many(ids: Sequence[str], clock: Clock) -> Update:
     )
 
 
+#: job_claim's named parameters: with the database clock, a worker builds the statement once
+#: and runs it with a new lock token and limit each time (building it costs more than running it).
+CLAIM_LIMIT = "claim_limit"
+CLAIM_LOCK_TOKEN = "claim_lock_token"
+#: What a claim returns: what a worker needs to run the job (fewer columns, less decoding).
+CLAIMED_COLUMNS = (
+    JOBS.c.id,
+    JOBS.c.task,
+    JOBS.c.queue,
+    JOBS.c.payload,
+    JOBS.c.priority,
+    JOBS.c.run_at,
+    JOBS.c.attempts,
+    JOBS.c.max_attempts,
+    JOBS.c.result_ttl,
+    JOBS.c.lock_token,
+    JOBS.c.locked_by,
+    JOBS.c.locked_until,
+)
+
+
 def job_claim(
     *,
     worker_id: str,
@@ -227,7 +248,7 @@ def job_claim(
         select(JOBS.c.id)
         .where(*conditions)
         .order_by(JOBS.c.priority.desc(), JOBS.c.run_at, JOBS.c.id)
-        .limit(limit)
+        .limit(bindparam(CLAIM_LIMIT, limit, type_=Integer))
         .with_for_update(skip_locked=True)
         .cte("picked")
     )
@@ -237,13 +258,13 @@ def job_claim(
         .values(
             state=str(JobState.PROCESSING),
             locked_by=worker_id,
-            lock_token=lock_token,
+            lock_token=bindparam(CLAIM_LOCK_TOKEN, lock_token, type_=Text),
             locked_until=clock.after(lease),
             attempts=JOBS.c.attempts + 1,
             started_at=clock.now(),
             updated_at=clock.now(),
         )
-        .returning(*JOBS.c)
+        .returning(*CLAIMED_COLUMNS)
     )
 
 
@@ -293,19 +314,15 @@ def job_complete_many(clock: Clock) -> Update:
     """PostgreSQL: store many handlers' results in one fenced UPDATE; returns the ids that were
     still ours (an id missing from the result lost its lease).
 
-    Run with three equally long lists: ``ids``, ``lock_tokens`` and ``results`` (JSON text, or
-    None for no result). Arrays unnested side by side keep the SQL text the same for every batch
-    size, so it is compiled once and the server plans one nested loop over the primary key.
-    Each row's result expires after its own stored ``result_ttl``.
+    Run with ``done``: one JSON array of ``{"id", "lock_token", "result"}`` objects (``result``
+    null for none). One document keeps the SQL text the same for every batch size, so it is
+    compiled and planned once, and costs one ``json.dumps`` however many jobs it carries. Each
+    row's result expires after its own stored ``result_ttl``.
     """
     done = (
-        func.unnest(
-            bindparam("ids", type_=ARRAY(Text)),
-            bindparam("lock_tokens", type_=ARRAY(Text)),
-            bindparam("results", type_=ARRAY(Text)),
-        )
-        .table_valued("id", "lock_token", "result")
-        .render_derived(name="done")
+        func.jsonb_to_recordset(cast(bindparam("done", type_=Text), JSONB))
+        .table_valued(column("id", Text), column("lock_token", Text), column("result", JSONB))
+        .render_derived(name="done", with_types=True)
     )
     return (
         update(JOBS)
@@ -316,7 +333,7 @@ def job_complete_many(clock: Clock) -> Update:
         )
         .values(
             state=str(JobState.COMPLETED),
-            result=cast(done.c.result, JSONB),
+            result=done.c.result,
             error=null(),
             lock_token=null(),
             locked_until=null(),

@@ -125,6 +125,7 @@ class WorkerStats:
 class _Claimed:
     """A job this worker holds: claimed, its outcome not yet stored."""
 
+    id: str
     context: JobContext
     lock_token: str
     result_ttl: int
@@ -140,10 +141,6 @@ class _Claimed:
     #: When the handler started, and how long it ran (monotonic seconds; for the metrics).
     started: float = 0.0
     seconds: float = 0.0
-
-    @property
-    def id(self) -> str:
-        return self.context.id
 
     def failure(self, error: BaseException | dict[str, Any]) -> Outcome:
         policy = DEFAULT_RETRY if self.task is None else self.task.retry
@@ -272,6 +269,8 @@ class Worker:
         self._stopping_at: float | None = None
         self._forced = False
         self._unsubscribe: list[Any] = []
+        self._coroutine_functions: dict[str, bool] = {}
+        self._statements: dict[str, Any] = {}
 
     def __repr__(self) -> str:
         return (
@@ -661,12 +660,16 @@ class Worker:
     ) -> set[str]:
         """Store completions in two statements at most, whatever their number."""
         if self.queue.backend.batch_updates:
-            parameters = {
-                "ids": [job.id for job, _ in completions],
-                "lock_tokens": [job.lock_token for job, _ in completions],
-                "results": [_json(outcome.result) for _, outcome in completions],
-            }
-            return set(conn.scalars(statements.job_complete_many(clock), parameters))
+            done = [
+                {"id": job.id, "lock_token": job.lock_token, "result": outcome.result}
+                for job, outcome in completions
+            ]
+            return set(
+                conn.scalars(
+                    self._statement("complete", clock, lambda: statements.job_complete_many(clock)),
+                    {"done": json.dumps(done, separators=(",", ":"))},
+                )
+            )
         # SQLite: this transaction holds the write lock (BEGIN IMMEDIATE), so the jobs found
         # held here are still held when the executemany below writes them.
         pairs = [(job.id, job.lock_token) for job, _ in completions]
@@ -734,15 +737,30 @@ class Worker:
         return set(conn.scalars(statements.job_extend_leases(pairs, self.lease, clock)))
 
     def _claim(self, conn: Connection, limit: int, lock_token: str, clock: Clock) -> list[Any]:
-        statement = statements.job_claim(
-            worker_id=self.id,
-            lock_token=lock_token,
-            limit=limit,
-            lease=self.lease,
-            queues=self.queues,
-            clock=clock,
+        statement = self._statement(
+            "claim",
+            clock,
+            lambda: statements.job_claim(
+                worker_id=self.id,
+                lock_token=lock_token,
+                limit=limit,
+                lease=self.lease,
+                queues=self.queues,
+                clock=clock,
+            ),
         )
-        return list(conn.execute(statement).mappings())
+        values = {statements.CLAIM_LIMIT: limit, statements.CLAIM_LOCK_TOKEN: lock_token}
+        return list(conn.execute(statement, values).mappings().all())
+
+    def _statement(self, name: str, clock: Clock, build: Callable[[], Any]) -> Any:
+        """``build()``, kept for the next turns when it does not embed the time (the database
+        clock): building a statement costs the loop more than running it."""
+        if clock.fixed is not None:
+            return build()
+        statement = self._statements.get(name)
+        if statement is None:
+            statement = self._statements[name] = build()
+        return statement
 
     # -- after a commit ------------------------------------------------------------------------
 
@@ -807,6 +825,7 @@ class Worker:
         for row in rows:
             task = self.queue.tasks.get(row["task"])
             job = _Claimed(
+                row["id"],
                 JobContext(
                     id=row["id"],
                     task=row["task"],
@@ -838,7 +857,12 @@ class Worker:
             if task.timeout is not None:
                 deadline = job.started + task.timeout
                 heapq.heappush(self._deadlines, (deadline, next(self._sequence), job))
-            if inspect.iscoroutinefunction(task.function):
+            is_async = self._coroutine_functions.get(task.name)
+            if is_async is None:
+                is_async = self._coroutine_functions[task.name] = inspect.iscoroutinefunction(
+                    task.function
+                )
+            if is_async:
                 job.future = self._loop_thread.submit(self._run_async(job, task, args, kwargs))
                 job.future.add_done_callback(partial(self._async_done, job))
             else:
@@ -974,10 +998,6 @@ def _check_queues(queues: Sequence[str] | None) -> list[str] | None:
     if not names:
         raise ConfigError("queues must name at least one queue (or be None for all of them)")
     return list(dict.fromkeys(names))
-
-
-def _json(value: Any) -> str | None:
-    return None if value is None else json.dumps(value, separators=(",", ":"))
 
 
 def _summary(outcome: Outcome) -> str:
