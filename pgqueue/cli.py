@@ -19,7 +19,7 @@ import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from pgqueue import operations
@@ -790,6 +790,69 @@ def run_until_signalled(service: MaintenanceService) -> None:
         stopping.wait()
     finally:
         service.stop()
+
+
+def _instant(text: str) -> datetime:
+    """An ISO 8601 time, UTC unless it names an offset (argparse type)."""
+    try:
+        value = datetime.fromisoformat(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"invalid time {text!r}: use ISO 8601, e.g. 2024-05-01T12:00 or 2024-05-01T12:00+02:00"
+        ) from None
+    return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
+
+
+def _add_spark_report(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--out", required=True, help="directory to write the files to")
+    parser.add_argument(
+        "--window",
+        default="1 minute",
+        help="throughput window, e.g. '30 seconds' (default: 1 minute)",
+    )
+    parser.add_argument(
+        "--queue", dest="queues", action="append", help="only this queue (repeatable)"
+    )
+    parser.add_argument("--since", type=_instant, help="only jobs created at or after this time")
+    parser.add_argument("--until", type=_instant, help="only jobs created before this time")
+    parser.add_argument("--master", default="local[*]", help="Spark master (default: local[*])")
+
+
+@command(
+    "spark-report",
+    "write the queue's metrics as Parquet and CSV, with PNG charts (needs pgqueue[spark])",
+    _add_spark_report,
+)
+def _spark_report(args: argparse.Namespace) -> int:
+    # Imported here: pyspark is an optional extra, and the core never imports it.
+    try:
+        from pgqueue.contrib.spark import local_session, write_report
+    except ImportError as exc:
+        raise PgQueueError(
+            f"spark-report needs the spark extra: pip install 'pgqueue[spark]' ({exc})"
+        ) from exc
+    from pyspark.sql import SparkSession
+
+    url = queue_from_args(args).engine.url
+    # In a notebook or a test run a session may exist already: use it, and leave it running.
+    active = SparkSession.getActiveSession()
+    spark = active or local_session(args.master, app_name="pgqueue spark-report")
+    try:
+        written = write_report(
+            spark,
+            url.render_as_string(hide_password=False),
+            args.out,
+            window=args.window,
+            queues=args.queues,
+            since=args.since,
+            until=args.until,
+        )
+    finally:
+        if active is None:
+            spark.stop()
+    for path in written:
+        print(path)
+    return EXIT_OK
 
 
 def build_parser(

@@ -37,7 +37,7 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 _OPTION_NAMES = frozenset(EnqueueOptions.__annotations__)
-# Rows per INSERT statement in bulk enqueue.
+# Ids per look-up of the existing jobs that an enqueue_many found (duplicates).
 BULK_CHUNK = 1000
 
 
@@ -417,10 +417,7 @@ class Queue:
         for row in rows:
             unique.setdefault(row["id"], row)
         ordered = sorted(unique.values(), key=lambda row: row["id"])
-        statement = statements.job_enqueue(self.backend.insert, clock)
-        queued: set[str] = set()
-        for chunk in iter_chunks(ordered, BULK_CHUNK):
-            queued.update(conn.scalars(statement, chunk))
+        queued = set(self.backend.enqueue_rows(conn, ordered, clock))
         outcomes = self._outcomes(conn, [i for i in unique if i not in queued])
         for queue_name in {row["queue"] for row in unique.values() if row["id"] in queued}:
             self.backend.notify(conn, ENQUEUED_CHANNEL, queue_name)

@@ -12,13 +12,17 @@ worker) touches no row and learns that it lost the job.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import (
+    JSON,
     BigInteger,
     Boolean,
     ColumnElement,
+    DateTime,
     Delete,
+    Float,
     Integer,
     Select,
     Text,
@@ -57,11 +61,14 @@ __all__ = [
     "job_complete_each",
     "job_complete_many",
     "job_enqueue",
+    "job_enqueue_many",
     "job_expire_results",
     "job_extend_leases",
     "job_fail",
     "job_get",
     "job_held",
+    "job_history",
+    "job_history_span",
     "job_orphaned",
     "job_outcomes",
     "job_prune",
@@ -111,6 +118,58 @@ def job_enqueue(insert: Any, clock: Clock) -> ReturningInsert[tuple[str]]:
         created_at=now,
         updated_at=now,
     )
+    return _insert_or_requeue(statement)
+
+
+#: The fields of each job in ``job_enqueue_many``'s JSON document, and their SQL types.
+ENQUEUE_FIELDS: tuple[tuple[str, Any], ...] = (
+    ("id", Text),
+    ("task", Text),
+    ("queue", Text),
+    ("payload", JSONB),
+    ("priority", Integer),
+    ("max_attempts", Integer),
+    ("result_ttl", Integer),
+    ("run_at", DateTime(timezone=True)),
+    ("delay", Float),
+)
+
+
+def job_enqueue_many(insert: Any, clock: Clock) -> ReturningInsert[tuple[str]]:
+    """PostgreSQL: :func:`job_enqueue` for many jobs in one statement, with the same dedup.
+
+    Run with one parameter, ``jobs``: a JSON array of objects with the ``ENQUEUE_FIELDS``
+    (``run_at`` ISO 8601 text or null, ``delay`` seconds). The statement text is the same for
+    every batch size, so it is parsed once, and one JSON document is far cheaper to send than a
+    multi-row VALUES list (which the driver re-parses per batch) or one array per column (which
+    the driver quotes element by element in Python). Ids must be unique within one call:
+    ``ON CONFLICT`` may not touch a row twice in one statement.
+    """
+    given = (
+        func.json_to_recordset(cast(bindparam("jobs", type_=Text), JSON))
+        .table_valued(*(column(name, kind) for name, kind in ENQUEUE_FIELDS))
+        .render_derived(name="given", with_types=True)
+    )
+    now = clock.now()
+    values: dict[str, Any] = {name: given.c[name] for name in ENQUEUE_COLUMNS}
+    values.update(
+        state=literal_column(f"'{JobState.QUEUED}'"),
+        run_at=func.coalesce(
+            given.c.run_at, now + given.c.delay * literal_column("INTERVAL '1 second'")
+        ),
+        attempts=literal_column("0"),
+        stall_count=literal_column("0"),
+        created_at=now,
+        updated_at=now,
+    )
+    statement = insert(JOBS).from_select(list(values), select(*values.values()))
+    return _insert_or_requeue(statement)
+
+
+def _insert_or_requeue(statement: Any) -> ReturningInsert[tuple[str]]:
+    """Add the dedup rule to an INSERT of new jobs: an existing ``failed``/``cancelled`` row is
+    reset and re-queued with the new values; any other existing row is left alone. Returns the
+    ids inserted or re-queued."""
     excluded = statement.excluded
     reset = {name: excluded[name] for name in (*ENQUEUE_COLUMNS[1:], "run_at", "created_at")}
     reset.update(
@@ -799,3 +858,74 @@ def session_setting(name: str, value: str) -> Select[Any]:
     """PostgreSQL: set a run-time parameter for the rest of this session (``SET name = value``),
     e.g. ``application_name`` or ``idle_session_timeout``."""
     return select(func.set_config(name, value, False))
+
+
+#: The columns of ``job_history``, in order; the JSON documents come as text.
+HISTORY_COLUMNS = (
+    "id",
+    "task",
+    "queue",
+    "state",
+    "priority",
+    "attempts",
+    "max_attempts",
+    "stall_count",
+    "created_at",
+    "run_at",
+    "started_at",
+    "finished_at",
+    "updated_at",
+    "locked_by",
+    "payload",
+    "result",
+    "error",
+)
+_DOCUMENTS = ("payload", "result", "error")
+
+
+def job_history(
+    *,
+    queues: Sequence[str] | None = None,
+    states: Sequence[str] | None = None,
+    since: datetime | None = None,
+    until: datetime | None = None,
+) -> Select[Any]:
+    """Jobs for analysis (``pgqueue.contrib.spark.read_jobs``): ``HISTORY_COLUMNS``, filtered by
+    queue, state and ``since <= created_at < until``."""
+    columns = [
+        cast(JOBS.c[name], Text).label(name) if name in _DOCUMENTS else JOBS.c[name]
+        for name in HISTORY_COLUMNS
+    ]
+    return select(*columns).where(*_history_filter(queues, states, since, until))
+
+
+def job_history_span(
+    *,
+    queues: Sequence[str] | None = None,
+    states: Sequence[str] | None = None,
+    since: datetime | None = None,
+    until: datetime | None = None,
+) -> Select[tuple[Any, Any]]:
+    """The earliest and latest ``created_at`` among ``job_history``'s rows (None when none):
+    where readers split the history into ranges to read in parallel."""
+    return select(func.min(JOBS.c.created_at), func.max(JOBS.c.created_at)).where(
+        *_history_filter(queues, states, since, until)
+    )
+
+
+def _history_filter(
+    queues: Sequence[str] | None,
+    states: Sequence[str] | None,
+    since: datetime | None,
+    until: datetime | None,
+) -> list[ColumnElement[bool]]:
+    conditions: list[ColumnElement[bool]] = []
+    if queues is not None:
+        conditions.append(JOBS.c.queue.in_(list(queues)))
+    if states is not None:
+        conditions.append(JOBS.c.state.in_(list(states)))
+    if since is not None:
+        conditions.append(JOBS.c.created_at >= literal(since, UTCDateTime))
+    if until is not None:
+        conditions.append(JOBS.c.created_at < literal(until, UTCDateTime))
+    return conditions

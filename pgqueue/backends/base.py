@@ -77,6 +77,14 @@ class Backend(Protocol):
         """The dialect's INSERT construct (it carries ``on_conflict_do_update``)."""
         ...
 
+    def enqueue_rows(
+        self, connection: Connection, rows: list[dict[str, Any]], clock: Clock
+    ) -> list[str]:
+        """Insert jobs or re-queue failed/cancelled ones (``statements.job_enqueue``'s rule) in
+        as few statements as the database allows; return the ids queued. ``rows`` have unique
+        ids, in the order their locks should be taken."""
+        ...
+
     def begin(self, engine: Engine, *, write: bool = True) -> AbstractContextManager[Connection]:
         """A connection inside a transaction, committed on success, rolled back on error."""
         ...

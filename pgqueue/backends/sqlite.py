@@ -19,13 +19,16 @@ from sqlalchemy import Connection, Engine, Table, event
 from sqlalchemy.dialects import sqlite
 from sqlalchemy.exc import DBAPIError
 
-from pgqueue.backends.base import Clock
+from pgqueue import statements
+from pgqueue.backends.base import Clock, iter_chunks
 from pgqueue.config import utc_now
 from pgqueue.errors import BackendError, SchemaMissingError
 
 __all__ = ["SQLiteBackend"]
 
 BUSY_TIMEOUT_SECONDS = 30.0
+# Jobs per multi-row INSERT, well inside SQLite's limit on bound parameters per statement.
+ENQUEUE_CHUNK = 1000
 # Execution option that marks a read-only transaction: it begins DEFERRED and never blocks writers.
 READ_ONLY = "pgqueue_read_only"
 
@@ -72,6 +75,15 @@ class SQLiteBackend:
 
     def insert(self, table: Table) -> Any:
         return sqlite.insert(table)
+
+    def enqueue_rows(
+        self, connection: Connection, rows: list[dict[str, Any]], clock: Clock
+    ) -> list[str]:
+        statement = statements.job_enqueue(self.insert, clock)
+        queued: list[str] = []
+        for chunk in iter_chunks(rows, ENQUEUE_CHUNK):
+            queued.extend(connection.scalars(statement, chunk))
+        return queued
 
     @contextmanager
     def begin(self, engine: Engine, *, write: bool = True) -> Iterator[Connection]:

@@ -1,0 +1,77 @@
+"""Rows per second of ``enqueue_dataframe`` into PostgreSQL, from a local SparkSession.
+
+    python benchmarks/spark_enqueue.py [--rows 1000000] [--master local[2]] [--partitions N]
+
+Starts a throwaway PostgreSQL server with its default durability (fsync and synchronous commit
+on), enqueues ``--rows`` generated invoices (id column, two keyword arguments), and prints the
+rows per second of the first run (all queued) and of a rerun of the same DataFrame (all
+duplicates). Spark's start-up is not counted; its Python workers' first imports are, as in a
+real pipeline's first run. Results go to docs/benchmarks.md ("Spark enqueue_dataframe").
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tests"))
+
+from postgres_server import PostgresServer  # noqa: E402
+
+import pgqueue  # noqa: E402
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rows", type=int, default=1_000_000)
+    parser.add_argument("--master", default="local[2]")
+    parser.add_argument("--partitions", type=int, default=None, help="default: the cores")
+    parser.add_argument("--batch-size", type=int, default=None, help="rows per statement")
+    args = parser.parse_args(argv)
+
+    from pyspark.sql import functions as F
+
+    from pgqueue.contrib.spark import DEFAULT_BATCH_SIZE, enqueue_dataframe, local_session
+
+    spark = local_session(
+        args.master, app_name="pgqueue-bench", conf={"spark.ui.showConsoleProgress": "false"}
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    invoices = spark.range(args.rows).select(
+        F.col("id").alias("invoice_id"),
+        F.concat(F.lit("customer-"), (F.col("id") % 9973).cast("string")).alias("customer"),
+    )
+    batch_size = args.batch_size or DEFAULT_BATCH_SIZE
+    print(
+        f"rows={args.rows} master={args.master} partitions={args.partitions or 'default'} "
+        f"batch_size={batch_size} cores={os.cpu_count()} load={os.getloadavg()[0]:.1f}",
+        flush=True,
+    )
+    with PostgresServer(fast=False) as server:
+        url = server.create_database("spark_bench")
+        queue = pgqueue.Queue(url)
+        queue.migrate()
+        queue.close()
+        for run in ("first run (all queued)", "rerun (all duplicates)"):
+            started = time.perf_counter()
+            report = enqueue_dataframe(
+                invoices,
+                "billing.send_invoice",
+                url=url,
+                id_col="invoice_id",
+                partitions=args.partitions,
+                batch_size=batch_size,
+            )
+            seconds = time.perf_counter() - started
+            print(
+                f"{run}: {args.rows / seconds:,.0f} rows/s ({seconds:.1f} s; {report})", flush=True
+            )
+    spark.stop()
+
+
+if __name__ == "__main__":
+    main()

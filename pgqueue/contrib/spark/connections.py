@@ -1,0 +1,26 @@
+"""Database access from Spark executors: plain data in, one Queue per executor process."""
+
+from __future__ import annotations
+
+import threading
+
+from pgqueue.queue import Queue
+
+__all__ = ["executor_queue"]
+
+_QUEUES: dict[str, Queue] = {}
+_LOCK = threading.Lock()
+
+
+def executor_queue(url: str) -> Queue:
+    """The Queue for ``url`` in this executor's Python process.
+
+    Spark ships tasks plain data (the URL, a task name, option values), never a Queue with its
+    engine; each executor process builds one Queue per URL here and reuses it, with its
+    connection pool, for every task it runs.
+    """
+    with _LOCK:
+        queue = _QUEUES.get(url)
+        if queue is None:
+            queue = _QUEUES[url] = Queue(url, allow_unknown_tasks=True)
+        return queue
