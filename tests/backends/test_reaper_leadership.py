@@ -214,7 +214,8 @@ def test_leadership_is_lost_with_its_connection(
             {"high": leadership.key >> 32, "low": leadership.key & 0xFFFFFFFF},
         )
     assert killed == 1
-    second.tick()  # the lock died with the session: the follower gets it
+    # The lock dies with the session (a moment after the kill): the follower gets it.
+    wait_for(lambda: second.tick() is not None)
     assert second.is_leader
     first.tick()
     assert not first.is_leader
