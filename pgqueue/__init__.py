@@ -29,6 +29,8 @@ from pgqueue.errors import (
 from pgqueue.execution import JobContext, current_job
 from pgqueue.job import CancelResult, EnqueueResult, JobState, JobStatus
 from pgqueue.maintenance.reaper import Reaper, StalledJob
+from pgqueue.maintenance.scheduler import Scheduler
+from pgqueue.periodic import Schedule
 from pgqueue.queue import Queue
 from pgqueue.retries import Backoff, Retry, RetryPolicy
 from pgqueue.serde import JSONSerializer, Serializer
@@ -57,6 +59,8 @@ __all__ = [
     "Reaper",
     "Retry",
     "RetryPolicy",
+    "Schedule",
+    "Scheduler",
     "SchemaMissingError",
     "SerializationError",
     "Serializer",

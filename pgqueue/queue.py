@@ -7,7 +7,7 @@ import threading
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, tzinfo
 from typing import Any, ParamSpec, TypeVar, Unpack, overload
 
 from sqlalchemy import Connection, Engine, select
@@ -24,6 +24,13 @@ from pgqueue.notifications import (
     FINISHED_CHANNEL,
     Listener,
     finished_payload,
+)
+from pgqueue.periodic import (
+    DEFAULT_CATCH_UP,
+    DEFAULT_CATCH_UP_WINDOW,
+    DEFAULT_TIMEZONE,
+    Schedule,
+    periodic_decorator,
 )
 from pgqueue.retries import RetryPolicy
 from pgqueue.schema import JOBS
@@ -85,6 +92,8 @@ class Queue:
             self.backend = backend_for(url)
             self.engine = self.backend.create_engine(url, **dict(engine_options or {}))
         self.tasks: dict[str, Task[Any, Any]] = {}
+        #: Periodic schedules by name (see :meth:`periodic`).
+        self.schedules: dict[str, Schedule] = {}
         self._listener: Listener | None = None
         self._listener_lock = threading.Lock()
         self._finished_listeners: list[Callable[[str, str], None]] = []
@@ -199,6 +208,53 @@ class Queue:
             return registered
 
         return register if function is None else register(function)
+
+    def periodic(
+        self,
+        *,
+        cron: str | None = None,
+        every: timedelta | float | None = None,
+        name: str | None = None,
+        args: tuple[Any, ...] | list[Any] = (),
+        kwargs: Mapping[str, Any] | None = None,
+        queue: str | None = None,
+        timezone: str | tzinfo = DEFAULT_TIMEZONE,
+        catch_up: str = DEFAULT_CATCH_UP,
+        catch_up_window: float | timedelta = DEFAULT_CATCH_UP_WINDOW,
+    ) -> Callable[[Any], Task[Any, Any]]:
+        """Run a task periodically: put this decorator above ``@queue.task`` (see docs/periodic.md).
+
+        ``cron`` (five fields, in ``timezone``) or ``every`` (a timedelta or seconds, at least 1 s)
+        give the fire times; each fire time becomes exactly one job with ``args``/``kwargs``, in
+        ``queue`` (default: the task's), however many schedulers run. ``name`` (default: the task
+        name) must be unique per schedule. ``catch_up`` is ``"all"``, ``"latest"`` or ``"none"``:
+        what to do with fire times missed during downtime, back to ``catch_up_window`` (seconds
+        or a timedelta). Everything is checked here: a bad cron string or time zone raises
+        ConfigError at declaration. Workers run the :class:`~pgqueue.Scheduler` by default.
+
+        Example::
+
+            @queue.periodic(cron="0 7 * * mon-fri", timezone="Europe/Berlin")
+            @queue.task()
+            def morning_report() -> None: ...
+
+            @queue.periodic(every=timedelta(minutes=10), name="sync-eu", args=("eu",))
+            @queue.periodic(every=timedelta(minutes=10), name="sync-us", args=("us",))
+            @queue.task()
+            def sync(region: str) -> None: ...
+        """
+        return periodic_decorator(
+            self,
+            cron=cron,
+            every=every,
+            name=name,
+            args=args,
+            kwargs=kwargs,
+            job_queue=queue,
+            timezone=timezone,
+            catch_up=catch_up,
+            catch_up_window=catch_up_window,
+        )
 
     def get_task(self, name: str) -> Task[Any, Any]:
         """The task registered under ``name``; UnknownTaskError lists the known ones."""

@@ -28,7 +28,7 @@ from sqlalchemy.types import JSON, TypeEngine
 
 from pgqueue.job import CLAIMABLE_STATES, FINISHED_STATES, JobState
 
-__all__ = ["JOBS", "LEADERS", "METADATA", "WORKERS", "Document", "UTCDateTime"]
+__all__ = ["JOBS", "LEADERS", "METADATA", "SCHEDULES", "WORKERS", "Document", "UTCDateTime"]
 
 METADATA = MetaData()
 
@@ -171,4 +171,17 @@ LEADERS = Table(
     Column("name", Text, primary_key=True),
     Column("holder", Text, nullable=False),
     Column("expires_at", UTCDateTime, nullable=False),
+)
+
+# Periodic schedules: how far each one has been handled, so that a fire time is enqueued once even
+# after its job row was pruned or failed (a re-enqueue of a failed id would re-queue it), and so
+# that missed fire times can be caught up after downtime. One row per schedule name.
+SCHEDULES = Table(
+    "pgqueue_schedules",
+    METADATA,
+    Column("name", Text, primary_key=True),
+    # Every fire time up to this instant has been enqueued or skipped by the catch-up policy.
+    Column("checked_through", UTCDateTime, nullable=False),
+    # The latest fire time enqueued (None: none yet).
+    Column("last_fire_at", UTCDateTime),
 )

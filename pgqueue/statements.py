@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import (
@@ -49,7 +50,7 @@ from sqlalchemy.sql.dml import ReturningInsert
 
 from pgqueue.backends.base import Clock
 from pgqueue.job import CLAIMABLE_STATES, FINISHED_STATES, REQUEUEABLE_STATES, JobState
-from pgqueue.schema import JOBS, LEADERS, WORKERS, UTCDateTime
+from pgqueue.schema import JOBS, LEADERS, SCHEDULES, WORKERS, UTCDateTime
 
 __all__ = [
     "advisory_lock_held",
@@ -79,6 +80,9 @@ __all__ = [
     "job_stale",
     "leader_elect",
     "leader_resign",
+    "schedule_advance",
+    "schedule_start",
+    "schedule_states",
     "session_setting",
     "worker_delete",
     "worker_list",
@@ -544,6 +548,47 @@ def job_delete(ids: Sequence[str]) -> Delete:
 def job_counts() -> Select[Any]:
     """Jobs per queue and state."""
     return select(JOBS.c.queue, JOBS.c.state, func.count()).group_by(JOBS.c.queue, JOBS.c.state)
+
+
+# -- periodic schedules ---------------------------------------------------------------------------
+
+
+def schedule_states(names: Sequence[str]) -> Select[Any]:
+    """Where the named schedules stand: ``name``, ``checked_through``, ``last_fire_at``."""
+    return select(SCHEDULES).where(SCHEDULES.c.name.in_(list(names)))
+
+
+def schedule_start(
+    insert: Any, *, name: str, checked_through: datetime, last_fire_at: datetime | None
+) -> Any:
+    """Record a schedule seen for the first time; returns its name, or no row when another
+    scheduler recorded it first (and so owns the fire times up to its ``checked_through``)."""
+    statement = insert(SCHEDULES).values(
+        name=name, checked_through=checked_through, last_fire_at=last_fire_at
+    )
+    return statement.on_conflict_do_nothing(index_elements=[SCHEDULES.c.name]).returning(
+        SCHEDULES.c.name
+    )
+
+
+def schedule_advance(
+    *, name: str, expected: datetime, checked_through: datetime, last_fire_at: datetime | None
+) -> Update:
+    """Move a schedule on from ``expected`` to ``checked_through`` (compare-and-set); returns its
+    name, or no row when another scheduler moved it first and owns those fire times.
+
+    On PostgreSQL a concurrent UPDATE waits for the first one's commit and then re-checks the
+    condition against the committed row, so exactly one of any number of schedulers wins a span.
+    """
+    values: dict[str, Any] = {"checked_through": checked_through}
+    if last_fire_at is not None:
+        values["last_fire_at"] = last_fire_at
+    return (
+        update(SCHEDULES)
+        .where(SCHEDULES.c.name == name, SCHEDULES.c.checked_through == expected)
+        .values(**values)
+        .returning(SCHEDULES.c.name)
+    )
 
 
 # -- operator views: stats, listings, bulk admin (the CLI, the exporter, pgqueue.testing) ---

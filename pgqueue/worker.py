@@ -64,6 +64,7 @@ from pgqueue.execution import (
 from pgqueue.job import JobState
 from pgqueue.maintenance.presence import DEFAULT_CRASH_DETECTION, WorkerPresence
 from pgqueue.maintenance.reaper import Reaper
+from pgqueue.maintenance.scheduler import Scheduler
 from pgqueue.notifications import ENQUEUED_CHANNEL, FINISHED_CHANNEL, finished_payload
 from pgqueue.queue import Queue
 from pgqueue.retries import DEFAULT_RETRY
@@ -177,6 +178,9 @@ class Worker:
     ``crash_detection`` (PostgreSQL) holds a liveness lock so that the reaper releases this worker's
     jobs as soon as its process dies, without waiting for their leases (see docs/reaper.md; switch
     it off behind a transaction-pooling pgbouncer).
+    ``scheduler`` runs the periodic-jobs scheduler beside the reaper when the queue has schedules
+    (only its elected leader acts; see docs/periodic.md): True for the default settings, a
+    :class:`~pgqueue.Scheduler` of this queue for others, False for none.
     ``poll_interval`` (default 1 s on PostgreSQL, 0.1 s on SQLite) is how often an idle worker looks
     for due jobs without being woken; ``grace_period`` how long a stop waits for running jobs.
 
@@ -199,6 +203,7 @@ class Worker:
         worker_id: str | None = None,
         *,
         crash_detection: bool = DEFAULT_CRASH_DETECTION,
+        scheduler: bool | Scheduler = True,
         poll_interval: float | None = None,
         grace_period: float = DEFAULT_GRACE_PERIOD,
     ) -> None:
@@ -223,6 +228,14 @@ class Worker:
             raise ConfigError("the worker's reaper must belong to the worker's queue")
         self.reaper = reaper
         self._reaper: Reaper | None = None
+        if not isinstance(scheduler, bool | Scheduler):
+            raise ConfigError(
+                f"scheduler must be True, False or a pgqueue.Scheduler, not {scheduler!r}"
+            )
+        if isinstance(scheduler, Scheduler) and scheduler.queue is not queue:
+            raise ConfigError("the worker's scheduler must belong to the worker's queue")
+        self.scheduler = scheduler
+        self._scheduler: Scheduler | None = None
         self.id = config.check_name(
             "worker_id",
             f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
@@ -367,19 +380,28 @@ class Worker:
     # -- hooks for the embedded maintenance services (issue 4) ---------------------------------
 
     def _start_maintenance(self) -> None:
-        """Start what runs beside the worker when ``reaper=True``: the embedded reaper (only
-        the elected leader acts). Called once, on the loop thread, before the first claim."""
+        """Start what runs beside the worker: the embedded reaper and, when the queue has
+        schedules, the scheduler (only the elected leader acts in either). Called once, on the
+        loop thread, before the first claim."""
         # Registered, and holding its liveness lock, before the first claim: every job this
         # worker holds is then covered by the lock its registry row advertises.
         self._presence.start(every=self.heartbeat)
         if self.reaper is not False:
             self._reaper = self.reaper if isinstance(self.reaper, Reaper) else Reaper(self.queue)
             self._reaper.start()
+        if isinstance(self.scheduler, Scheduler):
+            self._scheduler = self.scheduler
+        elif self.scheduler and self.queue.schedules:
+            self._scheduler = Scheduler(self.queue)
+        if self._scheduler is not None:
+            self._scheduler.start()
 
     def _stop_maintenance(self) -> None:
         """Stop what :meth:`_start_maintenance` started. Called once, on the loop thread, after
         the worker's jobs were handed back (or abandoned, on a forced stop)."""
         try:
+            if self._scheduler is not None:
+                self._scheduler.stop()
             if self._reaper is not None:
                 self._reaper.stop()
         finally:

@@ -56,7 +56,9 @@ def pg_migrated_url(pg_server: PostgresServer) -> str:
 def _truncate(url: str) -> None:
     engine = sa.create_engine(url)
     with engine.begin() as conn:
-        conn.exec_driver_sql("TRUNCATE pgqueue_jobs, pgqueue_workers, pgqueue_leaders")
+        conn.exec_driver_sql(
+            "TRUNCATE pgqueue_jobs, pgqueue_workers, pgqueue_leaders, pgqueue_schedules"
+        )
     engine.dispose()
 
 

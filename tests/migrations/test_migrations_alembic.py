@@ -50,6 +50,7 @@ def test_upgrade_matches_metadata_then_downgrade_and_upgrade_again(empty_url: st
         "pgqueue_jobs",
         "pgqueue_workers",
         "pgqueue_leaders",
+        "pgqueue_schedules",
         migrate.VERSION_TABLE,
     }
     assert "alembic_version" not in tables(engine)

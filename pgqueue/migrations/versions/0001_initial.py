@@ -1,4 +1,4 @@
-"""pgqueue's tables: jobs, workers, leaders.
+"""pgqueue's tables: jobs, workers, leaders, schedules.
 
 Revision ID: 0001
 Revises:
@@ -105,9 +105,16 @@ def upgrade() -> None:
         sa.Column("holder", sa.Text(), nullable=False),
         sa.Column("expires_at", TIMESTAMP, nullable=False),
     )
+    op.create_table(
+        "pgqueue_schedules",
+        sa.Column("name", sa.Text(), primary_key=True),
+        sa.Column("checked_through", TIMESTAMP, nullable=False),
+        sa.Column("last_fire_at", TIMESTAMP),
+    )
 
 
 def downgrade() -> None:
+    op.drop_table("pgqueue_schedules")
     op.drop_table("pgqueue_leaders")
     op.drop_table("pgqueue_workers")
     op.drop_index("ix_pgqueue_jobs_result_expiry", table_name="pgqueue_jobs")
