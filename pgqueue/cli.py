@@ -190,6 +190,12 @@ def _add_worker(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--no-reaper", dest="reaper", action="store_false", help="do not run the embedded reaper"
     )
+    parser.add_argument(
+        "--no-scheduler",
+        dest="scheduler",
+        action="store_false",
+        help="do not run the embedded scheduler of periodic jobs",
+    )
     parser.add_argument("--burst", action="store_true", help="drain the due jobs, then exit")
     parser.add_argument(
         "--metrics-port",
@@ -219,6 +225,7 @@ def _worker(args: argparse.Namespace) -> int:
         heartbeat=args.heartbeat,
         reaper=args.reaper,
         worker_id=args.worker_id,
+        scheduler=args.scheduler,
         poll_interval=args.poll_interval,
         grace_period=args.grace_period,
     )
@@ -790,6 +797,153 @@ def run_until_signalled(service: MaintenanceService) -> None:
         stopping.wait()
     finally:
         service.stop()
+
+
+def _add_scheduler(parser: argparse.ArgumentParser) -> None:
+    from pgqueue.maintenance import leadership, scheduler
+
+    parser.add_argument(
+        "queue", metavar="MODULE[:ATTR]", help="where the Queue and its schedules live"
+    )
+    parser.add_argument(
+        "--interval",
+        type=float,
+        default=scheduler.DEFAULT_INTERVAL,
+        help="seconds between checks (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--misfire-grace",
+        type=float,
+        default=scheduler.DEFAULT_MISFIRE_GRACE,
+        help="seconds after which a fire time counts as missed (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--lock-namespace",
+        type=int,
+        default=leadership.DEFAULT_LOCK_NAMESPACE,
+        help="high 32 bits of pgqueue's advisory lock keys (PostgreSQL)",
+    )
+    parser.add_argument(
+        "--once", action="store_true", help="check once, print the count and exit (no election)"
+    )
+
+
+@command(
+    "scheduler",
+    "run a standalone scheduler: enqueue the jobs of periodic schedules",
+    _add_scheduler,
+)
+def _scheduler(args: argparse.Namespace) -> int:
+    from pgqueue.maintenance.scheduler import Scheduler
+
+    if args.url is not None:
+        raise PgQueueError("--url does not apply here: the Queue in MODULE names its database")
+    queue = load_queue(args.queue)
+    if not queue.schedules:
+        raise PgQueueError(f"{args.queue!r} declares no periodic schedules (@queue.periodic)")
+    scheduler = Scheduler(
+        queue,
+        interval=args.interval,
+        misfire_grace=args.misfire_grace,
+        lock_namespace=args.lock_namespace,
+    )
+    if args.once:
+        print(f"enqueued {scheduler.run_once()} periodic jobs")
+        return EXIT_OK
+    if not scheduler.config.interval:
+        raise PgQueueError("--interval 0 disables the scheduler; use --once for a single check")
+    _log_to_stderr()
+    run_until_signalled(scheduler)
+    return EXIT_OK
+
+
+def _add_schedules(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "queue", metavar="MODULE[:ATTR]", help="where the Queue and its schedules live"
+    )
+    parser.add_argument(
+        "--next", type=positive_int, default=1, metavar="N", help="show the next N fire times"
+    )
+    parser.add_argument(
+        "--at",
+        type=_instant,
+        default=None,
+        metavar="TIME",
+        help="compute fire times from this ISO 8601 instant (default: now)",
+    )
+    add_json_flag(parser)
+
+
+@command(
+    "schedules", "list the periodic schedules of a queue with their next fire times", _add_schedules
+)
+def _schedules(args: argparse.Namespace) -> int:
+    from pgqueue import statements
+    from pgqueue.errors import BackendError
+
+    if args.url is not None:
+        raise PgQueueError("--url does not apply here: the Queue in MODULE names its database")
+    queue = load_queue(args.queue)
+    schedules = sorted(queue.schedules.values(), key=lambda schedule: schedule.name)
+    states: dict[str, Any] = {}
+    try:
+        if schedules:
+            with queue.connect(write=False) as conn:
+                rows = conn.execute(statements.schedule_states([s.name for s in schedules]))
+                states = {row.name: row for row in rows}
+    except BackendError as exc:
+        print(f"pgqueue: warning: last fire times unknown: {exc}", file=sys.stderr)
+    start = args.at or datetime.now(UTC)
+    listing = []
+    for schedule in schedules:
+        upcoming: list[datetime] = []
+        moment = schedule.next_fire_time(start)
+        while moment is not None and len(upcoming) < args.next:
+            upcoming.append(moment)
+            moment = schedule.next_fire_time(moment)
+        state = states.get(schedule.name)
+        listing.append((schedule, upcoming, state))
+    if args.json:
+        print_json(
+            [
+                {
+                    "name": schedule.name,
+                    "task": schedule.task,
+                    "schedule": schedule.describe(),
+                    "cron": schedule.cron,
+                    "every": None if schedule.every is None else schedule.every.total_seconds(),
+                    "timezone": schedule.timezone,
+                    "queue": schedule.queue,
+                    "args": list(schedule.args),
+                    "kwargs": schedule.kwargs,
+                    "catch_up": schedule.catch_up,
+                    "catch_up_window": schedule.catch_up_window,
+                    "next_fire_times": upcoming,
+                    "last_fire_at": None if state is None else state.last_fire_at,
+                    "checked_through": None if state is None else state.checked_through,
+                }
+                for schedule, upcoming, state in listing
+            ]
+        )
+        return EXIT_OK
+    if not listing:
+        print(f"no periodic schedules in {args.queue!r}")
+        return EXIT_OK
+    print_table(
+        ["name", "task", "schedule", "catch-up", "next fire (UTC)", "last fired (UTC)"],
+        [
+            [
+                schedule.name,
+                schedule.task,
+                schedule.describe(),
+                schedule.catch_up,
+                ", ".join(_cell(moment) for moment in upcoming) or None,
+                None if state is None else state.last_fire_at,
+            ]
+            for schedule, upcoming, state in listing
+        ],
+    )
+    return EXIT_OK
 
 
 def _instant(text: str) -> datetime:
