@@ -60,8 +60,15 @@ _LOOKUP_LIMIT = 10_000
 
 def _test_worker(queue: Queue, queues: Sequence[str] | None = None) -> Worker:
     # One slot: jobs run one at a time, in claim order, so a test sees a deterministic sequence.
-    # No reaper and no liveness lock: nothing to elect or hold in a test.
-    return Worker(queue, queues=queues, concurrency=1, reaper=False, crash_detection=False)
+    # No maintenance and no liveness lock: nothing to elect or hold, no periodic job appearing.
+    return Worker(
+        queue,
+        queues=queues,
+        concurrency=1,
+        reaper=False,
+        scheduler=False,
+        crash_detection=False,
+    )
 
 
 def _add(total: dict[str, int], stats: WorkerStats) -> None:
@@ -108,7 +115,7 @@ class _OneJobWorker(Worker):
     """A burst worker that claims one given job, once."""
 
     def __init__(self, queue: Queue, job_id: str) -> None:
-        super().__init__(queue, concurrency=1, reaper=False, crash_detection=False)
+        super().__init__(queue, concurrency=1, reaper=False, scheduler=False, crash_detection=False)
         self._job_id: str | None = job_id
 
     def _claim(self, conn: Connection, limit: int, lock_token: str, clock: Clock) -> list[Any]:
