@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
-from datetime import datetime
 from typing import Any
 
 from sqlalchemy import (

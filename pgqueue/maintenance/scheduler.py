@@ -158,6 +158,8 @@ class Scheduler(MaintenanceService):
 
             assert scheduler.run_once(now=datetime(2026, 1, 1, 7, tzinfo=UTC)) == 1
         """
+        if now is not None and now.tzinfo is None:
+            raise ConfigError(f"now must be a timezone-aware datetime, got {now!r}")
         schedules = list(self.queue.schedules.values())
         if not schedules:
             return 0
@@ -166,8 +168,6 @@ class Scheduler(MaintenanceService):
                 now = conn.scalar(statements.clock_read(self.queue.backend.clock()))
             rows = conn.execute(statements.schedule_states([s.name for s in schedules]))
             states = {row.name: row for row in rows}
-        if now.tzinfo is None:
-            raise ConfigError(f"now must be a timezone-aware datetime, got {now!r}")
         return sum(self._fire(schedule, states.get(schedule.name), now) for schedule in schedules)
 
     def _fire(self, schedule: Schedule, state: Row[Any] | None, now: datetime) -> int:
