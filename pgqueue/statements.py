@@ -80,6 +80,7 @@ __all__ = [
     "leader_elect",
     "leader_resign",
     "schedule_advance",
+    "schedule_delete_all",
     "schedule_start",
     "schedule_states",
     "session_setting",
@@ -568,6 +569,11 @@ def schedule_start(
     return statement.on_conflict_do_nothing(index_elements=[SCHEDULES.c.name]).returning(
         SCHEDULES.c.name
     )
+
+
+def schedule_delete_all() -> Delete:
+    """Forget every schedule's state (``pgqueue.testing.clear``): each starts afresh."""
+    return delete(SCHEDULES)
 
 
 def schedule_advance(

@@ -261,8 +261,8 @@ def refute_enqueued(
 
 
 def clear(queue: Queue) -> int:
-    """Delete every job (a fixture's clean slate between tests on a shared database); returns
-    how many there were.
+    """Delete every job and every periodic schedule's state (a fixture's clean slate between
+    tests on a shared database); returns how many jobs there were.
 
     Example::
 
@@ -272,6 +272,7 @@ def clear(queue: Queue) -> int:
             pgqueue.testing.clear(queue)
     """
     with queue.connect() as conn:
+        conn.execute(statements.schedule_delete_all())
         return int(conn.execute(statements.job_delete_all()).rowcount)
 
 

@@ -195,3 +195,14 @@ def test_naive_now_is_refused(queue: pgqueue.Queue) -> None:
     declare(queue)
     with pytest.raises(pgqueue.ConfigError, match="timezone-aware"):
         Scheduler(queue).run_once(now=datetime(2026, 1, 1))
+
+
+def test_testing_clear_forgets_schedule_state(queue: pgqueue.Queue) -> None:
+    import pgqueue.testing
+
+    declare(queue)
+    scheduler = Scheduler(queue)
+    assert scheduler.run_once(now=T0 + timedelta(minutes=10)) == 1
+    pgqueue.testing.clear(queue)
+    assert scheduler.run_once(now=T0) == 1  # a fresh start, not "already handled"
+    assert job_ids(queue) == minutes(0)
