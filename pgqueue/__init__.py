@@ -28,6 +28,7 @@ from pgqueue.errors import (
 )
 from pgqueue.execution import JobContext, current_job
 from pgqueue.job import CancelResult, EnqueueResult, JobState, JobStatus
+from pgqueue.maintenance.pruner import PruneCounts, Pruner
 from pgqueue.maintenance.reaper import Reaper, StalledJob
 from pgqueue.maintenance.scheduler import Scheduler
 from pgqueue.periodic import Schedule
@@ -55,6 +56,8 @@ __all__ = [
     "JobStatus",
     "JobTimeoutError",
     "PgQueueError",
+    "PruneCounts",
+    "Pruner",
     "Queue",
     "Reaper",
     "Retry",

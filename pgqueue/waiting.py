@@ -34,10 +34,12 @@ from contextlib import suppress
 from dataclasses import dataclass
 from datetime import timedelta
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from sqlalchemy.exc import OperationalError
 
 from pgqueue import config, statements
-from pgqueue.errors import ConfigError, JobFailedError, JobTimeoutError
+from pgqueue.errors import BackendError, ConfigError, JobFailedError, JobTimeoutError
 from pgqueue.job import EnqueueResult, JobState
 from pgqueue.notifications import FINISHED_CHANNEL
 
@@ -51,8 +53,17 @@ logger = logging.getLogger("pgqueue.waiting")
 #: Seconds between a waiter's own re-reads of its job: (first, longest), growing by
 #: POLL_BACKOFF. SQLite polls briskly because nothing else tells it about a worker in another
 #: process; PostgreSQL's notifications make its re-read a rarely needed safety net.
-POLL_INTERVALS = {"sqlite": (0.01, 0.5), "postgresql": (0.5, 5.0)}
-POLL_BACKOFF = 1.5
+POLL_INTERVALS = {"sqlite": (0.01, 0.25), "postgresql": (0.5, 5.0)}
+#: Gentle, so a poll notices a finish at most about a quarter of the time waited so far after it.
+POLL_BACKOFF = 1.25
+
+#: While the database cannot be reached (a restart, a failover, a dropped connection), a waiter
+#: retries its enqueue or re-read after these many seconds (first, longest), doubling; for as long
+#: as its timeout allows, or OUTAGE_LIMIT seconds per outage when it has none.
+OUTAGE_RETRY = (0.05, 2.0)
+OUTAGE_LIMIT = 60.0
+
+T = TypeVar("T")
 
 #: Stored as the error of a job that was cancelled while someone waited for it.
 CANCELLED_ERROR = {"type": "JobCancelled", "message": "the job was cancelled before it finished"}
@@ -182,8 +193,33 @@ class Wait:
         self._interval, self._longest = POLL_INTERVALS.get(queue.backend.name, (0.5, 5.0))
 
     def enqueue(self) -> EnqueueResult:
-        """Enqueue the job (blocking)."""
-        return self.queue.enqueue(self.task, self.args, self.kwargs, **self.options)
+        """Enqueue the job (blocking). Safe to retry: the id is fixed, so a retry of an enqueue
+        that did commit finds its own job as a duplicate."""
+        return self.through_outages(
+            lambda: self.queue.enqueue(self.task, self.args, self.kwargs, **self.options)
+        )
+
+    def through_outages(self, call: Callable[[], T]) -> T:
+        """``call()``, retried with backoff while the database is unreachable, until the deadline
+        (or :data:`OUTAGE_LIMIT` seconds without one); then the last error is raised."""
+        delay, longest = OUTAGE_RETRY
+        give_up = self._deadline or time.monotonic() + OUTAGE_LIMIT
+        while True:
+            try:
+                return call()
+            except BackendError as exc:
+                if not isinstance(exc.__cause__, OperationalError):
+                    raise
+                if time.monotonic() + delay >= give_up:
+                    raise
+                logger.warning(
+                    "database unreachable while waiting for job_id=%s, retrying in %.2fs: %s",
+                    self.job_id,
+                    delay,
+                    exc,
+                )
+            time.sleep(delay)
+            delay = min(delay * 2, longest)
 
     def enqueued(self, result: EnqueueResult) -> Finished | None:
         """The answer the enqueue already gives: a completed duplicate's cached result."""
@@ -207,8 +243,7 @@ class Wait:
     def check(self) -> Finished | None:
         """Read the row (blocking): the value once completed, None while it is still on its way;
         raises JobFailedError when it ended ``failed`` or ``cancelled`` or is gone."""
-        with self.queue.connect(write=False) as conn:
-            row = conn.execute(statements.job_result(self.job_id)).first()
+        row = self.through_outages(self._read)
         if row is None:
             raise JobFailedError(self.job_id, MISSING_ERROR)
         state, result, error, expires_at = row
@@ -219,6 +254,10 @@ class Wait:
         if state == JobState.CANCELLED:
             raise JobFailedError(self.job_id, error or CANCELLED_ERROR)
         return None
+
+    def _read(self) -> Any:
+        with self.queue.connect(write=False) as conn:
+            return conn.execute(statements.job_result(self.job_id)).first()
 
 
 def wait_for(wait: Wait) -> Any:

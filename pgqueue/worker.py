@@ -63,6 +63,7 @@ from pgqueue.execution import (
 )
 from pgqueue.job import JobState
 from pgqueue.maintenance.presence import DEFAULT_CRASH_DETECTION, WorkerPresence
+from pgqueue.maintenance.pruner import Pruner
 from pgqueue.maintenance.reaper import Reaper
 from pgqueue.maintenance.scheduler import Scheduler
 from pgqueue.notifications import ENQUEUED_CHANNEL, FINISHED_CHANNEL, finished_payload
@@ -181,6 +182,9 @@ class Worker:
     ``scheduler`` runs the periodic-jobs scheduler beside the reaper when the queue has schedules
     (only its elected leader acts; see docs/periodic.md): True for the default settings, a
     :class:`~pgqueue.Scheduler` of this queue for others, False for none.
+    ``pruner`` runs the pruner (expired results, old finished jobs; see docs/results.md) under the
+    reaper's leader: None (the default) runs one with the default settings whenever the embedded
+    reaper runs, True even without it, a :class:`~pgqueue.Pruner` for other settings, False none.
     ``poll_interval`` (default 1 s on PostgreSQL, 0.1 s on SQLite) is how often an idle worker looks
     for due jobs without being woken; ``grace_period`` how long a stop waits for running jobs.
 
@@ -204,6 +208,7 @@ class Worker:
         *,
         crash_detection: bool = DEFAULT_CRASH_DETECTION,
         scheduler: bool | Scheduler = True,
+        pruner: bool | Pruner | None = None,
         poll_interval: float | None = None,
         grace_period: float = DEFAULT_GRACE_PERIOD,
     ) -> None:
@@ -236,6 +241,14 @@ class Worker:
             raise ConfigError("the worker's scheduler must belong to the worker's queue")
         self.scheduler = scheduler
         self._scheduler: Scheduler | None = None
+        if pruner is not None and not isinstance(pruner, bool | Pruner):
+            raise ConfigError(
+                f"pruner must be None, True, False or a pgqueue.Pruner, not {pruner!r}"
+            )
+        if isinstance(pruner, Pruner) and pruner.queue is not queue:
+            raise ConfigError("the worker's pruner must belong to the worker's queue")
+        self.pruner = pruner
+        self._pruner: Pruner | None = None
         self.id = config.check_name(
             "worker_id",
             f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
@@ -389,6 +402,14 @@ class Worker:
         if self.reaper is not False:
             self._reaper = self.reaper if isinstance(self.reaper, Reaper) else Reaper(self.queue)
             self._reaper.start()
+        if isinstance(self.pruner, Pruner):
+            self._pruner = self.pruner
+        elif self.pruner or (self.pruner is None and self._reaper is not None):
+            # The reaper's leader prunes too: one elected process does all the maintenance.
+            shared = None if self._reaper is None else self._reaper.leadership
+            self._pruner = Pruner(self.queue, leadership=shared)
+        if self._pruner is not None:
+            self._pruner.start()
         if isinstance(self.scheduler, Scheduler):
             self._scheduler = self.scheduler
         elif self.scheduler and self.queue.schedules:
@@ -402,6 +423,8 @@ class Worker:
         try:
             if self._scheduler is not None:
                 self._scheduler.stop()
+            if self._pruner is not None:
+                self._pruner.stop()
             if self._reaper is not None:
                 self._reaper.stop()
         finally:

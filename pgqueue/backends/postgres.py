@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -34,6 +35,16 @@ _NOTIFY_MANY = select(
 )
 
 
+_NOTIFY = select(func.pg_notify(bindparam("channel", type_=Text), bindparam("payload", type_=Text)))
+
+
+@functools.cache
+def _enqueue_on_database_clock() -> Any:
+    # Built once: building the statement costs more than running it for one job, and a single
+    # enqueue is on the hot path of enqueue_and_wait's round trip.
+    return statements.job_enqueue_many(postgresql.insert, Clock(None))
+
+
 class PostgresBackend:
     """The production backend."""
 
@@ -59,7 +70,12 @@ class PostgresBackend:
     def enqueue_rows(
         self, connection: Connection, rows: list[dict[str, Any]], clock: Clock
     ) -> list[str]:
-        statement = statements.job_enqueue_many(self.insert, clock)
+        # A test's fixed clock is a literal in the statement; the database's clock is not.
+        statement = (
+            _enqueue_on_database_clock()
+            if clock.fixed is None
+            else statements.job_enqueue_many(self.insert, clock)
+        )
         queued: list[str] = []
         for chunk in iter_chunks(rows, ENQUEUE_CHUNK):
             jobs = json.dumps([_enqueue_fields(row) for row in chunk], separators=(",", ":"))
@@ -72,7 +88,7 @@ class PostgresBackend:
             yield connection
 
     def notify(self, connection: Connection, channel: str, payload: str) -> None:
-        connection.execute(select(func.pg_notify(channel, payload)))
+        connection.execute(_NOTIFY, {"channel": channel, "payload": payload})
 
     def notify_many(self, connection: Connection, channel: str, payloads: Sequence[str]) -> None:
         if payloads:

@@ -7,6 +7,7 @@
 - :mod:`~pgqueue.maintenance.presence`: ``WorkerPresence``, a worker's registry row and its
   liveness lock (fast crash detection).
 - :mod:`~pgqueue.maintenance.reaper`: ``Reaper``, stale-lease recovery and dead-lettering.
+- :mod:`~pgqueue.maintenance.pruner`: ``Pruner``, expired results and old finished jobs.
 - :mod:`~pgqueue.maintenance.scheduler`: ``Scheduler``, the jobs of periodic schedules.
 
 Example::
@@ -25,6 +26,7 @@ from pgqueue.maintenance.leadership import (
     LeaseRowLeadership,
 )
 from pgqueue.maintenance.presence import WorkerPresence
+from pgqueue.maintenance.pruner import PruneCounts, Pruner, PrunerConfig
 from pgqueue.maintenance.reaper import Reaper, ReaperConfig, StalledJob
 from pgqueue.maintenance.scheduler import Scheduler, SchedulerConfig
 from pgqueue.maintenance.service import LEADERSHIP_EVENTS, MaintenanceService
@@ -37,6 +39,9 @@ __all__ = [
     "Leadership",
     "LeaseRowLeadership",
     "MaintenanceService",
+    "PruneCounts",
+    "Pruner",
+    "PrunerConfig",
     "Reaper",
     "ReaperConfig",
     "Scheduler",
