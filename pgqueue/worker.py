@@ -446,6 +446,8 @@ class Worker:
         try:
             self._start_maintenance()
             self._subscribe()
+            # A stop() that came before the first turn is honoured before anything is claimed.
+            self._receive(0.0)
             while True:
                 now = time.monotonic()
                 self._expire(now)
@@ -602,7 +604,7 @@ class Worker:
                 self._next_beat = now + self.heartbeat
             return
         pending, self._pending = self._pending, []
-        lock_token = uuid.uuid4().hex
+        lock_token = uuid.uuid4().hex if claim else ""
         if claim:
             # Cleared before the claim runs, so a NOTIFY arriving meanwhile sets it again.
             self._due = False

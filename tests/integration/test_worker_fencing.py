@@ -12,6 +12,7 @@ from typing import Any
 import sqlalchemy as sa
 from worker_helpers import (
     DEADLINE,
+    blocking_task,
     execute,
     log_lines,
     row,
@@ -25,23 +26,10 @@ import pgqueue
 from pgqueue import JobState, statements
 
 
-def _blocking_task(queue: pgqueue.Queue, release: threading.Event, seen: dict[str, Any]) -> Any:
-    @queue.task(name="t.block")
-    def block() -> str:
-        job = pgqueue.current_job()
-        seen[job.id] = job
-        while not release.is_set():
-            if job.cancelled.wait(0.01):
-                return "gave up"
-        return "done"
-
-    return block
-
-
 def test_heartbeats_keep_a_job_alive_well_past_its_lease(queue: pgqueue.Queue) -> None:
     release = threading.Event()
     seen: dict[str, Any] = {}
-    block = _blocking_task(queue, release, seen)
+    block = blocking_task(queue, release, seen)
     job_id = block.enqueue().id
     lease = 1.0
     with working(pgqueue.Worker(queue, lease=lease, heartbeat=0.2)) as worker:
@@ -61,7 +49,7 @@ def test_heartbeats_keep_a_job_alive_well_past_its_lease(queue: pgqueue.Queue) -
 
 def test_one_update_per_beat_extends_every_running_job(queue: pgqueue.Queue) -> None:
     release = threading.Event()
-    block = _blocking_task(queue, release, {})
+    block = blocking_task(queue, release, {})
     ids = {block.enqueue().id for _ in range(3)}
     beats: list[str] = []
 
@@ -83,7 +71,7 @@ def test_one_update_per_beat_extends_every_running_job(queue: pgqueue.Queue) -> 
 def test_a_moved_token_is_noticed_by_the_heartbeat(queue: pgqueue.Queue) -> None:
     release = threading.Event()
     seen: dict[str, Any] = {}
-    block = _blocking_task(queue, release, seen)
+    block = blocking_task(queue, release, seen)
     job_id = block.enqueue().id
     with working(pgqueue.Worker(queue, lease=5, heartbeat=0.1)) as worker:
         wait_until(lambda: job_id in seen, what="the handler")
@@ -105,7 +93,7 @@ def test_a_moved_token_is_noticed_by_the_heartbeat(queue: pgqueue.Queue) -> None
 def test_a_moved_token_fences_out_the_completion(queue: pgqueue.Queue) -> None:
     release = threading.Event()
     seen: dict[str, Any] = {}
-    block = _blocking_task(queue, release, seen)
+    block = blocking_task(queue, release, seen)
     job_id = block.enqueue().id
     with working(pgqueue.Worker(queue, lease=60, heartbeat=50)) as worker:
         wait_until(lambda: job_id in seen, what="the handler")

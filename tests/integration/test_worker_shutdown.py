@@ -9,6 +9,7 @@ from typing import Any
 
 from worker_helpers import (
     DEADLINE,
+    blocking_task,
     log_lines,
     row,
     stop_process,
@@ -20,23 +21,10 @@ import pgqueue
 from pgqueue import JobState
 
 
-def _blocking_task(queue: pgqueue.Queue, release: threading.Event, seen: dict[str, Any]) -> Any:
-    @queue.task(name="t.block")
-    def block() -> str:
-        job = pgqueue.current_job()
-        seen[job.id] = job
-        while not release.is_set():
-            if job.cancelled.wait(0.01):
-                return "gave up"
-        return "done"
-
-    return block
-
-
 def test_a_graceful_stop_hands_unfinished_jobs_straight_back(queue: pgqueue.Queue) -> None:
     release = threading.Event()
     seen: dict[str, Any] = {}
-    block = _blocking_task(queue, release, seen)
+    block = blocking_task(queue, release, seen)
     ids = [block.enqueue().id for _ in range(2)]
     worker = pgqueue.Worker(queue, concurrency=2)
     worker.start()
@@ -52,7 +40,7 @@ def test_a_graceful_stop_hands_unfinished_jobs_straight_back(queue: pgqueue.Queu
 def test_a_graceful_stop_waits_for_jobs_that_finish_in_time(queue: pgqueue.Queue) -> None:
     release = threading.Event()
     seen: dict[str, Any] = {}
-    block = _blocking_task(queue, release, seen)
+    block = blocking_task(queue, release, seen)
     job_id = block.enqueue().id
     worker = pgqueue.Worker(queue)
     worker.start()
@@ -69,7 +57,7 @@ def test_a_graceful_stop_waits_for_jobs_that_finish_in_time(queue: pgqueue.Queue
 def test_a_forced_stop_leaves_running_jobs_to_their_leases(queue: pgqueue.Queue) -> None:
     release = threading.Event()
     seen: dict[str, Any] = {}
-    block = _blocking_task(queue, release, seen)
+    block = blocking_task(queue, release, seen)
     job_id = block.enqueue().id
     worker = pgqueue.Worker(queue)
     worker.start()

@@ -60,6 +60,22 @@ def execute(queue: pgqueue.Queue, sql: str, **params: Any) -> None:
         conn.execute(sa.text(sql), params)
 
 
+def blocking_task(queue: pgqueue.Queue, release: threading.Event, seen: dict[str, Any]) -> Any:
+    """Register ``t.block``: it records its job in ``seen`` and runs until ``release`` is set
+    (returning "done") or its job is cancelled (returning "gave up")."""
+
+    @queue.task(name="t.block")
+    def block() -> str:
+        job = pgqueue.current_job()
+        seen[job.id] = job
+        while not release.is_set():
+            if job.cancelled.wait(0.01):
+                return "gave up"
+        return "done"
+
+    return block
+
+
 class Recorder:
     """Collects what handlers saw, thread-safely."""
 
