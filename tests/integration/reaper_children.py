@@ -36,7 +36,10 @@ def make_queue(url: str, marks: Path) -> pgqueue.Queue:
     def hold(tag: str) -> str:
         """Attempt 1 blocks until ``<tag>.release`` exists; later attempts return at once."""
         attempt = pgqueue.current_job().attempts
-        (marks / f"{tag}.attempt{attempt}").write_text(str(os.getpid()))
+        # Written whole, then renamed: a reader that sees the file sees the pid.
+        partial = marks / f"{tag}.attempt{attempt}.partial"
+        partial.write_text(str(os.getpid()))
+        partial.replace(marks / f"{tag}.attempt{attempt}")
         if attempt == 1:
             while not (marks / f"{tag}.release").exists():
                 time.sleep(0.02)
