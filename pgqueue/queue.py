@@ -573,7 +573,12 @@ class Queue:
 
     def stored(self, document: Any, expires_at: datetime | None) -> Any:
         """A stored result document decoded, or None when there is none or it has expired (the
-        pruner clears expired ones in batches; until then they are hidden here)."""
+        pruner clears expired ones in batches; until then they are hidden here).
+
+        Example::
+
+            queue.stored(row.result, row.result_expires_at)
+        """
         if document is None or not _unexpired(expires_at):
             return None
         return self.serializer.decode(document)

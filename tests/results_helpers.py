@@ -109,3 +109,12 @@ class Waiting:
         if self.error is not None:
             raise self.error
         return self.value
+
+
+def wait_until(condition: Callable[[], Any], what: str) -> Any:
+    """Poll ``condition`` until it returns something truthy; fail after DEADLINE seconds."""
+    deadline = time.monotonic() + DEADLINE
+    while not (value := condition()):
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.005)
+    return value

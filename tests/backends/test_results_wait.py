@@ -4,14 +4,13 @@
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 from conftest import count_jobs
-from results_helpers import DEADLINE, Waiting, claim_one, finish_next
+from results_helpers import DEADLINE, Waiting, claim_one, finish_next, wait_until
 
 import pgqueue
 from pgqueue import JobState, statements
@@ -170,31 +169,28 @@ def test_two_waiters_on_one_id_share_the_job(
     assert count_jobs(queue) == 1
 
 
-def test_a_job_cancelled_while_waited_on_raises(
-    queue: pgqueue.Queue, add: pgqueue.Task[[int, int], int]
-) -> None:
-    waiting = Waiting(lambda: add.using(id="cancel-me").enqueue_and_wait(1, 2, timeout=DEADLINE))
-    deadline = time.monotonic() + DEADLINE
-    while queue.status("cancel-me") is None and time.monotonic() < deadline:
-        time.sleep(0.005)
-    assert queue.cancel("cancel-me").cancelled
-    with pytest.raises(pgqueue.JobFailedError) as caught:
-        waiting.result()
-    assert caught.value.error_type == "JobCancelled"
-
-
-def test_a_job_deleted_while_waited_on_raises(
-    queue: pgqueue.Queue, add: pgqueue.Task[[int, int], int]
-) -> None:
-    waiting = Waiting(lambda: add.using(id="gone").enqueue_and_wait(1, 2, timeout=DEADLINE))
-    deadline = time.monotonic() + DEADLINE
-    while queue.status("gone") is None and time.monotonic() < deadline:
-        time.sleep(0.005)
+def _delete(queue: pgqueue.Queue, job_id: str) -> None:
     with queue.connect() as conn:
-        conn.execute(statements.job_delete(["gone"]))
+        conn.execute(statements.job_delete([job_id]))
+
+
+@pytest.mark.parametrize(
+    ("end", "error_type"),
+    [(lambda q, i: q.cancel(i), "JobCancelled"), (_delete, "JobNotFound")],
+    ids=["cancelled", "deleted"],
+)
+def test_a_job_that_can_no_longer_finish_raises(
+    queue: pgqueue.Queue,
+    add: pgqueue.Task[[int, int], int],
+    end: Callable[[pgqueue.Queue, str], object],
+    error_type: str,
+) -> None:
+    waiting = Waiting(lambda: add.using(id="doomed").enqueue_and_wait(1, 2, timeout=DEADLINE))
+    wait_until(lambda: queue.status("doomed"), "the enqueue")
+    end(queue, "doomed")
     with pytest.raises(pgqueue.JobFailedError) as caught:
         waiting.result()
-    assert caught.value.error_type == "JobNotFound"
+    assert caught.value.error_type == error_type
 
 
 def test_many_concurrent_waiters_each_get_their_own_result(

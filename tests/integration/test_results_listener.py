@@ -7,13 +7,12 @@ re-read after a reconnect can wake them within the test's deadline.
 from __future__ import annotations
 
 import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 import sqlalchemy as sa
-from results_helpers import DEADLINE, Waiting, claim_one, finish_next
+from results_helpers import DEADLINE, Waiting, claim_one, finish_next, wait_until
 
 import pgqueue
 from pgqueue import statements, waiting
@@ -31,13 +30,6 @@ def pg_queue(queue: pgqueue.Queue, monkeypatch: pytest.MonkeyPatch) -> Iterator[
         return a + b
 
     yield queue
-
-
-def wait_until(condition: Callable[[], Any], what: str) -> None:
-    deadline = time.monotonic() + DEADLINE
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.005)
 
 
 def listening_pid(queue: pgqueue.Queue) -> int:
