@@ -28,6 +28,12 @@ echo "== ruff"
 echo "== mypy --strict pgqueue"
 "$VENV/bin/mypy" --strict pgqueue
 
+echo "== mkdocs build --strict"
+site_dir=$(mktemp -d)
+# Not --quiet: it also hides the warnings that --strict turns into a failure.
+NO_MKDOCS_2_WARNING=1 "$VENV/bin/mkdocs" build --strict --site-dir "$site_dir"
+rm -rf "$site_dir"
+
 echo "== pytest"
 "$VENV/bin/python" -m pytest "$@"
 
