@@ -775,7 +775,9 @@ def job_orphaned(*, limit: int) -> Select[Any]:
     lock that nobody holds any more, i.e. the worker's process (or its connection) is gone.
 
     Workers without a lock key (crash detection off) are never matched: only their lease can
-    release their jobs.
+    release their jobs. Nor are workers that have not beaten since the server started: a restart
+    frees every lock, and a live worker takes its own again on its next beat (until then, or if it
+    died with the old server, its lease covers it).
     """
     return (
         select(*_STALE_COLUMNS)
@@ -783,6 +785,7 @@ def job_orphaned(*, limit: int) -> Select[Any]:
         .where(
             JOBS.c.state == str(JobState.PROCESSING),
             WORKERS.c.lock_key.is_not(None),
+            WORKERS.c.last_beat_at > func.pg_postmaster_start_time(),
             WORKERS.c.lock_key.not_in(_advisory_locks_held()),
         )
         .limit(limit)

@@ -36,7 +36,7 @@ from datetime import timedelta
 from functools import partial
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from sqlalchemy.exc import OperationalError
+from sqlalchemy.exc import DBAPIError
 
 from pgqueue import config, statements
 from pgqueue.errors import BackendError, ConfigError, JobFailedError, JobTimeoutError
@@ -208,9 +208,11 @@ class Wait:
             try:
                 return call()
             except BackendError as exc:
-                if not isinstance(exc.__cause__, OperationalError):
-                    raise
-                if time.monotonic() + delay >= give_up:
+                cause = exc.__cause__
+                unreachable = isinstance(cause, DBAPIError) and self.queue.backend.unreachable(
+                    cause
+                )
+                if not unreachable or time.monotonic() + delay >= give_up:
                     raise
                 logger.warning(
                     "database unreachable while waiting for job_id=%s, retrying in %.2fs: %s",

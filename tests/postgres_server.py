@@ -20,6 +20,8 @@ import shutil
 import subprocess
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -232,6 +234,17 @@ class PostgresServer:
             self._stop_detached_postmaster()
         server.terminate()  # SIGINT, i.e. fast shutdown; waits for the exit
         server.start()  # same command line, so same port and options
+
+    @contextmanager
+    def outage(self) -> Iterator[None]:
+        """The server is down (fast shutdown) inside the block and back, on the same port with
+        the same data, after it."""
+        server = self._require_server()
+        server.terminate()
+        try:
+            yield
+        finally:
+            server.start()
 
     def __enter__(self) -> PostgresServer:
         self.start()

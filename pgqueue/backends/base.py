@@ -101,6 +101,12 @@ class Backend(Protocol):
         """Map a driver error to the pgqueue error tree (the caller raises it ``from`` error)."""
         ...
 
+    def unreachable(self, error: DBAPIError) -> bool:
+        """Whether ``error`` says the database cannot be reached for now (a restart, a failover,
+        a dropped connection) rather than refusing the statement or the login for good: a
+        caller may retry it with backoff."""
+        ...
+
 
 def iter_chunks(items: list[Any], size: int) -> Iterator[list[Any]]:
     """Consecutive slices of at most ``size`` items."""

@@ -12,7 +12,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy import Connection, Engine, Table, Text, bindparam, func, select
 from sqlalchemy.dialects import postgresql
-from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import DBAPIError, OperationalError
 
 from pgqueue import statements
 from pgqueue.backends.base import Clock, iter_chunks
@@ -93,6 +93,14 @@ class PostgresBackend:
     def notify_many(self, connection: Connection, channel: str, payloads: Sequence[str]) -> None:
         if payloads:
             connection.execute(_NOTIFY_MANY, {"channel": channel, "payloads": list(payloads)})
+
+    def unreachable(self, error: DBAPIError) -> bool:
+        # No answer from a server at all (refused, reset: no SQLSTATE), a connection exception
+        # (class 08), or the server shutting down, starting up or ending the session (57P).
+        if not isinstance(error, OperationalError):
+            return False
+        sqlstate = getattr(error.orig, "sqlstate", None)
+        return sqlstate is None or sqlstate.startswith(("08", "57P"))
 
     def translate(self, error: DBAPIError) -> Exception:
         sqlstate = getattr(error.orig, "sqlstate", None)

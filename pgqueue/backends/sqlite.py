@@ -100,6 +100,10 @@ class SQLiteBackend:
     def notify_many(self, connection: Connection, channel: str, payloads: Sequence[str]) -> None:
         return None
 
+    def unreachable(self, error: DBAPIError) -> bool:
+        # A file has no outages; a busy database is already waited out by the busy timeout.
+        return False
+
     def translate(self, error: DBAPIError) -> Exception:
         message = str(error.orig)
         if "no such table: pgqueue_" in message:

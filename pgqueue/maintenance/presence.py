@@ -27,14 +27,16 @@ Example::
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import secrets
+import select
 import socket
 import threading
 from collections.abc import Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection
 from sqlalchemy.exc import DBAPIError
@@ -59,6 +61,8 @@ logger = logging.getLogger("pgqueue.worker")
 #: Hold a liveness lock on PostgreSQL so the reaper notices a dead worker without waiting for
 #: its lease (needs session pooling; see the module docstring).
 DEFAULT_CRASH_DETECTION = True
+# After losing the liveness lock, the first retry comes this soon, doubling up to the beat interval.
+_RELOCK_FIRST_SECONDS = 0.05
 # Attempts at finding a free liveness key; a clash needs two workers drawing the same 31 bits.
 _KEY_ATTEMPTS = 8
 
@@ -95,6 +99,8 @@ class WorkerPresence:
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self._stopping = threading.Event()
+        # stop() writes to the second socket to end the beat thread's select() at once.
+        self._wakeup: tuple[socket.socket, socket.socket] | None = None
 
     def start(self, every: float) -> None:
         """Register now, then beat every ``every`` seconds on a thread of its own. A failure to
@@ -107,6 +113,7 @@ class WorkerPresence:
         except PgQueueError as exc:
             logger.warning("worker registration failed, retrying on the next beat: %s", exc)
         self._stopping.clear()
+        self._wakeup = socket.socketpair()
         self._thread = threading.Thread(
             target=self._beat_forever,
             args=(every,),
@@ -118,17 +125,49 @@ class WorkerPresence:
     def stop(self) -> None:
         """Stop beating and unregister (see :meth:`unregister`). Idempotent."""
         thread, self._thread = self._thread, None
+        wakeup, self._wakeup = self._wakeup, None
         self._stopping.set()
-        if thread is not None:
+        if thread is not None and wakeup is not None:
+            wakeup[1].send(b"\0")
             thread.join()
+            for end in wakeup:
+                end.close()
         self.unregister()
 
     def _beat_forever(self, every: float) -> None:
-        while not self._stopping.wait(every):
+        retry = _RELOCK_FIRST_SECONDS
+        while True:
+            if self._lock_lost():
+                # Not held: take it again soon, with backoff while the server is away.
+                wait, retry = retry, min(retry * 2, every)
+            else:
+                wait, retry = every, _RELOCK_FIRST_SECONDS
+            if self._wait_for_loss(wait):
+                return
             try:
                 self.beat()
             except Exception as exc:
                 logger.warning("worker heartbeat to the registry failed: %s", exc)
+
+    def _lock_lost(self) -> bool:
+        return self.crash_detection and (self._connection is None or self.lock_key is None)
+
+    def _wait_for_loss(self, seconds: float) -> bool:
+        """Sleep ``seconds``, or less if the liveness connection shows that the server is
+        closing it (it says nothing on an idle session otherwise): a restart or a terminated
+        session frees the lock, and the sooner it is taken again, the smaller the window in
+        which the reaper could take this live worker for a dead one. True when stopping."""
+        wakeup = self._wakeup
+        sockets: list[Any] = [wakeup[0]] if wakeup is not None else []
+        connection = self._connection
+        if connection is not None:
+            with contextlib.suppress(Exception):
+                sockets.append(connection.connection.dbapi_connection.fileno())  # type: ignore[union-attr]
+        if sockets:
+            select.select(sockets, [], [], seconds)
+        else:
+            self._stopping.wait(seconds)
+        return self._stopping.is_set()
 
     def register(self, now: datetime | None = None) -> None:
         """Take the liveness lock, then write the registry row. Call before the first claim, so

@@ -1,0 +1,131 @@
+"""``python -m benchmarks``: run every benchmark on PostgreSQL and SQLite, print a table, write
+JSON.
+
+    python -m benchmarks                      # everything, full sizes (about 10 minutes)
+    python -m benchmarks --quick              # tiny counts: proves the harness runs
+    python -m benchmarks --only drain,roundtrip --backend postgresql
+    python -m benchmarks --json results.json  # where the JSON goes ("-": stdout, no table)
+
+PostgreSQL is a throwaway server started here with its default settings (fsync and synchronous
+commit on); SQLite is a fresh file per benchmark. Every figure carries the 1-minute load average
+at its start: figures taken on a busy machine measure the machine, not pgqueue.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sqlite3
+import sys
+from dataclasses import asdict
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from benchmarks import drain, enqueue, history, recovery, roundtrip
+from benchmarks.common import BACKENDS, Databases, Figure
+
+BENCHMARKS = {module.NAME: module for module in (enqueue, drain, roundtrip, recovery, history)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks", description=__doc__.split("\n\n")[0]
+    )
+    parser.add_argument("--quick", action="store_true", help="tiny counts (a smoke run)")
+    parser.add_argument("--backend", choices=BACKENDS, action="append", help="default: both")
+    parser.add_argument(
+        "--only",
+        type=lambda text: [name.strip() for name in text.split(",") if name.strip()],
+        default=list(BENCHMARKS),
+        help=f"comma-separated, from: {', '.join(BENCHMARKS)}",
+    )
+    parser.add_argument("--json", default="benchmark-results.json", metavar="PATH")
+    args = parser.parse_args(argv)
+    unknown = [name for name in args.only if name not in BENCHMARKS]
+    if unknown:
+        parser.error(f"unknown benchmark(s): {', '.join(unknown)}")
+
+    started = datetime.now(UTC)
+    load_before = os.getloadavg()
+    figures: list[Figure] = []
+    databases = Databases()
+    try:
+        for backend in args.backend or BACKENDS:
+            for name in args.only:
+                print(f"running {name} on {backend} ...", file=sys.stderr, flush=True)
+                figures += BENCHMARKS[name].run(databases, backend, quick=args.quick)
+        postgres = databases.postgres_version()
+    finally:
+        databases.close()
+
+    report = {
+        "command": " ".join(
+            ["python -m benchmarks", *(argv if argv is not None else sys.argv[1:])]
+        ),
+        "started": started.isoformat(timespec="seconds"),
+        "finished": datetime.now(UTC).isoformat(timespec="seconds"),
+        "load_before": [round(x, 2) for x in load_before],
+        "load_after": [round(x, 2) for x in os.getloadavg()],
+        "machine": machine(postgres),
+        "quick": args.quick,
+        "figures": [asdict(figure) for figure in figures],
+    }
+    if args.json == "-":
+        json.dump(report, sys.stdout, indent=2)
+        print()
+        return 0
+    print_table(figures)
+    Path(args.json).write_text(json.dumps(report, indent=2) + "\n")
+    print(f"\nJSON: {args.json}   machine: {report['machine']}", file=sys.stderr)
+    return 0
+
+
+def machine(postgres: str | None) -> dict[str, Any]:
+    """What the figures were measured on."""
+    cpu = platform.processor()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    try:
+        memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    except (ValueError, OSError):
+        memory = 0.0
+    return {
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "memory_gib": round(memory, 1),
+        "os": platform.platform(),
+        "python": platform.python_version(),
+        "postgresql": postgres,
+        "sqlite": sqlite3.sqlite_version,
+    }
+
+
+def print_table(figures: list[Figure]) -> None:
+    rows = [
+        (f.benchmark, f.backend, f.metric, _number(f.value), f.unit, f"{f.load:.2f}", f.settings)
+        for f in figures
+    ]
+    header = ("benchmark", "backend", "metric", "value", "unit", "load", "settings")
+    widths = [max(len(str(row[i])) for row in [header, *rows]) for i in range(len(header))]
+    for row in [header, tuple("-" * w for w in widths), *rows]:
+        cells = [
+            str(cell).rjust(width) if i in (3, 5) else str(cell).ljust(width)
+            for i, (cell, width) in enumerate(zip(row, widths, strict=True))
+        ]
+        print("  ".join(cells).rstrip())
+
+
+def _number(value: float) -> str:
+    return f"{value:,.0f}" if value >= 100 else f"{value:.2f}"
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,58 @@
+"""The tasks the benchmarks run, and the worker process they start.
+
+``python -m benchmarks.app --concurrency 50`` runs a :class:`pgqueue.Worker` for these tasks on
+``$PGQUEUE_URL`` until SIGTERM. The harness never imports this module: it enqueues by task name.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+import pgqueue
+
+queue = pgqueue.Queue(max_attempts=5)
+
+
+@queue.task(name="bench.noop")
+def noop() -> None:
+    """Nothing: what is measured is the queue."""
+
+
+@queue.task(name="bench.started")
+def started() -> float:
+    """When the handler started (``time.time()``), for the pickup latency."""
+    return time.time()
+
+
+@queue.task(name="bench.hang")
+def hang(log: str) -> None:
+    """Append ``attempt pid time`` to ``log``; the first attempt then hangs until its worker is
+    killed (the recovery benchmark), later ones return at once."""
+    job = pgqueue.current_job()
+    fd = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+    try:
+        os.write(fd, f"{job.attempts} {os.getpid()} {time.time()}\n".encode())
+    finally:
+        os.close(fd)
+    if job.attempts == 1:
+        job.cancelled.wait(120)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.app")
+    parser.add_argument("--concurrency", type=int, default=pgqueue.worker.DEFAULT_CONCURRENCY)
+    parser.add_argument("--lease", type=float, default=pgqueue.worker.DEFAULT_LEASE)
+    parser.add_argument("--reaper-interval", type=float, default=None)
+    args = parser.parse_args(argv)
+    reaper: bool | pgqueue.Reaper = True
+    if args.reaper_interval is not None:
+        reaper = pgqueue.Reaper(queue, interval=args.reaper_interval)
+    worker = pgqueue.Worker(queue, concurrency=args.concurrency, lease=args.lease, reaper=reaper)
+    worker.run()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

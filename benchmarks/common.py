@@ -1,0 +1,191 @@
+"""What every benchmark shares: fresh databases, worker processes, figures and percentiles."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any, TypeVar
+
+import sqlalchemy as sa
+
+import pgqueue
+
+ROOT = Path(__file__).resolve().parent.parent
+# tests/postgres_server.py is free of pytest so that benchmarks can start the same server.
+sys.path.insert(0, str(ROOT / "tests"))
+
+from postgres_server import PostgresServer  # noqa: E402
+
+T = TypeVar("T")
+BACKENDS = ("postgresql", "sqlite")
+
+
+@dataclass(frozen=True, slots=True)
+class Figure:
+    """One measured number, with what it was measured under."""
+
+    benchmark: str
+    backend: str
+    metric: str
+    value: float
+    unit: str
+    settings: str = ""
+    #: The 1-minute load average when the benchmark started (a busy machine skews everything).
+    load: float = field(default_factory=lambda: os.getloadavg()[0])
+
+
+class Databases:
+    """A fresh, migrated database per benchmark run: a new database on one throwaway PostgreSQL
+    server (started on first use, default durability settings), or a new SQLite file."""
+
+    def __init__(self) -> None:
+        self._server: PostgresServer | None = None
+        self.directory = Path(tempfile.mkdtemp(prefix="pgqueue-bench-"))
+
+    @property
+    def server(self) -> PostgresServer:
+        if self._server is None:
+            # fast=False: fsync and synchronous_commit stay on, as on a real server.
+            self._server = PostgresServer(fast=False)
+            self._server.start()
+        return self._server
+
+    def fresh(self, backend: str, name: str) -> str:
+        """The URL of a new, migrated database."""
+        unique = f"{name}_{uuid.uuid4().hex[:8]}"
+        if backend == "postgresql":
+            url = self.server.create_database(unique)
+        else:
+            url = f"sqlite:///{self.directory / unique}.db"
+        queue = pgqueue.Queue(url)
+        queue.migrate()
+        queue.close()
+        return url
+
+    def postgres_version(self) -> str | None:
+        """The server's version, if one was started."""
+        if self._server is None:
+            return None
+        with opened(self._server.url) as queue:
+            return str(scalar(queue, "SHOW server_version"))
+
+    def close(self) -> None:
+        if self._server is not None:
+            self._server.stop()
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+
+@contextmanager
+def opened(url: str) -> Iterator[pgqueue.Queue]:
+    """A producer-side Queue on ``url`` (it enqueues by task name: no handlers here)."""
+    queue = pgqueue.Queue(url, allow_unknown_tasks=True, max_attempts=5)
+    try:
+        yield queue
+    finally:
+        queue.close()
+
+
+@contextmanager
+def workers(
+    url: str, count: int, *arguments: str, log_dir: Path
+) -> Iterator[list[subprocess.Popen[bytes]]]:
+    """``count`` worker processes (``python -m benchmarks.app ARGUMENTS``), registered and idle
+    on entry, stopped (and killed if need be) on exit. Their stderr goes to files in
+    ``log_dir``."""
+    processes = [start_worker(url, log_dir, *arguments) for _ in range(count)]
+    try:
+        with opened(url) as queue:
+            wait_until(lambda: registered(queue) >= count, timeout=60, what="workers to start")
+        yield processes
+    finally:
+        stop(processes)
+
+
+def start_worker(url: str, log_dir: Path, *arguments: str) -> subprocess.Popen[bytes]:
+    """One worker process; its stderr goes to a file in ``log_dir``."""
+    env = {**os.environ, "PGQUEUE_URL": url, "PYTHONPATH": str(ROOT)}
+    stderr = open(log_dir / f"worker-{uuid.uuid4().hex[:8]}.log", "wb")  # noqa: SIM115
+    try:
+        return subprocess.Popen(
+            [sys.executable, "-m", "benchmarks.app", *arguments],
+            cwd=ROOT,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=stderr,
+        )
+    finally:
+        stderr.close()
+
+
+def stop(processes: Sequence[subprocess.Popen[bytes]]) -> None:
+    """SIGTERM every process (a graceful stop), then SIGKILL whatever is left after 10 s."""
+    for process in processes:
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + 10
+    for process in processes:
+        try:
+            process.wait(max(deadline - time.monotonic(), 0.1))
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def registered(queue: pgqueue.Queue) -> int:
+    """Workers in the registry."""
+    return scalar(queue, "SELECT count(*) FROM pgqueue_workers")
+
+
+def count_state(queue: pgqueue.Queue, state: str) -> int:
+    return scalar(queue, "SELECT count(*) FROM pgqueue_jobs WHERE state = :state", state=state)
+
+
+def scalar(queue: pgqueue.Queue, sql: str, **params: Any) -> Any:
+    with queue.engine.connect() as conn:
+        return conn.scalar(sa.text(sql), params)
+
+
+def wait_until(condition: Callable[[], T], *, timeout: float, what: str, every: float = 0.05) -> T:
+    """Poll ``condition`` until it is truthy; RuntimeError after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"timed out after {timeout:g}s waiting for {what}")
+        time.sleep(every)
+
+
+def percentile(values: Sequence[float], fraction: float) -> float:
+    """The ``fraction`` quantile (nearest rank) of ``values``."""
+    ordered = sorted(values)
+    rank = max(round(fraction * len(ordered) + 0.5) - 1, 0)
+    return ordered[min(rank, len(ordered) - 1)]
+
+
+def latency_figures(
+    benchmark: str, backend: str, seconds: Sequence[float], settings: str, load: float
+) -> list[Figure]:
+    """p50, p95 and p99 of ``seconds``, in milliseconds."""
+    return [
+        Figure(benchmark, backend, name, percentile(seconds, q) * 1000, "ms", settings, load)
+        for name, q in (("p50", 0.50), ("p95", 0.95), ("p99", 0.99))
+    ]
+
+
+def instant(value: object) -> datetime:
+    """A timestamp read with a plain ``text()`` query: PostgreSQL gives a datetime, SQLite text."""
+    return value if isinstance(value, datetime) else datetime.fromisoformat(str(value))
