@@ -212,7 +212,17 @@ def periodic_decorator(
     """The decorator behind :meth:`Queue.periodic`: validates everything now, registers the
     schedule when applied to a task (or to a plain function, which becomes a task)."""
     zone = _zone(timezone)
-    trigger, fires_twice = _trigger(cron, every, zone)
+    if (cron is None) == (every is None):
+        raise ConfigError("give exactly one of cron='*/5 * * * *' or every=timedelta(...)")
+    interval = None if every is None else timedelta(seconds=_seconds(every))
+    if interval is None:
+        trigger, fires_twice = _cron_trigger(cron, zone)
+    else:
+        origin = INTERVAL_ORIGIN.replace(tzinfo=zone)
+        trigger = IntervalTrigger(
+            seconds=interval.total_seconds(), start_date=origin, timezone=zone
+        )
+        fires_twice = True
     if catch_up not in get_args(CatchUp):
         raise ConfigError(
             f"catch_up must be one of {', '.join(map(repr, get_args(CatchUp)))}, not {catch_up!r}"
@@ -240,7 +250,7 @@ def periodic_decorator(
             name=name or task.name,
             task=task.name,
             cron=None if cron is None else cron.strip(),
-            every=None if every is None else timedelta(seconds=_seconds(every)),
+            every=interval,
             timezone=str(zone),
             args=tuple(args),
             kwargs=kwargs,
@@ -286,21 +296,12 @@ def _seconds(every: object) -> float:
     return seconds
 
 
-def _trigger(
-    cron: object, every: timedelta | float | None, zone: ZoneInfo
-) -> tuple[BaseTrigger, bool]:
+def _cron_trigger(expression: object, zone: ZoneInfo) -> tuple[BaseTrigger, bool]:
     """The trigger, and whether it fires on both occurrences of a repeated local time."""
-    if (cron is None) == (every is None):
-        raise ConfigError("give exactly one of cron='*/5 * * * *' or every=timedelta(...)")
-    if every is not None:
-        origin = INTERVAL_ORIGIN.replace(tzinfo=zone)
-        return IntervalTrigger(seconds=_seconds(every), start_date=origin, timezone=zone), True
-    if not isinstance(cron, str):
-        raise ConfigError(f"cron must be a str such as '*/5 * * * *', not {type(cron).__name__}")
-    return _cron_trigger(cron, zone)
-
-
-def _cron_trigger(expression: str, zone: ZoneInfo) -> tuple[BaseTrigger, bool]:
+    if not isinstance(expression, str):
+        raise ConfigError(
+            f"cron must be a str such as '*/5 * * * *', not {type(expression).__name__}"
+        )
     text = _MACROS.get(expression.strip().lower(), expression)
     if text.startswith("@"):
         raise ConfigError(f"unknown cron macro {expression!r}; known: {', '.join(_MACROS)}")
@@ -315,9 +316,9 @@ def _cron_trigger(expression: str, zone: ZoneInfo) -> tuple[BaseTrigger, bool]:
     try:
         days = _weekdays(weekday)
 
-        def build(day: str, days: str) -> CronTrigger:
+        def build(day: str, weekdays: str) -> CronTrigger:
             return CronTrigger(
-                minute=minute, hour=hour, day=day, month=month, day_of_week=days, timezone=zone
+                minute=minute, hour=hour, day=day, month=month, day_of_week=weekdays, timezone=zone
             )
 
         trigger: BaseTrigger
@@ -383,7 +384,7 @@ def _day(token: str) -> int:
         if number > 7:
             raise ValueError(f"day {number} is out of range 0-7 (0 and 7 are Sunday)")
         return number
-    if token[:3] in _DAY_NAMES and len(token) == 3:
+    if token in _DAY_NAMES:
         return _DAY_NAMES.index(token)
     raise ValueError(f"unknown day {token!r}: use 0-7 or sun, mon, tue, wed, thu, fri, sat")
 
