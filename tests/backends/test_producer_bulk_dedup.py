@@ -7,11 +7,11 @@ from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
 import pytest
-import sqlalchemy as sa
 from conftest import count_jobs
+from test_producer_enqueue import set_state
 
 import pgqueue
-from pgqueue import JobSpec, JobState, statements
+from pgqueue import JobSpec, JobState
 from pgqueue.backends.postgres import ENQUEUE_CHUNK
 
 
@@ -21,15 +21,6 @@ def queue(db_url: str) -> Iterator[pgqueue.Queue]:
     q = pgqueue.Queue(db_url, allow_unknown_tasks=True)
     yield q
     q.close()
-
-
-def set_state(queue: pgqueue.Queue, job_id: str, state: str, **values: object) -> None:
-    with queue.engine.begin() as conn:
-        conn.execute(
-            sa.update(statements.JOBS)
-            .where(statements.JOBS.c.id == job_id)
-            .values(state=state, **values)
-        )
 
 
 def test_one_bulk_call_applies_the_whole_dedup_table(queue: pgqueue.Queue) -> None:

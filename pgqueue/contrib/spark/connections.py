@@ -22,5 +22,9 @@ def executor_queue(url: str) -> Queue:
     with _LOCK:
         queue = _QUEUES.get(url)
         if queue is None:
-            queue = _QUEUES[url] = Queue(url, allow_unknown_tasks=True)
+            # A Python worker runs one Spark task at a time: one pooled connection is all it uses,
+            # and all it keeps open between tasks.
+            queue = _QUEUES[url] = Queue(
+                url, allow_unknown_tasks=True, engine_options={"pool_size": 1, "max_overflow": 1}
+            )
         return queue

@@ -140,8 +140,9 @@ def enqueue_dataframe(
     committed, and the run can simply be repeated once the data is fixed.
 
     ``partitions`` is how many Spark tasks write, each on its own connection (default: the
-    cluster's parallelism, at most ``DEFAULT_PARTITIONS``); ``batch_size`` rows go to the
-    database per statement. On SQLite one partition writes, as SQLite has one writer at a time.
+    cluster's parallelism, at most ``DEFAULT_PARTITIONS``); each hands its rows to
+    ``Queue.enqueue_many`` ``batch_size`` at a time. On SQLite one partition writes, as SQLite has
+    one writer at a time.
 
     Example::
 
@@ -253,6 +254,8 @@ def _plan(
     args = tuple(args_cols or ())
     if isinstance(kwargs_cols, Mapping):
         kwargs = tuple(kwargs_cols.items())
+        if not all(isinstance(argument, str) for argument, _ in kwargs):
+            raise ConfigError("kwargs_cols maps argument names (str) to column names")
     else:
         kwargs = tuple((column, column) for column in kwargs_cols or ())
 
@@ -276,7 +279,7 @@ def _plan(
         priority_col=priority_col,
         run_at_col=run_at_col,
         batch_size=batch_size,
-        map_columns=frozenset(name for name, kind in schema.items() if _contains_map(kind)),
+        map_columns=frozenset(c for c, kind in schema.items() if _contains_map(kind)),
     )
 
 
@@ -356,7 +359,8 @@ def _partition_keys(df: DataFrame, plan: _Plan) -> list[Column]:
     if not sources:
         return [F.lit(0)]  # every row has the same id
     types = {f.name: f.dataType for f in df.schema.fields}
-    # Spark cannot hash maps; their JSON text hashes the same for the same map.
+    # Spark cannot hash maps: spread by their JSON text instead (the same for equal maps whose
+    # entries come in the same order).
     return [
         F.to_json(F.col(name)) if _contains_map(types[name]) else F.col(name) for name in sources
     ]
