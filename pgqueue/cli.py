@@ -239,6 +239,7 @@ def _worker(args: argparse.Namespace) -> int:
         server = metrics.serve(port=args.metrics_port, host="0.0.0.0")
         print(f"serving metrics on {server.url}", file=sys.stderr, flush=True)
     try:
+        check_database(queue)
         worker.run(burst=args.burst)
     finally:
         if server is not None:
@@ -784,8 +785,15 @@ def _reaper(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def check_database(queue: Queue) -> None:
+    """Fail at once, in one line, on what no retry fixes: a server that cannot be reached or a
+    database without pgqueue's tables. Once running, workers and services ride out outages."""
+    queue.status("")  # a primary-key read that finds no row
+
+
 def run_until_signalled(service: MaintenanceService) -> None:
     """Start a maintenance service, block until SIGTERM or SIGINT, then stop it."""
+    check_database(service.queue)
     import signal
     import threading
 
