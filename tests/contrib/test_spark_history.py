@@ -333,6 +333,8 @@ def test_read_jobs_from_sqlite(spark: SparkSession, tmp_path: Path) -> None:
         read_jobs(spark, url, source="jdbc")
     with pytest.raises(ConfigError, match="unknown state"):
         read_jobs(spark, url, states=["done"])
+    with pytest.raises(ConfigError, match="since must be a timezone-aware datetime"):
+        read_jobs(spark, url, since=datetime(2024, 1, 1))
 
 
 def test_spark_report_writes_tables_and_charts(

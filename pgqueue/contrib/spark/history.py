@@ -143,8 +143,8 @@ class _Filters:
         return cls(
             queues=None if queues is None else tuple(config.check_name("queue", q) for q in queues),
             states=None if states is None else tuple(str(s) for s in states),
-            since=None if since is None else config.check_run_at(since),
-            until=None if until is None else config.check_run_at(until),
+            since=None if since is None else _aware("since", since),
+            until=None if until is None else _aware("until", until),
         )
 
     def statement_options(self) -> dict[str, Any]:
@@ -174,6 +174,15 @@ class _Filters:
             since=None if data["since"] is None else datetime.fromisoformat(data["since"]),
             until=None if data["until"] is None else datetime.fromisoformat(data["until"]),
         )
+
+
+def _aware(name: str, value: object) -> datetime:
+    if not isinstance(value, datetime) or value.utcoffset() is None:
+        raise ConfigError(
+            f"{name} must be a timezone-aware datetime (e.g. datetime.now(UTC) - "
+            f"timedelta(days=1)), not {value!r}"
+        )
+    return value.astimezone(UTC)
 
 
 def _created_span(url: URL, filters: _Filters) -> tuple[datetime, datetime] | None:
