@@ -89,8 +89,8 @@ def queue_stats(
 ) -> list[QueueStats]:
     """Stats for every queue that has jobs or live workers, sorted by queue name.
 
-    One read-only transaction of five grouped queries; the finished-job counts use the
-    finished-rows index, so the cost does not grow with the history kept.
+    One read-only transaction of a few grouped queries. The counts by state read the whole jobs
+    table; the others use partial indexes.
 
     Example::
 
