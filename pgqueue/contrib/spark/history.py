@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from datetime import UTC, datetime, timedelta
 from itertools import pairwise
 from typing import Any, Literal
@@ -69,9 +69,9 @@ def read_jobs(
     Columns: ``id``, ``task``, ``queue``, ``state``, ``priority``, ``attempts``, ``max_attempts``,
     ``stall_count`` (integers), ``created_at``, ``run_at``, ``started_at``, ``finished_at``,
     ``updated_at`` (timestamps), ``locked_by``, ``payload``, ``result``, ``error`` (the JSON
-    documents as strings), and ``wait_seconds`` (started_at - created_at) and ``run_seconds`` (finished_at -
-    started_at) as doubles. ``started_at`` is the last attempt's start, so for a retried job the wait
-    includes the earlier attempts and ``run_seconds`` is the last attempt's.
+    documents as strings), and the doubles ``wait_seconds`` (``started_at - created_at``) and
+    ``run_seconds`` (``finished_at - started_at``). ``started_at`` is the last attempt's start, so
+    for a retried job the wait includes the earlier attempts and the run is the last attempt's.
 
     Filters: ``queues``, ``states``, and ``since <= created_at < until`` (aware datetimes).
     ``partitions`` ranges of ``created_at`` are read in parallel (default: the cluster's
@@ -148,12 +148,7 @@ class _Filters:
         )
 
     def statement_options(self) -> dict[str, Any]:
-        return {
-            "queues": self.queues,
-            "states": self.states,
-            "since": self.since,
-            "until": self.until,
-        }
+        return asdict(self)
 
     def to_json(self) -> str:
         return json.dumps(
