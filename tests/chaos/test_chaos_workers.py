@@ -1,8 +1,8 @@
 """Chaos: worker processes SIGKILLed while they work, and a job that kills every worker that runs
 it. Real processes, on a PostgreSQL server of this module's own and on a SQLite file.
 
-Sizes: ``PGQUEUE_CHAOS_FULL=1`` runs the issue's 5,000 jobs; otherwise a smaller run that keeps
-CI inside its budget (the kills happen at the same pace either way).
+Sizes: the issue's 5,000 jobs in CI or with ``PGQUEUE_CHAOS_FULL=1``; 2,000 otherwise (the kills
+happen at the same pace either way).
 """
 
 from __future__ import annotations
