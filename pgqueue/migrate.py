@@ -14,6 +14,7 @@ from typing import Any
 from alembic import command
 from alembic.config import Config
 from sqlalchemy import Engine
+from sqlalchemy.engine import URL
 from sqlalchemy.exc import DBAPIError
 
 from pgqueue.backends import backend_for
@@ -43,7 +44,7 @@ def downgrade(engine: Engine, revision: str = "base") -> None:
     _run(engine, command.downgrade, revision)
 
 
-def upgrade_sql(url: str | None = None, revision: str = "head") -> str:
+def upgrade_sql(url: str | URL | None = None, revision: str = "head") -> str:
     """The DDL that ``upgrade`` would run, as a SQL script for the host's own migration tool."""
     resolved = resolve_url(url)
     buffer = io.StringIO()
