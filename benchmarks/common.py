@@ -189,3 +189,41 @@ def latency_figures(
 def instant(value: object) -> datetime:
     """A timestamp read with a plain ``text()`` query: PostgreSQL gives a datetime, SQLite text."""
     return value if isinstance(value, datetime) else datetime.fromisoformat(str(value))
+
+
+_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_snapshot(pids: Sequence[int]) -> dict[int, float]:
+    """User + system CPU seconds used so far by each of these processes (all their threads).
+    On a shared machine CPU time, unlike wall time, is not inflated by other people's work."""
+    seconds = {}
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        seconds[pid] = (int(fields[11]) + int(fields[12])) / _TICKS
+    return seconds
+
+
+def cpu_used(before: dict[int, float], after: dict[int, float]) -> float:
+    """CPU seconds used between two snapshots (a process that started meanwhile counts whole)."""
+    return sum(spent - before.get(pid, 0.0) for pid, spent in after.items())
+
+
+def server_pids(databases: Databases, backend: str) -> list[int]:
+    """The PostgreSQL server's processes (the postmaster and its children); none for SQLite."""
+    if backend != "postgresql":
+        return []
+    postmaster = databases.server.pid
+    if postmaster is None:
+        return []
+    children = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            if int(stat.read_text().rsplit(")", 1)[1].split()[1]) == postmaster:
+                children.append(int(stat.parent.name))
+        except (OSError, ValueError, IndexError):
+            continue
+    return [postmaster, *children]

@@ -8,15 +8,17 @@ finish, both read from the rows, so neither the enqueue nor the harness's pollin
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 from benchmarks.common import (
     Databases,
     Figure,
     count_state,
+    cpu_snapshot,
+    cpu_used,
     instant,
     opened,
     scalar,
+    server_pids,
     wait_until,
     workers,
 )
@@ -33,35 +35,36 @@ def run(databases: Databases, backend: str, *, quick: bool) -> list[Figure]:
     for processes, concurrency in QUICK_SETTINGS if quick else SETTINGS:
         load = os.getloadavg()[0]
         url = databases.fresh(backend, "drain")
-        rate = drain(url, jobs, processes, concurrency, databases.directory)
+        rate, cpu = drain(databases, backend, url, jobs, processes, concurrency)
         settings = f"{jobs} jobs, {processes} process(es) x concurrency {concurrency}"
-        figures.append(
-            Figure(
-                f"drain {processes}p c{concurrency}",
-                backend,
-                "rate",
-                rate,
-                "jobs/s",
-                settings,
-                load,
-            )
-        )
+        name = f"drain {processes}p c{concurrency}"
+        figures += [
+            Figure(name, backend, "rate", rate, "jobs/s", settings, load),
+            Figure(name, backend, "cpu/job", cpu * 1e6 / jobs, "us", settings, load),
+        ]
     return figures
 
 
-def drain(url: str, jobs: int, processes: int, concurrency: int, log_dir: Path) -> float:
-    """Jobs per second drained by ``processes`` workers of ``concurrency`` each."""
+def drain(
+    databases: Databases, backend: str, url: str, jobs: int, processes: int, concurrency: int
+) -> tuple[float, float]:
+    """Jobs per second drained by ``processes`` workers of ``concurrency`` each, and the CPU
+    seconds the workers and the database server spent on it."""
+    log_dir = databases.directory
     with (
-        workers(url, processes, "--concurrency", str(concurrency), log_dir=log_dir),
+        workers(url, processes, "--concurrency", str(concurrency), log_dir=log_dir) as running,
         opened(url) as queue,
     ):
         queue.enqueue_many("bench.noop", [() for _ in range(jobs)])
+        pids = [process.pid for process in running] + server_pids(databases, backend)
+        before = cpu_snapshot(pids)
         wait_until(
             lambda: count_state(queue, "completed") == jobs,
             timeout=600,
             what=f"{jobs} jobs to complete",
             every=0.2,
         )
+        cpu = cpu_used(before, cpu_snapshot(pids + server_pids(databases, backend)))
         first = scalar(queue, "SELECT min(started_at) FROM pgqueue_jobs")
         last = scalar(queue, "SELECT max(finished_at) FROM pgqueue_jobs")
-    return jobs / (instant(last) - instant(first)).total_seconds()
+    return jobs / (instant(last) - instant(first)).total_seconds(), cpu

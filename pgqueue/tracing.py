@@ -39,6 +39,8 @@ _SYSTEM = "pgqueue"
 
 # None: not looked up yet; False: OpenTelemetry is not installed.
 _api: Any = None
+# True once use_tracer_provider() gave pgqueue a provider of its own.
+_own_provider = False
 
 
 def _opentelemetry() -> Any:
@@ -50,7 +52,15 @@ def _opentelemetry() -> Any:
             _api = False
         else:
             _api = (trace, propagate, trace.get_tracer("pgqueue"))
-    return _api or None
+    if not _api:
+        return None
+    trace = _api[0]
+    # Until the application sets a tracer provider, the API's default proxy hands out spans that
+    # record nothing: skip making them (a worker would otherwise spend a few microseconds of
+    # every job on it). Looked up per call: a provider set later takes effect at once.
+    if not _own_provider and isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider):
+        return None
+    return _api
 
 
 class JobSpan:
@@ -163,8 +173,9 @@ def use_tracer_provider(provider: Any) -> None:
         provider.add_span_processor(SimpleSpanProcessor(InMemorySpanExporter()))
         tracing.use_tracer_provider(provider)
     """
-    global _api
+    global _api, _own_provider
     _api = None
+    _own_provider = provider is not None
     if provider is not None:
         api = _opentelemetry()
         if api is None:
@@ -174,5 +185,6 @@ def use_tracer_provider(provider: Any) -> None:
 
 def reset() -> None:
     """Forget the cached OpenTelemetry lookup (tests that install or hide the package)."""
-    global _api
+    global _api, _own_provider
     _api = None
+    _own_provider = False
