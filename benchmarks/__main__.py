@@ -19,13 +19,13 @@ import os
 import platform
 import sqlite3
 import sys
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from benchmarks import drain, enqueue, history, recovery, roundtrip
-from benchmarks.common import BACKENDS, Databases, Figure
+from benchmarks.common import BACKENDS, Databases, Figure, Interference
 
 BENCHMARKS = {module.NAME: module for module in (enqueue, drain, roundtrip, recovery, history)}
 
@@ -43,6 +43,11 @@ def main(argv: list[str] | None = None) -> int:
         help=f"comma-separated, from: {', '.join(BENCHMARKS)}",
     )
     parser.add_argument("--json", default="benchmark-results.json", metavar="PATH")
+    parser.add_argument(
+        "--no-durability",
+        action="store_true",
+        help="PostgreSQL with fsync and synchronous_commit off: what the flush to disk costs",
+    )
     args = parser.parse_args(argv)
     unknown = [name for name in args.only if name not in BENCHMARKS]
     if unknown:
@@ -51,12 +56,15 @@ def main(argv: list[str] | None = None) -> int:
     started = datetime.now(UTC)
     load_before = os.getloadavg()
     figures: list[Figure] = []
-    databases = Databases()
+    databases = Databases(durable=not args.no_durability)
     try:
         for backend in args.backend or BACKENDS:
             for name in args.only:
                 print(f"running {name} on {backend} ...", file=sys.stderr, flush=True)
-                figures += BENCHMARKS[name].run(databases, backend, quick=args.quick)
+                interference = Interference(databases)
+                measured = BENCHMARKS[name].run(databases, backend, quick=args.quick)
+                others = round(interference.cores(), 2)
+                figures += [replace(figure, others=others) for figure in measured]
         postgres = databases.postgres_version()
     finally:
         databases.close()
@@ -71,6 +79,7 @@ def main(argv: list[str] | None = None) -> int:
         "load_after": [round(x, 2) for x in os.getloadavg()],
         "machine": machine(postgres),
         "quick": args.quick,
+        "durable": not args.no_durability,
         "figures": [asdict(figure) for figure in figures],
     }
     if args.json == "-":
@@ -110,14 +119,23 @@ def machine(postgres: str | None) -> dict[str, Any]:
 
 def print_table(figures: list[Figure]) -> None:
     rows = [
-        (f.benchmark, f.backend, f.metric, _number(f.value), f.unit, f"{f.load:.2f}", f.settings)
+        (
+            f.benchmark,
+            f.backend,
+            f.metric,
+            _number(f.value),
+            f.unit,
+            f"{f.load:.2f}",
+            f"{f.others:.2f}",
+            f.settings,
+        )
         for f in figures
     ]
-    header = ("benchmark", "backend", "metric", "value", "unit", "load", "settings")
+    header = ("benchmark", "backend", "metric", "value", "unit", "load", "others", "settings")
     widths = [max(len(str(row[i])) for row in [header, *rows]) for i in range(len(header))]
     for row in [header, tuple("-" * w for w in widths), *rows]:
         cells = [
-            str(cell).rjust(width) if i in (3, 5) else str(cell).ljust(width)
+            str(cell).rjust(width) if i in (3, 5, 6) else str(cell).ljust(width)
             for i, (cell, width) in enumerate(zip(row, widths, strict=True))
         ]
         print("  ".join(cells).rstrip())

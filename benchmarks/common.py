@@ -43,21 +43,25 @@ class Figure:
     settings: str = ""
     #: The 1-minute load average when the benchmark started (a busy machine skews everything).
     load: float = field(default_factory=lambda: os.getloadavg()[0])
+    #: Cores busy with other people's work while the benchmark ran (see ``Interference``).
+    others: float = 0.0
 
 
 class Databases:
     """A fresh, migrated database per benchmark run: a new database on one throwaway PostgreSQL
     server (started on first use, default durability settings), or a new SQLite file."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, durable: bool = True) -> None:
         self._server: PostgresServer | None = None
+        self.durable = durable
         self.directory = Path(tempfile.mkdtemp(prefix="pgqueue-bench-"))
 
     @property
     def server(self) -> PostgresServer:
         if self._server is None:
-            # fast=False: fsync and synchronous_commit stay on, as on a real server.
-            self._server = PostgresServer(fast=False)
+            # durable: fsync and synchronous_commit on, as on a real server; otherwise both off,
+            # which shows what the commit's flush to disk costs.
+            self._server = PostgresServer(fast=not self.durable)
             self._server.start()
         return self._server
 
@@ -72,6 +76,10 @@ class Databases:
         queue.migrate()
         queue.close()
         return url
+
+    @property
+    def server_if_started(self) -> PostgresServer | None:
+        return self._server
 
     def postgres_version(self) -> str | None:
         """The server's version, if one was started."""
@@ -227,3 +235,49 @@ def server_pids(databases: Databases, backend: str) -> list[int]:
         except (OSError, ValueError, IndexError):
             continue
     return [postmaster, *children]
+
+
+class Interference:
+    """How much of the machine other processes used while a benchmark ran, in cores: all the
+    CPU time the machine spent, minus this harness's, its children's and the database server's.
+    The load average cannot say this: it counts the benchmark's own processes too.
+    """
+
+    def __init__(self, databases: Databases) -> None:
+        self.databases = databases
+        self.started = time.monotonic()
+        self.busy = _machine_busy()
+        self.ours = self._ours()
+
+    def cores(self) -> float:
+        elapsed = time.monotonic() - self.started
+        others = (_machine_busy() - self.busy) - (self._ours() - self.ours)
+        return max(others / elapsed, 0.0) if elapsed > 0 else 0.0
+
+    def _ours(self) -> float:
+        times = os.times()
+        total = times.user + times.system + times.children_user + times.children_system
+        server = self.databases.server_if_started
+        if server is not None and server.pid is not None:
+            # The postmaster's own time includes that of the backends it has reaped.
+            total += _process_seconds(server.pid, children=True)
+            total += sum(cpu_snapshot(server_pids(self.databases, "postgresql")[1:]).values())
+        return total
+
+
+def _machine_busy() -> float:
+    fields = Path("/proc/stat").read_text().splitlines()[0].split()[1:]
+    # user nice system idle iowait irq softirq steal: all but idle and iowait is work.
+    ticks = [int(x) for x in fields[:8]]
+    return (sum(ticks) - ticks[3] - ticks[4]) / _TICKS
+
+
+def _process_seconds(pid: int, *, children: bool) -> float:
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    used = int(fields[11]) + int(fields[12])
+    if children:
+        used += int(fields[13]) + int(fields[14])
+    return used / _TICKS
