@@ -320,7 +320,16 @@ class Queue:
             return []
         queue_name = options.get("queue", defaults["queue"])
         with tracing.enqueue_span(task, queue=queue_name, count=len(items)) as span:
-            rows = [self._row(task, defaults, options, item, span.carrier) for item in items]
+
+            def build(item: tuple[Any, ...] | list[Any] | JobSpec) -> dict[str, Any]:
+                return self._row(task, defaults, options, item, span.carrier)
+
+            if connection is None and session is None and not _chosen_ids(items, options):
+                # Fresh ids in pgqueue's own transaction: the rows are built while the first
+                # ones are written. A bad item still fails the call and rolls everything back.
+                with self.connect() as conn:
+                    return self._insert_new(conn, map(build, items))
+            rows = [build(item) for item in items]
             with self.connect(connection=connection, session=session) as conn:
                 return self._insert(conn, rows)
 
@@ -493,6 +502,32 @@ class Queue:
             results.append(result)
         return results
 
+    def _insert_new(self, conn: Connection, rows: Iterable[dict[str, Any]]) -> list[EnqueueResult]:
+        """:meth:`_insert` for jobs whose ids pgqueue generates (no duplicates among them, no
+        lock order to keep), taking the rows from an iterator as the backend writes them."""
+        clock = self.backend.clock()
+        ids: list[str] = []
+        queues: set[str] = set()
+
+        def prepared() -> Iterator[dict[str, Any]]:
+            for row in rows:
+                if clock.fixed is not None and row["run_at"] is None:
+                    row["run_at"] = clock.fixed + row["delay"]
+                ids.append(row["id"])
+                queues.add(row["queue"])
+                yield row
+
+        queued = set(self.backend.enqueue_rows(conn, prepared(), clock))
+        # Only a generated id that met an existing row lands here: practically never.
+        outcomes = self._outcomes(conn, [job_id for job_id in ids if job_id not in queued])
+        if queued:
+            for queue_name in queues:
+                self.backend.notify(conn, ENQUEUED_CHANNEL, queue_name)
+        return [
+            EnqueueResult(id=job_id, status="queued") if job_id in queued else outcomes[job_id]
+            for job_id in ids
+        ]
+
     def _outcomes(self, conn: Connection, ids: list[str]) -> dict[str, EnqueueResult]:
         outcomes: dict[str, EnqueueResult] = {}
         for chunk in iter_chunks(ids, BULK_CHUNK):
@@ -658,6 +693,11 @@ class Queue:
                     yield conn
         except DBAPIError as exc:
             raise self.backend.translate(exc) from exc
+
+
+def _chosen_ids(items: list[Any], options: Mapping[str, Any]) -> bool:
+    """Whether the caller chose any job id (which may then repeat, or exist already)."""
+    return "id" in options or any(isinstance(item, JobSpec) and item.id for item in items)
 
 
 def _unexpired(expires_at: datetime | None) -> bool:

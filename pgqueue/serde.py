@@ -38,6 +38,11 @@ class Serializer(Protocol):
         ...
 
 
+# One encoder for every plain check: json.dumps with options builds a new one per call, which
+# shows in a bulk enqueue.
+_ENCODER = json.JSONEncoder(allow_nan=False, separators=(",", ":"))
+
+
 class JSONSerializer:
     """Plain JSON: dicts, lists, strings, numbers, booleans and None.
 
@@ -49,7 +54,10 @@ class JSONSerializer:
     def encode(self, value: Any, default: Callable[[Any], Any] | None = None) -> Any:
         """Check that ``value`` is storable JSON and return it (converted, if ``default`` is given)."""
         try:
-            text = json.dumps(value, allow_nan=False, default=default, separators=(",", ":"))
+            if default is None:
+                text = _ENCODER.encode(value)
+            else:
+                text = json.dumps(value, allow_nan=False, default=default, separators=(",", ":"))
         except (TypeError, ValueError, RecursionError) as exc:
             raise SerializationError(
                 f"cannot serialize {_describe(value)} as JSON: {exc}. Pass JSON-compatible values "

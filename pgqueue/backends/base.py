@@ -6,11 +6,12 @@ Statements (``pgqueue.statements``) are written once; a backend supplies the dia
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, Protocol
+from itertools import islice
+from typing import Any, Protocol, TypeVar
 
 from sqlalchemy import ColumnElement, Connection, Engine, Table, func, literal
 from sqlalchemy.dialects.postgresql import INTERVAL
@@ -19,6 +20,8 @@ from sqlalchemy.exc import DBAPIError
 from pgqueue.schema import UTCDateTime
 
 __all__ = ["Backend", "Clock"]
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,11 +81,12 @@ class Backend(Protocol):
         ...
 
     def enqueue_rows(
-        self, connection: Connection, rows: list[dict[str, Any]], clock: Clock
+        self, connection: Connection, rows: Iterable[dict[str, Any]], clock: Clock
     ) -> list[str]:
         """Insert jobs or re-queue failed/cancelled ones (``statements.job_enqueue``'s rule) in
         as few statements as the database allows; return the ids queued. ``rows`` have unique
-        ids, in the order their locks should be taken."""
+        ids, in the order their locks should be taken; they may be produced lazily, while the
+        first ones are being written (an exception from the iterator propagates)."""
         ...
 
     def begin(self, engine: Engine, *, write: bool = True) -> AbstractContextManager[Connection]:
@@ -108,7 +112,8 @@ class Backend(Protocol):
         ...
 
 
-def iter_chunks(items: list[Any], size: int) -> Iterator[list[Any]]:
-    """Consecutive slices of at most ``size`` items."""
-    for start in range(0, len(items), size):
-        yield items[start : start + size]
+def iter_chunks(items: Iterable[T], size: int) -> Iterator[list[T]]:
+    """Consecutive lists of at most ``size`` items (taken from ``items`` as they are needed)."""
+    iterator = iter(items)
+    while chunk := list(islice(iterator, size)):
+        yield chunk

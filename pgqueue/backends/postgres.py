@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
@@ -68,18 +69,31 @@ class PostgresBackend:
         return postgresql.insert(table)
 
     def enqueue_rows(
-        self, connection: Connection, rows: list[dict[str, Any]], clock: Clock
+        self, connection: Connection, rows: Iterable[dict[str, Any]], clock: Clock
     ) -> list[str]:
-        # A test's fixed clock is a literal in the statement; the database's clock is not.
-        statement = (
-            _enqueue_on_database_clock()
-            if clock.fixed is None
-            else statements.job_enqueue_many(self.insert, clock)
-        )
+        statement = statements.job_enqueue_many(self.insert, clock)
+
+        def send(jobs: str) -> list[str]:
+            return list(connection.scalars(statement, {"jobs": jobs}))
+
+        chunks = iter_chunks(rows, ENQUEUE_CHUNK)
+        first = next(chunks, None)
+        if first is None:
+            return []
+        if len(first) < ENQUEUE_CHUNK:
+            return send(_enqueue_document(first))
+        # Maybe more chunks: while the server inserts one, this thread builds the next (and the
+        # caller's iterator its rows), so the database and Python overlap instead of taking
+        # turns. One statement at a time is in flight on the connection, sent from one helper
+        # thread; an exception from either side ends the call once that statement is back.
         queued: list[str] = []
-        for chunk in iter_chunks(rows, ENQUEUE_CHUNK):
-            jobs = json.dumps([_enqueue_fields(row) for row in chunk], separators=(",", ":"))
-            queued.extend(connection.scalars(statement, {"jobs": jobs}))
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="pgqueue-enqueue") as pool:
+            running = pool.submit(send, _enqueue_document(first))
+            for chunk in chunks:
+                jobs = _enqueue_document(chunk)
+                queued.extend(running.result())
+                running = pool.submit(send, jobs)
+            queued.extend(running.result())
         return queued
 
     @contextmanager
@@ -107,6 +121,11 @@ class PostgresBackend:
         if sqlstate == _UNDEFINED_TABLE and "pgqueue_" in str(error.orig):
             return SchemaMissingError()
         return BackendError(f"PostgreSQL error: {str(error.orig).strip()}")
+
+
+def _enqueue_document(rows: list[dict[str, Any]]) -> str:
+    """The JSON document of ``statements.job_enqueue_many`` for these jobs."""
+    return json.dumps([_enqueue_fields(row) for row in rows], separators=(",", ":"))
 
 
 def _enqueue_fields(row: dict[str, Any]) -> dict[str, Any]:

@@ -9,7 +9,7 @@ readers proceed beside the writer.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
@@ -77,7 +77,7 @@ class SQLiteBackend:
         return sqlite.insert(table)
 
     def enqueue_rows(
-        self, connection: Connection, rows: list[dict[str, Any]], clock: Clock
+        self, connection: Connection, rows: Iterable[dict[str, Any]], clock: Clock
     ) -> list[str]:
         statement = statements.job_enqueue(self.insert, clock)
         queued: list[str] = []

@@ -1,0 +1,38 @@
+"""Bulk enqueue of fresh jobs streams its rows: later chunks are built while earlier ones are
+written. The call must still be all or nothing, and report every job in the order given."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import count_jobs
+
+import pgqueue
+from pgqueue.backends import postgres, sqlite
+
+
+@pytest.fixture(autouse=True)
+def small_chunks(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Several chunks, and so the overlapped path, without enqueueing thousands of jobs.
+    monkeypatch.setattr(postgres, "ENQUEUE_CHUNK", 10)
+    monkeypatch.setattr(sqlite, "ENQUEUE_CHUNK", 10)
+
+
+def test_many_chunks_are_all_queued_in_order(queue: pgqueue.Queue) -> None:
+    queue.allow_unknown_tasks = True
+    results = queue.enqueue_many("tasks.add", [(n, n) for n in range(95)])
+    assert [r.status for r in results] == ["queued"] * 95
+    assert len({r.id for r in results}) == 95
+    assert count_jobs(queue) == 95
+    for n in (0, 47, 94):
+        status = queue.status(results[n].id)
+        assert status is not None and status.args == [n, n]
+
+
+@pytest.mark.parametrize("bad_at", [0, 9, 10, 55, 94])
+def test_a_bad_item_in_any_chunk_writes_nothing(queue: pgqueue.Queue, bad_at: int) -> None:
+    queue.allow_unknown_tasks = True
+    items: list[object] = [(n,) for n in range(95)]
+    items[bad_at] = ({"not": object()},)
+    with pytest.raises(pgqueue.SerializationError):
+        queue.enqueue_many("tasks.add", items)  # type: ignore[arg-type]
+    assert count_jobs(queue) == 0
