@@ -60,6 +60,11 @@ class Listener:
         self._lock = threading.Lock()
         self._callbacks: dict[str, list[Callable[[str], None]]] = defaultdict(list)
         self._reconnect_callbacks: list[Callable[[], None]] = []
+        # Channels with (or once with) a subscriber, and those the live connection LISTENs on.
+        # A worker process only ever hears enqueues, not every finished job's NOTIFY.
+        self._channels: set[str] = set()
+        self._listened: set[str] = set()
+        self._listened_changed = threading.Condition(self._lock)
         self._thread: threading.Thread | None = None
         self._stopping = threading.Event()
         self.listening = threading.Event()
@@ -82,7 +87,12 @@ class Listener:
             raise ValueError(f"unknown channel {channel!r}")
         with self._lock:
             self._callbacks[channel].append(callback)
+            if channel not in self._channels:
+                self._channels.add(channel)
+                if self._wake is not None:
+                    self._wake.send(b"\1")
             self._ensure_started()
+            self._listened_changed.wait_for(lambda: channel in self._listened, timeout=wait)
 
         def unsubscribe() -> None:
             with self._lock:
@@ -90,7 +100,6 @@ class Listener:
                 if callback in callbacks:
                     callbacks.remove(callback)
 
-        self.listening.wait(wait)
         return unsubscribe
 
     def on_reconnect(self, callback: Callable[[], None]) -> Callable[[], None]:
@@ -130,9 +139,17 @@ class Listener:
         # A bounded connect: a host that swallows packets must not hang the thread forever.
         kwargs.setdefault("connect_timeout", _CONNECT_TIMEOUT_SECONDS)
         connection = psycopg.connect(*args, **{**kwargs, "autocommit": True})
-        for channel in CHANNELS:
-            connection.execute(f"LISTEN {channel}")
+        self._listen_to_new_channels(connection)
         return connection
+
+    def _listen_to_new_channels(self, connection: Any) -> None:
+        with self._lock:
+            missing = self._channels - self._listened
+        for channel in sorted(missing):
+            connection.execute(f"LISTEN {channel}")
+        with self._lock:
+            self._listened |= missing
+            self._listened_changed.notify_all()
 
     def _run(self) -> None:
         woken, wake = socket.socketpair()
@@ -166,6 +183,8 @@ class Listener:
                     logger.warning("LISTEN connection lost, reconnecting: %s", exc)
             finally:
                 self.listening.clear()
+                with self._lock:
+                    self._listened = set()
                 try:
                     self._connection.close()
                 except Exception:
@@ -176,7 +195,11 @@ class Listener:
         while not self._stopping.is_set():
             ready, _, _ = select.select([connection.fileno(), woken], [], [], _PING_SECONDS)
             if woken in ready:
-                return
+                woken.recv(64)
+                if self._stopping.is_set():
+                    return
+                self._listen_to_new_channels(connection)
+                continue
             if not ready:
                 # Quiet for a while: make sure the connection is still there. A dead one
                 # raises here (or, when the server closed it, in notifies() below).
