@@ -52,7 +52,6 @@ class PostgresBackend:
     name = "postgresql"
     supports_notify = True
     batch_updates = True
-    _enqueue: Any = None
 
     def create_engine(self, url: Any, **options: Any) -> Engine:
         options.setdefault("pool_pre_ping", True)
@@ -72,7 +71,11 @@ class PostgresBackend:
     def enqueue_rows(
         self, connection: Connection, rows: Iterable[dict[str, Any]], clock: Clock
     ) -> list[str]:
-        statement = self._enqueue_statement(clock)
+        statement = (
+            _enqueue_on_database_clock()
+            if clock.fixed is None
+            else statements.job_enqueue_many(self.insert, clock)
+        )
 
         def send(jobs: str) -> list[str]:
             return list(connection.scalars(statement, {"jobs": jobs}))
@@ -96,15 +99,6 @@ class PostgresBackend:
                 running = pool.submit(send, jobs)
             queued.extend(running.result())
         return queued
-
-    def _enqueue_statement(self, clock: Clock) -> Any:
-        # Building the statement costs more than a one-job enqueue's round trips; on the
-        # database clock it embeds nothing that changes, so it is built once.
-        if clock.fixed is not None:
-            return statements.job_enqueue_many(self.insert, clock)
-        if self._enqueue is None:
-            self._enqueue = statements.job_enqueue_many(self.insert, clock)
-        return self._enqueue
 
     @contextmanager
     def begin(self, engine: Engine, *, write: bool = True) -> Iterator[Connection]:
