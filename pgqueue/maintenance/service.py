@@ -90,7 +90,11 @@ class MaintenanceService(abc.ABC):
     ) -> None:
         self.queue = queue
         self.interval = interval
-        self.leadership = leadership or Leadership.for_queue(queue, lock_namespace=lock_namespace)
+        # One role per service by default: a process that runs only some services (a worker with
+        # reaper=False that still prunes) must not win an election that leaves a service unrun.
+        self.leadership = leadership or Leadership.for_queue(
+            queue, name=self.service_name, lock_namespace=lock_namespace
+        )
         self._callbacks: dict[str, list[Callable[..., Any]]] = {
             event: [] for event in LEADERSHIP_EVENTS | self.service_events
         }

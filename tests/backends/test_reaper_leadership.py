@@ -159,7 +159,7 @@ def test_callback_errors_do_not_break_the_tick(queue: pgqueue.Queue, reapers: li
 def test_services_sharing_a_leadership_share_the_leader(
     queue: pgqueue.Queue, reapers: list[Reaper]
 ) -> None:
-    shared = Leadership.for_queue(queue)
+    shared = Leadership.for_queue(queue, name=Reaper.service_name)
     first, second = Reaper(queue, leadership=shared), Reaper(queue, leadership=shared)
     other = Reaper(queue)
     reapers += [first, second, other]
@@ -167,6 +167,24 @@ def test_services_sharing_a_leadership_share_the_leader(
     second.tick()
     other.tick()
     assert (first.is_leader, second.is_leader, other.is_leader) == (True, True, False)
+
+
+def test_each_service_elects_its_own_leader_by_default(
+    queue: pgqueue.Queue, reapers: list[Reaper]
+) -> None:
+    # A process that only prunes must not take the reaper's leadership away from the processes
+    # that reap: the roles are separate unless a Leadership is shared on purpose.
+    from pgqueue.maintenance import Pruner
+
+    pruner, reaper = Pruner(queue), Reaper(queue)
+    reapers.append(reaper)
+    try:
+        pruner.tick()
+        reaper.tick()
+        assert (pruner.is_leader, reaper.is_leader) == (True, True)
+    finally:
+        pruner.stop()
+        pruner.leadership.resign()
 
 
 def test_the_lease_row_expires_when_the_leader_stops_renewing(

@@ -13,7 +13,7 @@ from conftest import count_jobs
 
 import pgqueue
 from pgqueue import JobState, statements
-from pgqueue.maintenance import Reaper
+from pgqueue.maintenance import Leadership, Reaper
 from pgqueue.maintenance.pruner import PruneCounts, Pruner
 
 NOW = datetime.now(UTC).replace(microsecond=0)
@@ -185,7 +185,8 @@ def test_the_database_clock_is_used_without_now(queue: pgqueue.Queue) -> None:
 def test_tick_prunes_only_while_leader_and_shares_the_reapers_leader(queue: pgqueue.Queue) -> None:
     reaper = Reaper(queue)
     pruner = Pruner(queue, leadership=reaper.leadership)
-    other = Pruner(queue)  # as if in another process: its own leadership
+    # As if embedded in another worker process: it shares that process's reaper role.
+    other = Pruner(queue, leadership=Leadership.for_queue(queue, name=Reaper.service_name))
     try:
         finished(queue, "first", JobState.COMPLETED, at=NOW - 2 * DAY)
         assert reaper.tick(now=NOW) == 0

@@ -31,7 +31,6 @@ from postgres_server import PostgresServer
 import pgqueue
 from pgqueue.maintenance import Reaper, WorkerPresence
 from pgqueue.maintenance.leadership import (
-    DEFAULT_LEADER_NAME,
     DEFAULT_LOCK_NAMESPACE,
     leader_key,
 )
@@ -112,7 +111,7 @@ def _maintenance_back(queue: pgqueue.Queue, workers: int) -> bool:
     with queue.engine.connect() as conn:
         advertised = set(conn.scalars(sa.text("SELECT lock_key FROM pgqueue_workers")))
     held = advertised & keys
-    return leader_key(DEFAULT_LOCK_NAMESPACE, DEFAULT_LEADER_NAME) in keys and len(held) >= workers
+    return leader_key(DEFAULT_LOCK_NAMESPACE, Reaper.service_name) in keys and len(held) >= workers
 
 
 def _batch_completed(queue: pgqueue.Queue) -> int:
