@@ -214,9 +214,7 @@ def _add_worker(parser: argparse.ArgumentParser) -> None:
 def _worker(args: argparse.Namespace) -> int:
     from pgqueue.worker import Worker
 
-    if args.url is not None:
-        raise PgQueueError("--url does not apply here: the Queue in MODULE names its database")
-    queue = load_queue(args.queue)
+    queue = module_queue(args)
     worker = Worker(
         queue,
         queues=args.queues,
@@ -725,7 +723,7 @@ def _metrics(args: argparse.Namespace) -> int:
 
 
 def _add_reaper(parser: argparse.ArgumentParser) -> None:
-    from pgqueue.maintenance import leadership, reaper
+    from pgqueue.maintenance import reaper
 
     parser.add_argument("queue", metavar="MODULE[:ATTR]", help="where the Queue is defined")
     parser.add_argument(
@@ -750,6 +748,42 @@ def _add_reaper(parser: argparse.ArgumentParser) -> None:
         help="wait for leases only; do not release the jobs of dead workers at once (pgbouncer "
         "in transaction pooling mode)",
     )
+    add_service_options(parser, "scan")
+
+
+@command("reaper", "run a standalone reaper: recover jobs of dead or hung workers", _add_reaper)
+def _reaper(args: argparse.Namespace) -> int:
+    from pgqueue.maintenance import Reaper
+
+    reaper = Reaper(
+        module_queue(args),
+        interval=args.interval,
+        max_stalls=args.max_stalls,
+        grace=args.grace,
+        crash_detection=args.crash_detection,
+        lock_namespace=args.lock_namespace,
+    )
+    return serve(args, reaper, "released {} stalled jobs", "scan")
+
+
+def check_database(queue: Queue) -> None:
+    """Fail at once, in one line, on what no retry fixes: a server that cannot be reached or a
+    database without pgqueue's tables. Once running, workers and services ride out outages."""
+    queue.status("")  # a primary-key read that finds no row
+
+
+def module_queue(args: argparse.Namespace) -> Queue:
+    """The Queue named by the MODULE[:ATTR] argument; ``--url`` is refused, since the Queue
+    already names its database."""
+    if args.url is not None:
+        raise PgQueueError("--url does not apply here: the Queue in MODULE names its database")
+    return load_queue(args.queue)
+
+
+def add_service_options(parser: argparse.ArgumentParser, verb: str) -> None:
+    """Options every standalone maintenance service takes."""
+    from pgqueue.maintenance import leadership
+
     parser.add_argument(
         "--lock-namespace",
         type=int,
@@ -757,38 +791,23 @@ def _add_reaper(parser: argparse.ArgumentParser) -> None:
         help="high 32 bits of pgqueue's advisory lock keys (PostgreSQL)",
     )
     parser.add_argument(
-        "--once", action="store_true", help="scan once, print the count and exit (no election)"
+        "--once", action="store_true", help=f"{verb} once, print the count and exit (no election)"
     )
 
 
-@command("reaper", "run a standalone reaper: recover jobs of dead or hung workers", _add_reaper)
-def _reaper(args: argparse.Namespace) -> int:
-    from pgqueue.maintenance import Reaper
-
-    if args.url is not None:
-        raise PgQueueError("--url does not apply here: the Queue in MODULE names its database")
-    reaper = Reaper(
-        load_queue(args.queue),
-        interval=args.interval,
-        max_stalls=args.max_stalls,
-        grace=args.grace,
-        crash_detection=args.crash_detection,
-        lock_namespace=args.lock_namespace,
-    )
+def serve(args: argparse.Namespace, service: MaintenanceService, counted: str, verb: str) -> int:
+    """Run a standalone service: one ``run_once`` with ``--once`` (``counted`` formats its
+    result), else until SIGTERM/SIGINT."""
     if args.once:
-        print(f"released {reaper.run_once()} stalled jobs")
+        print(counted.format(service.run_once()))
         return EXIT_OK
-    if not reaper.config.interval:
-        raise PgQueueError("--interval 0 disables the reaper; use --once for a single scan")
+    if not service.interval:
+        raise PgQueueError(
+            f"--interval 0 disables the {service.service_name}; use --once for a single {verb}"
+        )
     _log_to_stderr()
-    run_until_signalled(reaper)
+    run_until_signalled(service)
     return EXIT_OK
-
-
-def check_database(queue: Queue) -> None:
-    """Fail at once, in one line, on what no retry fixes: a server that cannot be reached or a
-    database without pgqueue's tables. Once running, workers and services ride out outages."""
-    queue.status("")  # a primary-key read that finds no row
 
 
 def run_until_signalled(service: MaintenanceService) -> None:
@@ -808,7 +827,7 @@ def run_until_signalled(service: MaintenanceService) -> None:
 
 
 def _add_scheduler(parser: argparse.ArgumentParser) -> None:
-    from pgqueue.maintenance import leadership, scheduler
+    from pgqueue.maintenance import scheduler
 
     parser.add_argument(
         "queue", metavar="MODULE[:ATTR]", help="where the Queue and its schedules live"
@@ -825,15 +844,7 @@ def _add_scheduler(parser: argparse.ArgumentParser) -> None:
         default=scheduler.DEFAULT_MISFIRE_GRACE,
         help="seconds after which a fire time counts as missed (default: %(default)s)",
     )
-    parser.add_argument(
-        "--lock-namespace",
-        type=int,
-        default=leadership.DEFAULT_LOCK_NAMESPACE,
-        help="high 32 bits of pgqueue's advisory lock keys (PostgreSQL)",
-    )
-    parser.add_argument(
-        "--once", action="store_true", help="check once, print the count and exit (no election)"
-    )
+    add_service_options(parser, "check")
 
 
 @command(
@@ -844,9 +855,7 @@ def _add_scheduler(parser: argparse.ArgumentParser) -> None:
 def _scheduler(args: argparse.Namespace) -> int:
     from pgqueue.maintenance.scheduler import Scheduler
 
-    if args.url is not None:
-        raise PgQueueError("--url does not apply here: the Queue in MODULE names its database")
-    queue = load_queue(args.queue)
+    queue = module_queue(args)
     if not queue.schedules:
         raise PgQueueError(f"{args.queue!r} declares no periodic schedules (@queue.periodic)")
     scheduler = Scheduler(
@@ -855,14 +864,7 @@ def _scheduler(args: argparse.Namespace) -> int:
         misfire_grace=args.misfire_grace,
         lock_namespace=args.lock_namespace,
     )
-    if args.once:
-        print(f"enqueued {scheduler.run_once()} periodic jobs")
-        return EXIT_OK
-    if not scheduler.config.interval:
-        raise PgQueueError("--interval 0 disables the scheduler; use --once for a single check")
-    _log_to_stderr()
-    run_until_signalled(scheduler)
-    return EXIT_OK
+    return serve(args, scheduler, "enqueued {} periodic jobs", "check")
 
 
 def _add_schedules(parser: argparse.ArgumentParser) -> None:
@@ -889,9 +891,7 @@ def _schedules(args: argparse.Namespace) -> int:
     from pgqueue import statements
     from pgqueue.errors import BackendError
 
-    if args.url is not None:
-        raise PgQueueError("--url does not apply here: the Queue in MODULE names its database")
-    queue = load_queue(args.queue)
+    queue = module_queue(args)
     schedules = sorted(queue.schedules.values(), key=lambda schedule: schedule.name)
     states: dict[str, Any] = {}
     try:
