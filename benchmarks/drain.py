@@ -25,7 +25,7 @@ from benchmarks.common import (
 
 NAME = "drain"
 #: (worker processes, concurrency per worker)
-SETTINGS = ((1, 10), (1, 50), (1, 200), (2, 10), (2, 50), (2, 200))
+SETTINGS = ((1, 10), (1, 50), (1, 200), (1, 500), (2, 10), (2, 50), (2, 200), (2, 500))
 QUICK_SETTINGS = ((1, 10), (2, 10))
 
 
