@@ -27,12 +27,12 @@ def markdown(report: dict[str, Any]) -> str:
             "",
             f"**{'PostgreSQL' if backend == 'postgresql' else 'SQLite'}**",
             "",
-            "| benchmark | metric | value | load | settings |",
-            "|---|---|---:|---:|---|",
+            "| benchmark | metric | value | load | others | settings |",
+            "|---|---|---:|---:|---:|---|",
         ]
         lines += [
             f"| {f['benchmark']} | {f['metric']} | {_value(f['value'], f['unit'])} "
-            f"| {f['load']:.2f} | {f['settings']} |"
+            f"| {f['load']:.2f} | {f.get('others', 0.0):.2f} | {f['settings']} |"
             for f in figures
         ]
     return "\n".join(lines) + "\n"
