@@ -104,9 +104,7 @@ def test_poison_job_fails_after_max_stalls_and_the_rest_complete(
 
         def settled() -> bool:
             # Replace what the poison killed, until it is dead-lettered and the rest are done.
-            for _ in range(2 - len(workers.alive)):
-                workers.killed.update(p.pid for p in workers.processes if p.poll() is not None)
-                workers.start()
+            workers.start(2 - len(workers.alive))
             state = queue.status(poison)
             return state is not None and state.state == "failed" and completed(queue) == jobs
 
