@@ -93,21 +93,21 @@ class Waiters:
             n += 1
 
 
-def _advisory_keys(queue: pgqueue.Queue) -> set[int]:
+def _advisory_locks(queue: pgqueue.Queue) -> dict[int, int]:
+    """Granted session advisory locks: 64-bit key → the pid of the session holding it."""
     with queue.engine.connect() as conn:
-        return set(
-            conn.scalars(
-                sa.text(
-                    "SELECT (classid::bigint << 32) | objid::bigint FROM pg_locks "
-                    "WHERE locktype = 'advisory' AND granted AND objsubid = 1"
-                )
+        rows = conn.execute(
+            sa.text(
+                "SELECT (classid::bigint << 32) | objid::bigint, pid FROM pg_locks "
+                "WHERE locktype = 'advisory' AND granted AND objsubid = 1"
             )
         )
+        return {key: pid for key, pid in rows}
 
 
 def _maintenance_back(queue: pgqueue.Queue, workers: int) -> bool:
     """A reaper leads again and every live worker holds the liveness lock it advertises."""
-    keys = _advisory_keys(queue)
+    keys = set(_advisory_locks(queue))
     with queue.engine.connect() as conn:
         advertised = set(conn.scalars(sa.text("SELECT lock_key FROM pgqueue_workers")))
     held = advertised & keys
@@ -212,11 +212,11 @@ def test_a_live_worker_takes_its_liveness_lock_again_at_once(chaos_queue: pgqueu
     try:
         key = presence.lock_key
         assert key is not None
-        before = _lock_holder(chaos_queue, key)
+        before = _advisory_locks(chaos_queue).get(key)
         with chaos_queue.engine.connect() as conn:
             conn.execute(sa.text("SELECT pg_terminate_backend(:pid)"), {"pid": before})
         wait_until(
-            lambda: _lock_holder(chaos_queue, key) not in (None, before),
+            lambda: _advisory_locks(chaos_queue).get(key) not in (None, before),
             timeout=10,
             what="the lock to be taken again by a new session",
         )
@@ -243,14 +243,3 @@ def test_a_server_restart_is_not_taken_for_dead_workers(
         assert released == 1
     finally:
         presence.unregister()
-
-
-def _lock_holder(queue: pgqueue.Queue, key: int) -> int | None:
-    with queue.engine.connect() as conn:
-        return conn.scalar(
-            sa.text(
-                "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted "
-                "AND objsubid = 1 AND ((classid::bigint << 32) | objid::bigint) = :key"
-            ),
-            {"key": key},
-        )
