@@ -15,6 +15,8 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
+from conditions import wait_until as wait_until  # re-exported for the tests
+
 import pgqueue
 from pgqueue import JobState, statements
 from pgqueue.notifications import FINISHED_CHANNEL, finished_payload
@@ -109,12 +111,3 @@ class Waiting:
         if self.error is not None:
             raise self.error
         return self.value
-
-
-def wait_until(condition: Callable[[], Any], what: str) -> Any:
-    """Poll ``condition`` until it returns something truthy; fail after DEADLINE seconds."""
-    deadline = time.monotonic() + DEADLINE
-    while not (value := condition()):
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.005)
-    return value

@@ -2,23 +2,14 @@
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
 import pytest
 import sqlalchemy as sa
+from conditions import wait_until as wait_for
 
 import pgqueue
-
-
-def wait_for(condition: Callable[[], Any], timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not met in time")
-        time.sleep(0.02)
 
 
 def scalar(queue: pgqueue.Queue, sql: str) -> Any:

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import os
 import socket
-import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
 import pytest
 import sqlalchemy as sa
+from conditions import wait_until
 from conftest import claim_jobs
 
 import pgqueue
@@ -36,23 +36,18 @@ def claim_as(queue: pgqueue.Queue, worker_id: str) -> str:
 def released_soon(reaper: Reaper, timeout: float = 10.0) -> int:
     """Run the reaper until it releases something. The server ends a closed session, and frees
     its locks, a moment after the client hangs up, not at once."""
-    deadline = time.monotonic() + timeout
-    while not (released := reaper.run_once()):
-        assert time.monotonic() < deadline, "nothing was released"
-        time.sleep(0.02)
-    return released
+    return wait_until(reaper.run_once, "the reaper to release something", timeout=timeout)
 
 
 def wait_until_gone(queue: pgqueue.Queue, application_name: str) -> None:
     """Wait for the server to end the sessions named ``application_name``."""
-    deadline = time.monotonic() + 10
     query = sa.text("SELECT count(*) FROM pg_stat_activity WHERE application_name = :name")
-    while True:
+
+    def gone() -> bool:
         with queue.engine.connect() as conn:
-            if not conn.scalar(query, {"name": application_name}):
-                return
-        assert time.monotonic() < deadline, f"{application_name!r} is still connected"
-        time.sleep(0.02)
+            return not conn.scalar(query, {"name": application_name})
+
+    wait_until(gone, f"{application_name!r} to disconnect", timeout=10)
 
 
 def state_of(queue: pgqueue.Queue, job_id: str) -> JobState:

@@ -2,26 +2,17 @@
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+from conditions import wait_until as wait_for
 from conftest import claim_jobs
 
 import pgqueue
 from pgqueue import statements
 from pgqueue.errors import ConfigError
 from pgqueue.job import JobState
-
-
-def wait_for(condition: Callable[[], Any], timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not met in time")
-        time.sleep(0.02)
 
 
 def registered(queue: pgqueue.Queue) -> list[str]:

@@ -7,13 +7,12 @@ holders). The real multi-process failover is in tests/integration/test_reaper_fa
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
-from typing import Any
 
 import pytest
 import sqlalchemy as sa
+from conditions import wait_until as wait_for
 from conftest import claim_jobs
 
 import pgqueue
@@ -28,14 +27,6 @@ from pgqueue.maintenance import (
 )
 
 T0 = datetime(2030, 1, 1, tzinfo=UTC)
-
-
-def wait_for(condition: Callable[[], Any], timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not met in time")
-        time.sleep(0.02)
 
 
 class Recorder:

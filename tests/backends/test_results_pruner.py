@@ -3,12 +3,12 @@ batches, and the dedup rules around both."""
 
 from __future__ import annotations
 
-import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 import sqlalchemy as sa
+from conditions import wait_until
 from conftest import count_jobs
 
 import pgqueue
@@ -207,10 +207,8 @@ def test_start_and_stop_are_idempotent(queue: pgqueue.Queue) -> None:
     pruner.start()
     pruner.start()
     try:
-        deadline = datetime.now(UTC) + timedelta(seconds=30)
-        while row(queue, "old") is not None:  # the first tick runs at once
-            assert datetime.now(UTC) < deadline, "the started pruner did not prune"
-            time.sleep(0.01)
+        # The first tick runs at once.
+        wait_until(lambda: row(queue, "old") is None, "the started pruner to prune", timeout=30)
         assert pruner.running
     finally:
         pruner.stop()
@@ -288,10 +286,8 @@ def test_a_worker_prunes_under_its_reapers_leader(queue: pgqueue.Queue) -> None:
     worker = pgqueue.Worker(queue)
     worker.start()
     try:
-        deadline = datetime.now(UTC) + timedelta(seconds=30)
-        while row(queue, "old") is not None:  # a new leader's first tick prunes at once
-            assert datetime.now(UTC) < deadline, "the worker's pruner did not prune"
-            time.sleep(0.01)
+        # A new leader's first tick prunes at once.
+        wait_until(lambda: row(queue, "old") is None, "the worker's pruner to prune", timeout=30)
     finally:
         worker.stop(timeout=0)
 

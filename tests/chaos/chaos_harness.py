@@ -10,6 +10,7 @@ execution per job, and more than one only for a job whose worker died or that st
 
 from __future__ import annotations
 
+import functools
 import os
 import random
 import signal
@@ -17,12 +18,13 @@ import subprocess
 import sys
 import time
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
+import conditions
 import sqlalchemy as sa
 from postgres_server import PostgresServer
 
@@ -52,18 +54,7 @@ _COMPLETION_LOG = {
 }
 
 
-def wait_until(
-    condition: Callable[[], T], *, timeout: float = DEADLINE, what: str, every: float = 0.05
-) -> T:
-    """Poll ``condition`` until it is truthy; fail after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:g}s waiting for {what}")
-        time.sleep(every)
+wait_until = functools.partial(conditions.wait_until, timeout=DEADLINE, every=0.05)
 
 
 def migrated_queue(url: str) -> pgqueue.Queue:

@@ -8,12 +8,11 @@ import re
 import subprocess
 import sys
 import threading
-import time
 import urllib.request
-from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 
+from conditions import wait_until as wait_for
 from prometheus_client import CollectorRegistry
 
 import pgqueue
@@ -78,13 +77,6 @@ def test_metrics_command_serves_queue_gauges(queue: pgqueue.Queue, db_url: str) 
         child.wait(timeout=10)
         if child.stderr is not None:
             child.stderr.close()
-
-
-def wait_for(condition: Callable[[], bool], what: str, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.02)
 
 
 def test_counters_move_when_jobs_run_in_this_process(queue: pgqueue.Queue) -> None:

@@ -11,8 +11,9 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+from conditions import wait_until as wait_for
 from conftest import claim_jobs
-from reaper_children import Children, wait_for
+from reaper_children import Children
 
 import pgqueue
 from pgqueue.job import JobState

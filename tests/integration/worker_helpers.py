@@ -6,13 +6,13 @@ import os
 import subprocess
 import sys
 import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
 import sqlalchemy as sa
+from conditions import wait_until as wait_until  # re-exported for the tests
 
 import pgqueue
 
@@ -21,18 +21,6 @@ HERE = Path(__file__).parent
 ROOT = HERE.parent.parent
 # Generous: the machine is shared; the conditions normally hold within milliseconds.
 DEADLINE = 60.0
-
-
-def wait_until(condition: Callable[[], T], *, timeout: float = DEADLINE, what: str = "") -> T:
-    """Poll ``condition`` until it returns something truthy; fail after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what or condition}")
-        time.sleep(0.01)
 
 
 @contextmanager
