@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import signal
@@ -10,7 +11,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -25,6 +26,7 @@ ROOT = Path(__file__).resolve().parent.parent
 # tests/postgres_server.py is free of pytest so that benchmarks can start the same server.
 sys.path.insert(0, str(ROOT / "tests"))
 
+import conditions  # noqa: E402
 from postgres_server import PostgresServer  # noqa: E402
 
 T = TypeVar("T")
@@ -165,16 +167,8 @@ def scalar(queue: pgqueue.Queue, sql: str, **params: Any) -> Any:
         return conn.scalar(sa.text(sql), params)
 
 
-def wait_until(condition: Callable[[], T], *, timeout: float, what: str, every: float = 0.05) -> T:
-    """Poll ``condition`` until it is truthy; RuntimeError after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"timed out after {timeout:g}s waiting for {what}")
-        time.sleep(every)
+# The tests' polling helper, at a coarser step: benchmarks wait for processes, not rows.
+wait_until = functools.partial(conditions.wait_until, every=0.05)
 
 
 def percentile(values: Sequence[float], fraction: float) -> float:

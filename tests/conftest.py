@@ -12,6 +12,7 @@ import uuid
 from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
@@ -125,3 +126,22 @@ def claim_jobs(
             )
         ).all()
     return {row.id: row.lock_token for row in rows}
+
+
+@pytest.fixture
+def spans() -> Iterator[Any]:
+    """An InMemorySpanExporter with this test's finished spans, from a tracer provider of its own
+    (the global one is left alone)."""
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from pgqueue import tracing
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    tracing.use_tracer_provider(provider)
+    yield exporter
+    tracing.use_tracer_provider(None)
+    provider.shutdown()

@@ -4,27 +4,12 @@ no-op when OpenTelemetry is not installed."""
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator
 
 import pytest
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
 
 from pgqueue import tracing
-
-
-@pytest.fixture
-def spans() -> Iterator[InMemorySpanExporter]:
-    """Finished spans of this test, from a provider of its own (the global one is left alone)."""
-    exporter = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
-    tracing.use_tracer_provider(provider)
-    yield exporter
-    tracing.use_tracer_provider(None)
-    provider.shutdown()
 
 
 def test_consumer_span_is_a_child_of_the_enqueue_span(spans: InMemorySpanExporter) -> None:
