@@ -172,7 +172,7 @@ def test_scheduler_settings_are_checked(
 
 
 def test_worker_takes_no_scheduler() -> None:
-    from pgqueue.cli import _load_commands, build_parser
+    from pgqueue.cli._app import _load_commands, build_parser
 
     _load_commands()
     parser = build_parser()

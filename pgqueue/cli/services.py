@@ -1,0 +1,365 @@
+"""Long-running commands: worker, reaper, scheduler, schedules, metrics."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from pgqueue import operations
+from pgqueue.cli._app import EXIT_OK, check_database, command, module_queue, queue_from_args
+from pgqueue.cli._output import (
+    add_json_flag,
+    cell,
+    instant,
+    log_to_stderr,
+    positive_int,
+    print_json,
+    print_table,
+)
+from pgqueue.errors import PgQueueError
+
+if TYPE_CHECKING:
+    from pgqueue.maintenance.service import MaintenanceService
+
+
+def _add_worker(parser: argparse.ArgumentParser) -> None:
+    from pgqueue import worker
+
+    parser.add_argument("queue", metavar="MODULE[:ATTR]", help="where the Queue and its tasks live")
+    parser.add_argument(
+        "--queues",
+        type=lambda text: [name.strip() for name in text.split(",") if name.strip()],
+        default=None,
+        metavar="NAME[,NAME...]",
+        help="work only on these queues (default: all)",
+    )
+    parser.add_argument(
+        "--concurrency",
+        type=int,
+        default=worker.DEFAULT_CONCURRENCY,
+        help="jobs run at once (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--lease",
+        type=float,
+        default=worker.DEFAULT_LEASE,
+        help="seconds a claim holds without a heartbeat (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--heartbeat", type=float, default=None, help="seconds between beats (default: lease / 3)"
+    )
+    parser.add_argument(
+        "--poll-interval",
+        type=float,
+        default=None,
+        help="seconds between looks for due jobs when idle (default: 1 on PostgreSQL, 0.1 on "
+        "SQLite)",
+    )
+    parser.add_argument(
+        "--grace-period",
+        type=float,
+        default=worker.DEFAULT_GRACE_PERIOD,
+        help="seconds a stopping worker waits for running jobs before handing them back "
+        "(default: %(default)s)",
+    )
+    parser.add_argument("--worker-id", default=None, help="default: host-pid-random")
+    parser.add_argument(
+        "--no-reaper", dest="reaper", action="store_false", help="do not run the embedded reaper"
+    )
+    parser.add_argument(
+        "--no-scheduler",
+        dest="scheduler",
+        action="store_false",
+        help="do not run the embedded scheduler of periodic jobs",
+    )
+    parser.add_argument("--burst", action="store_true", help="drain the due jobs, then exit")
+    parser.add_argument(
+        "--metrics-port",
+        type=int,
+        default=None,
+        metavar="PORT",
+        help="serve this process's job counters for Prometheus on PORT (needs pgqueue[metrics])",
+    )
+
+
+@command(
+    "worker",
+    "run jobs until SIGTERM/SIGINT (a second signal: at once), or with --burst until none is due",
+    _add_worker,
+)
+def _worker(args: argparse.Namespace) -> int:
+    from pgqueue.worker import Worker
+
+    queue = module_queue(args)
+    worker = Worker(
+        queue,
+        queues=args.queues,
+        concurrency=args.concurrency,
+        lease=args.lease,
+        heartbeat=args.heartbeat,
+        reaper=args.reaper,
+        worker_id=args.worker_id,
+        scheduler=args.scheduler,
+        poll_interval=args.poll_interval,
+        grace_period=args.grace_period,
+    )
+    log_to_stderr()
+    server = None
+    if args.metrics_port is not None:
+        from pgqueue import metrics
+
+        # Counters only: the database gauges are the same from every process, so one
+        # `pgqueue metrics` exporter serves them instead of every worker querying for them.
+        server = metrics.serve(port=args.metrics_port, host="0.0.0.0")
+        print(f"serving metrics on {server.url}", file=sys.stderr, flush=True)
+    try:
+        check_database(queue)
+        worker.run(burst=args.burst)
+    finally:
+        if server is not None:
+            server.stop()
+    return EXIT_OK
+
+
+def _add_metrics(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--port", type=int, default=9400, help="port to serve on (default: 9400)")
+    parser.add_argument(
+        "--host", default="0.0.0.0", help="address to listen on (default: all interfaces)"
+    )
+
+
+@command("metrics", "serve Prometheus metrics for the queue database on /metrics", _add_metrics)
+def _metrics(args: argparse.Namespace) -> int:
+    from pgqueue import metrics
+
+    queue = queue_from_args(args)
+    operations.queue_stats(queue)  # fail now, not at the first scrape, on a bad URL or schema
+    server = metrics.serve(queue, port=args.port, host=args.host)
+    print(f"serving metrics on {server.url}", file=sys.stderr, flush=True)
+    try:
+        server.wait()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.stop()
+    return EXIT_OK
+
+
+def _add_reaper(parser: argparse.ArgumentParser) -> None:
+    from pgqueue.maintenance import reaper
+
+    parser.add_argument("queue", metavar="MODULE[:ATTR]", help="where the Queue is defined")
+    parser.add_argument(
+        "--interval", type=float, default=reaper.DEFAULT_INTERVAL, help="seconds between scans"
+    )
+    parser.add_argument(
+        "--max-stalls",
+        type=int,
+        default=reaper.DEFAULT_MAX_STALLS,
+        help="stalls a job survives; the next one dead-letters it",
+    )
+    parser.add_argument(
+        "--grace",
+        type=float,
+        default=reaper.DEFAULT_GRACE,
+        help="extra seconds past a lapsed lease before a job counts as stalled",
+    )
+    parser.add_argument(
+        "--no-crash-detection",
+        dest="crash_detection",
+        action="store_false",
+        help="wait for leases only; do not release the jobs of dead workers at once (pgbouncer "
+        "in transaction pooling mode)",
+    )
+    add_service_options(parser, "scan")
+
+
+@command("reaper", "run a standalone reaper: recover jobs of dead or hung workers", _add_reaper)
+def _reaper(args: argparse.Namespace) -> int:
+    from pgqueue.maintenance import Reaper
+
+    reaper = Reaper(
+        module_queue(args),
+        interval=args.interval,
+        max_stalls=args.max_stalls,
+        grace=args.grace,
+        crash_detection=args.crash_detection,
+        lock_namespace=args.lock_namespace,
+    )
+    return serve(args, reaper, "released {} stalled jobs", "scan")
+
+
+def add_service_options(parser: argparse.ArgumentParser, verb: str) -> None:
+    """Options every standalone maintenance service takes."""
+    from pgqueue.maintenance import leadership
+
+    parser.add_argument(
+        "--lock-namespace",
+        type=int,
+        default=leadership.DEFAULT_LOCK_NAMESPACE,
+        help="high 32 bits of pgqueue's advisory lock keys (PostgreSQL)",
+    )
+    parser.add_argument(
+        "--once", action="store_true", help=f"{verb} once, print the count and exit (no election)"
+    )
+
+
+def serve(args: argparse.Namespace, service: MaintenanceService, counted: str, verb: str) -> int:
+    """Run a standalone service: one ``run_once`` with ``--once`` (``counted`` formats its
+    result), else until SIGTERM/SIGINT."""
+    if args.once:
+        print(counted.format(service.run_once()))
+        return EXIT_OK
+    if not service.interval:
+        raise PgQueueError(
+            f"--interval 0 disables the {service.service_name}; use --once for a single {verb}"
+        )
+    log_to_stderr()
+    run_until_signalled(service)
+    return EXIT_OK
+
+
+def run_until_signalled(service: MaintenanceService) -> None:
+    """Start a maintenance service, block until SIGTERM or SIGINT, then stop it."""
+    check_database(service.queue)
+    import signal
+    import threading
+
+    stopping = threading.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: stopping.set())
+    service.start()
+    try:
+        stopping.wait()
+    finally:
+        service.stop()
+
+
+def _add_scheduler(parser: argparse.ArgumentParser) -> None:
+    from pgqueue.maintenance import scheduler
+
+    parser.add_argument(
+        "queue", metavar="MODULE[:ATTR]", help="where the Queue and its schedules live"
+    )
+    parser.add_argument(
+        "--interval",
+        type=float,
+        default=scheduler.DEFAULT_INTERVAL,
+        help="seconds between checks (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--misfire-grace",
+        type=float,
+        default=scheduler.DEFAULT_MISFIRE_GRACE,
+        help="seconds after which a fire time counts as missed (default: %(default)s)",
+    )
+    add_service_options(parser, "check")
+
+
+@command(
+    "scheduler",
+    "run a standalone scheduler: enqueue the jobs of periodic schedules",
+    _add_scheduler,
+)
+def _scheduler(args: argparse.Namespace) -> int:
+    from pgqueue.maintenance.scheduler import Scheduler
+
+    queue = module_queue(args)
+    if not queue.schedules:
+        raise PgQueueError(f"{args.queue!r} declares no periodic schedules (@queue.periodic)")
+    scheduler = Scheduler(
+        queue,
+        interval=args.interval,
+        misfire_grace=args.misfire_grace,
+        lock_namespace=args.lock_namespace,
+    )
+    return serve(args, scheduler, "enqueued {} periodic jobs", "check")
+
+
+def _add_schedules(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "queue", metavar="MODULE[:ATTR]", help="where the Queue and its schedules live"
+    )
+    parser.add_argument(
+        "--next", type=positive_int, default=1, metavar="N", help="show the next N fire times"
+    )
+    parser.add_argument(
+        "--at",
+        type=instant,
+        default=None,
+        metavar="TIME",
+        help="compute fire times from this ISO 8601 instant (default: now)",
+    )
+    add_json_flag(parser)
+
+
+@command(
+    "schedules", "list the periodic schedules of a queue with their next fire times", _add_schedules
+)
+def _schedules(args: argparse.Namespace) -> int:
+    from pgqueue import statements
+    from pgqueue.errors import BackendError
+
+    queue = module_queue(args)
+    schedules = sorted(queue.schedules.values(), key=lambda schedule: schedule.name)
+    states: dict[str, Any] = {}
+    try:
+        if schedules:
+            with queue.connect(write=False) as conn:
+                rows = conn.execute(statements.schedule_states([s.name for s in schedules]))
+                states = {row.name: row for row in rows}
+    except BackendError as exc:
+        print(f"pgqueue: warning: last fire times unknown: {exc}", file=sys.stderr)
+    start = args.at or datetime.now(UTC)
+    listing = []
+    for schedule in schedules:
+        upcoming: list[datetime] = []
+        moment = schedule.next_fire_time(start)
+        while moment is not None and len(upcoming) < args.next:
+            upcoming.append(moment)
+            moment = schedule.next_fire_time(moment)
+        state = states.get(schedule.name)
+        listing.append((schedule, upcoming, state))
+    if args.json:
+        print_json(
+            [
+                {
+                    "name": schedule.name,
+                    "task": schedule.task,
+                    "schedule": schedule.describe(),
+                    "cron": schedule.cron,
+                    "every": None if schedule.every is None else schedule.every.total_seconds(),
+                    "timezone": schedule.timezone,
+                    "queue": schedule.queue,
+                    "args": list(schedule.args),
+                    "kwargs": schedule.kwargs,
+                    "catch_up": schedule.catch_up,
+                    "catch_up_window": schedule.catch_up_window,
+                    "next_fire_times": upcoming,
+                    "last_fire_at": None if state is None else state.last_fire_at,
+                    "checked_through": None if state is None else state.checked_through,
+                }
+                for schedule, upcoming, state in listing
+            ]
+        )
+        return EXIT_OK
+    if not listing:
+        print(f"no periodic schedules in {args.queue!r}")
+        return EXIT_OK
+    print_table(
+        ["name", "task", "schedule", "catch-up", "next fire (UTC)", "last fired (UTC)"],
+        [
+            [
+                schedule.name,
+                schedule.task,
+                schedule.describe(),
+                schedule.catch_up,
+                ", ".join(cell(moment) for moment in upcoming) or None,
+                None if state is None else state.last_fire_at,
+            ]
+            for schedule, upcoming, state in listing
+        ],
+    )
+    return EXIT_OK
