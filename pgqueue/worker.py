@@ -27,7 +27,6 @@ from __future__ import annotations
 import heapq
 import inspect
 import itertools
-import json
 import logging
 import os
 import signal
@@ -39,7 +38,6 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import CancelledError, Future
 from contextlib import contextmanager
 from dataclasses import dataclass, fields
-from datetime import timedelta
 from functools import partial
 from queue import Empty, SimpleQueue
 from types import FrameType
@@ -48,9 +46,10 @@ from typing import Any
 from sqlalchemy import Connection
 from sqlalchemy.exc import DBAPIError
 
-from pgqueue import config, metrics, statements, tracing
+from pgqueue import config, metrics, serde, statements, tracing
 from pgqueue.backends import Clock
-from pgqueue.errors import ConfigError, UnknownTaskError
+from pgqueue.backends.base import Completion
+from pgqueue.errors import BackendError, ConfigError, UnknownTaskError
 from pgqueue.execution import (
     HandlerPool,
     JobContext,
@@ -615,9 +614,20 @@ class Worker:
                 kept = self._extend(conn, holding, clock) if beat and holding else None
                 rows = self._claim(conn, claim, lock_token, clock) if claim else []
         except Exception as exc:
+            # The same outcomes again, as the handlers left them, after whatever failed.
             self._pending = pending + self._pending
             self._due = self._due or bool(claim)
-            self._isolate_writes = bool(pending)
+            if pending and not self._isolate_writes and self._refused(exc):
+                # Some outcome's values cannot be stored: write them one by one at once, so that
+                # only that job's attempt fails and claims and heartbeats go on.
+                self._isolate_writes = True
+                logger.info(
+                    "storing outcomes one by one after: %s worker_id=%s",
+                    exc,
+                    self.id,
+                    extra={"worker_id": self.id},
+                )
+                return
             self._retry_at = time.monotonic() + self._retry_delay
             logger.warning(
                 "worker transaction failed, retrying in %.1fs worker_id=%s: %s",
@@ -677,10 +687,10 @@ class Worker:
         if not pending:
             return [], []
         if self._isolate_writes:
-            held = self._store_isolated(conn, pending, clock)
+            held, written = self._store_isolated(conn, pending, clock)
         else:
-            held = self._store_batch(conn, pending, clock)
-        stored = [(job, outcome) for job, outcome in pending if job.id in held]
+            held, written = self._store_batch(conn, pending, clock)
+        stored = [(job, outcome) for job, outcome in written if job.id in held]
         finished = [
             finished_payload(str(outcome.state), job.id)
             for job, outcome in stored
@@ -692,83 +702,91 @@ class Worker:
 
     def _store_batch(
         self, conn: Connection, pending: list[tuple[_Claimed, Outcome]], clock: Clock
-    ) -> set[str]:
-        completions = [(j, o) for j, o in pending if o.state is JobState.COMPLETED]
-        held = self._complete(conn, completions, clock) if completions else set()
+    ) -> tuple[set[str], list[tuple[_Claimed, Outcome]]]:
+        completions = [_completion(j, o) for j, o in pending if o.state is JobState.COMPLETED]
+        held = self.queue.backend.complete(conn, completions, clock)
         for job, outcome in pending:
             if outcome.state is JobState.COMPLETED:
                 continue
-            if conn.scalar(self._write_one(job, outcome, clock)) is not None:
+            if conn.scalar(self._write_failure(job, outcome, clock)) is not None:
                 held.add(job.id)
-        return held
-
-    def _complete(
-        self, conn: Connection, completions: list[tuple[_Claimed, Outcome]], clock: Clock
-    ) -> set[str]:
-        """Store completions in two statements at most, whatever their number."""
-        if self.queue.backend.batch_updates:
-            done = [
-                {"id": job.id, "lock_token": job.lock_token, "result": outcome.result}
-                for job, outcome in completions
-            ]
-            return set(
-                conn.scalars(
-                    self._statement("complete", clock, lambda: statements.job_complete_many(clock)),
-                    {"done": json.dumps(done, separators=(",", ":"))},
-                )
-            )
-        # SQLite: this transaction holds the write lock (BEGIN IMMEDIATE), so the jobs found
-        # held here are still held when the executemany below writes them.
-        pairs = [(job.id, job.lock_token) for job, _ in completions]
-        held = set(conn.scalars(statements.job_held(pairs)))
-        assert clock.fixed is not None
-        rows = [
-            {
-                "job_id": job.id,
-                "job_lock_token": job.lock_token,
-                "job_result": outcome.result,
-                "job_expires_at": clock.fixed + timedelta(seconds=job.result_ttl),
-            }
-            for job, outcome in completions
-            if job.id in held
-        ]
-        if rows:
-            conn.execute(statements.job_complete_each(clock), rows)
-        return held
+        return held, pending
 
     def _store_isolated(
         self, conn: Connection, pending: list[tuple[_Claimed, Outcome]], clock: Clock
-    ) -> set[str]:
-        """Write outcomes one by one, each in a savepoint, after a turn whose batch failed: an
-        outcome the database refuses (say, a result PostgreSQL's JSONB cannot hold) becomes a
-        failed attempt instead of blocking every other outcome forever."""
+    ) -> tuple[set[str], list[tuple[_Claimed, Outcome]]]:
+        """Write outcomes one by one, each in a savepoint, after a turn whose batch could not be
+        stored: an outcome whose values cannot be stored (a result PostgreSQL's JSONB refuses, an
+        error while binding it) fails its own attempt instead of blocking every other outcome,
+        claim and heartbeat forever. Any other error (a dropped connection) propagates, and the
+        same outcomes are written again on the next turn.
+
+        Returns the ids stored and the outcomes as written: a refused one is replaced by its
+        failure here, in a new list, so that a transaction that fails later still retries the
+        original outcome."""
         held: set[str] = set()
-        for index, (job, outcome) in enumerate(pending):
+        written: list[tuple[_Claimed, Outcome]] = []
+        for job, outcome in pending:
             try:
                 with conn.begin_nested():
-                    stored = conn.scalar(self._write_one(job, outcome, clock))
-            except DBAPIError as exc:
-                if outcome.state is not JobState.COMPLETED:
+                    stored = self._write_one(conn, job, outcome, clock)
+            except Exception as exc:
+                if not self._refused(exc):
                     raise
-                reason = self.queue.backend.translate(exc)
-                outcome = job.failure(
-                    error_fields(
-                        "pgqueue.errors.SerializationError",
-                        f"the database refused the handler's return value: {reason}",
-                        None,
-                    )
+                outcome = self._refusal(job, outcome, exc)
+                logger.warning(
+                    "outcome could not be stored, failing the attempt job_id=%s worker_id=%s: %s",
+                    job.id,
+                    self.id,
+                    exc,
+                    extra={"job_id": job.id, "worker_id": self.id},
                 )
-                pending[index] = (job, outcome)
-                stored = conn.scalar(self._write_one(job, outcome, clock))
-            if stored is not None:
+                stored = self._write_one(conn, job, outcome, clock)
+            written.append((job, outcome))
+            if stored:
                 held.add(job.id)
-        return held
+        return held, written
 
-    def _write_one(self, job: _Claimed, outcome: Outcome, clock: Clock) -> Any:
+    def _write_one(self, conn: Connection, job: _Claimed, outcome: Outcome, clock: Clock) -> bool:
         if outcome.state is JobState.COMPLETED:
-            return statements.job_complete(
-                job.id, job.lock_token, outcome.result, job.result_ttl, clock
+            return bool(self.queue.backend.complete(conn, [_completion(job, outcome)], clock))
+        return conn.scalar(self._write_failure(job, outcome, clock)) is not None
+
+    def _refused(self, exc: BaseException) -> bool:
+        """Whether a failed write failed for the values it carried (retrying it can never
+        succeed), not for the connection or the database's state."""
+        if isinstance(exc, BackendError) and isinstance(exc.__cause__, DBAPIError):
+            exc = exc.__cause__
+        if isinstance(exc, DBAPIError):
+            backend = self.queue.backend
+            return (
+                not exc.connection_invalidated
+                and not backend.unreachable(exc)
+                and backend.refuses_value(exc)
             )
+        # Raised in Python before anything reached the database: encoding or binding the values.
+        return True
+
+    def _refusal(self, job: _Claimed, outcome: Outcome, exc: BaseException) -> Outcome:
+        """The failure stored in place of an outcome the database could not take."""
+        if isinstance(exc, DBAPIError):
+            reason = str(self.queue.backend.translate(exc))
+        else:
+            reason = f"{type(exc).__name__}: {exc}"
+        if outcome.state is JobState.COMPLETED:
+            message = f"the database refused the handler's return value: {reason}"
+            return job.failure(error_fields("pgqueue.errors.SerializationError", message, None))
+        # The error document itself was refused: keep the decision, store a plain document.
+        assert outcome.error is not None
+        error = error_fields(
+            str(outcome.error.get("type")),
+            f"{outcome.error.get('message')} (its full error document could not be stored: "
+            f"{reason})",
+            None,
+        )
+        return Outcome(outcome.state, error=error, retry_in=outcome.retry_in)
+
+    def _write_failure(self, job: _Claimed, outcome: Outcome, clock: Clock) -> Any:
         assert outcome.error is not None
         return statements.job_fail(
             job.id,
@@ -959,10 +977,12 @@ class Worker:
         self._inbox.put(_Done(job, outcome))
 
     def _returned(self, job: _Claimed, value: Any) -> Outcome:
-        # Encoding runs here, on the handler's thread: a value that cannot be stored fails this
-        # attempt with a clear error and never reaches (or stalls) the loop.
+        # Encoding runs here, on the handler's thread, and only here: a value that cannot be
+        # stored fails this attempt with a clear error and never reaches (or stalls) the loop,
+        # which stores the text made here as it is.
         try:
-            return Outcome(JobState.COMPLETED, result=self.queue.serializer.encode(value))
+            document = serde.encode_document(self.queue.serializer, value)
+            return Outcome(JobState.COMPLETED, result=document)
         except Exception as exc:
             return job.failure(exc)
 
@@ -1045,6 +1065,10 @@ def _check_queues(queues: Sequence[str] | None) -> list[str] | None:
     if not names:
         raise ConfigError("queues must name at least one queue (or be None for all of them)")
     return list(dict.fromkeys(names))
+
+
+def _completion(job: _Claimed, outcome: Outcome) -> Completion:
+    return Completion(job.id, job.lock_token, outcome.result, job.result_ttl)
 
 
 def _summary(outcome: Outcome) -> str:
