@@ -24,6 +24,7 @@ Example::
 
 from __future__ import annotations
 
+import asyncio
 import heapq
 import inspect
 import itertools
@@ -35,7 +36,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from concurrent.futures import CancelledError, Future
+from concurrent.futures import Future
 from contextlib import contextmanager
 from dataclasses import dataclass, fields
 from functools import partial
@@ -963,7 +964,13 @@ class Worker:
                 value = await task.function(*args, **kwargs)
                 outcome = self._returned(job, value)
                 span.set(outcome=str(outcome.state))
-        except Exception as exc:
+        except asyncio.CancelledError:
+            # A timeout or a stop cancelled the task: its outcome is already decided.
+            raise
+        except BaseException as exc:
+            # SystemExit, KeyboardInterrupt and GeneratorExit too, as for a sync handler: left to
+            # propagate, the first two would end the event loop's thread (and every later async
+            # job with it) and leave this job heartbeated in `processing` for good.
             return job.failure(exc)
         return outcome
 
@@ -972,7 +979,7 @@ class Worker:
         # step never runs its body, and its slot must still come back.
         try:
             outcome = future.result()
-        except (CancelledError, Exception) as exc:
+        except BaseException as exc:  # CancelledError included: the slot must come back
             outcome = job.failure(exc)
         self._inbox.put(_Done(job, outcome))
 

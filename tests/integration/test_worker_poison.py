@@ -3,9 +3,11 @@ die while outcomes are stored: each fails at most that job's attempt, and the wo
 
 from __future__ import annotations
 
+import asyncio
 import sys
 import threading
-from collections.abc import Sequence
+import time
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import pytest
@@ -137,3 +139,164 @@ def test_a_custom_serializer_result_is_encoded_once_on_the_handler_thread(db_url
         assert not encoded_on[0].startswith("pgqueue-worker-"), "not on the worker's loop"
     finally:
         queue.close()
+
+
+BASE_EXCEPTIONS = [SystemExit, KeyboardInterrupt, GeneratorExit]
+
+
+@pytest.mark.parametrize("kind", BASE_EXCEPTIONS, ids=lambda k: k.__name__)
+@pytest.mark.parametrize("style", ["async", "sync"])
+def test_a_handler_raising_a_base_exception_fails_its_attempt_and_the_worker_goes_on(
+    queue: pgqueue.Queue, kind: type[BaseException], style: str
+) -> None:
+    """SystemExit, KeyboardInterrupt and GeneratorExit from a handler are failures of its attempt,
+    like any exception: the job is not left ``processing``, the attempt is spent, the event loop
+    (for ``async def``) and the worker survive, and the worker does not stop."""
+    if style == "async":
+
+        @queue.task(name="t.bail", max_attempts=2, retry=pgqueue.Backoff(base=600))
+        async def bail() -> None:
+            await asyncio.sleep(0)
+            raise kind("bailing out")
+
+        @queue.task(name="t.after")
+        async def after() -> str:
+            await asyncio.sleep(0)
+            return "ran"
+
+    else:
+
+        @queue.task(name="t.bail", max_attempts=2, retry=pgqueue.Backoff(base=600))
+        def bail() -> None:
+            raise kind("bailing out")
+
+        @queue.task(name="t.after")
+        def after() -> str:
+            return "ran"
+
+    bail_id = bail.enqueue().id
+    with working(pgqueue.Worker(queue, poll_interval=0.05)) as worker:
+        wait_until(lambda: queue.status(bail_id).state is JobState.FAILING, what="the failure")
+        after_id = after.enqueue().id
+        wait_until(lambda: queue.status(after_id).state is JobState.COMPLETED, what="next job")
+        assert worker.stats.retried == 1
+    status = queue.status(bail_id)
+    assert status.attempts == 1, "the attempt is spent, not handed back at stop"
+    assert status.error is not None
+    assert status.error["type"] == kind.__name__
+    assert queue.result(after_id) == "ran"
+
+
+# -- connections dying while outcomes are stored (PostgreSQL: SQLite has no connection to kill:
+# its file cannot drop a connection, so the case does not arise there) ---------------------------
+
+TERMINATE_EVERY = 0.02
+DRAIN_JOBS = 200
+
+
+@pytest.fixture
+def pg_queue(pg_migrated_url: str) -> Iterator[pgqueue.Queue]:
+    engine = sa.create_engine(pg_migrated_url)
+    with engine.begin() as conn:
+        conn.exec_driver_sql(
+            "TRUNCATE pgqueue_jobs, pgqueue_workers, pgqueue_leaders, pgqueue_schedules"
+        )
+    engine.dispose()
+    queue = pgqueue.Queue(pg_migrated_url)
+    yield queue
+    queue.close()
+
+
+class Terminator:
+    """Terminates every other backend of the database every ``every`` seconds, from a connection
+    of its own, until stopped."""
+
+    def __init__(self, url: str, every: float) -> None:
+        self.engine = sa.create_engine(url, poolclass=sa.pool.NullPool)
+        self.every = every
+        self.killed = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> Terminator:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(10)
+        self.engine.dispose()
+
+    def _run(self) -> None:
+        with self.engine.connect() as conn:
+            conn = conn.execution_options(isolation_level="AUTOCOMMIT")
+            while not self._stop.wait(self.every):
+                self.killed += int(
+                    conn.scalar(
+                        sa.text(
+                            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                            "WHERE datname = current_database() AND pid <> pg_backend_pid() "
+                            "AND backend_type = 'client backend'"
+                        )
+                    )
+                    or 0
+                )
+
+
+def test_outcomes_stored_while_connections_die_are_retried_as_they_are(
+    pg_queue: pgqueue.Queue, pg_migrated_url: str
+) -> None:
+    """Backends terminated every 20 ms during a drain with ``max_attempts=1``: a completed
+    outcome whose write met a dead connection is written again, unchanged, after reconnecting —
+    never turned into a failure. So no job whose handler returned ends failed, and none runs
+    twice (a claim whose reply was lost leaves its job to stall, and the reaper dead-letters it
+    without running it: the only failure allowed)."""
+    queue = pg_queue
+    runs = Recorder()
+
+    @queue.task(name="t.once", max_attempts=1)
+    def once(n: int) -> int:
+        runs.add(pgqueue.current_job().id)
+        time.sleep(0.001)
+        return n
+
+    ids = [once.enqueue(n).id for n in range(DRAIN_JOBS)]
+    reaper = pgqueue.testing.reaper(queue, interval=0.2)
+    worker = pgqueue.Worker(queue, concurrency=4, lease=2, poll_interval=0.05, reaper=reaper)
+    with Terminator(pg_migrated_url, TERMINATE_EVERY) as terminator, working(worker):
+        wait_until(
+            lambda: _unfinished(pg_migrated_url, ids) == 0,
+            what="every job to end (stalled claims after their 2 s lease)",
+            timeout=120,
+        )
+    assert terminator.killed > 0
+    ran = runs.items
+    assert len(ran) == len(set(ran)), "no job ran twice"
+    states = _states(pg_migrated_url, ids)
+    returned = set(ran)
+    failed_after_returning = [i for i in returned if states[i] != "completed"]
+    assert failed_after_returning == [], "a job whose handler returned must end completed"
+    never_ran = [i for i in ids if i not in returned]
+    assert all(states[i] == "failed" for i in never_ran)
+    # Most jobs get through; a stalled claim is the exception.
+    assert len(returned) >= DRAIN_JOBS // 2
+
+
+def _states(url: str, ids: list[str]) -> dict[str, str]:
+    engine = sa.create_engine(url, poolclass=sa.pool.NullPool)
+    try:
+        with engine.connect() as conn:
+            rows = conn.execute(
+                sa.text("SELECT id, state FROM pgqueue_jobs WHERE id = ANY(:ids)"), {"ids": ids}
+            ).all()
+    finally:
+        engine.dispose()
+    return {row.id: row.state for row in rows}
+
+
+def _unfinished(url: str, ids: list[str]) -> int:
+    try:
+        states = _states(url, ids)
+    except sa.exc.OperationalError:
+        return -1  # terminated under us: look again
+    return sum(state not in ("completed", "failed") for state in states.values())
