@@ -223,9 +223,12 @@ class Terminator:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        self.stop()
+        self.engine.dispose()
+
+    def stop(self) -> None:
         self._stop.set()
         self._thread.join(10)
-        self.engine.dispose()
 
     def _run(self) -> None:
         with self.engine.connect() as conn:
@@ -249,8 +252,11 @@ def test_outcomes_stored_while_connections_die_are_retried_as_they_are(
     """Backends terminated every 20 ms during a drain with ``max_attempts=1``: a completed
     outcome whose write met a dead connection is written again, unchanged, after reconnecting —
     never turned into a failure. So no job whose handler returned ends failed, and none runs
-    twice (a claim whose reply was lost leaves its job to stall, and the reaper dead-letters it
-    without running it: the only failure allowed)."""
+    twice.
+
+    The reaper and crash detection are off: with them a job can be released as stalled (its
+    liveness lock dropped with its connection), which is their business, not the store path's.
+    A claim whose reply was lost leaves its jobs ``processing`` unrun; nothing else may."""
     queue = pg_queue
     runs = Recorder()
 
@@ -261,25 +267,40 @@ def test_outcomes_stored_while_connections_die_are_retried_as_they_are(
         return n
 
     ids = [once.enqueue(n).id for n in range(DRAIN_JOBS)]
-    reaper = pgqueue.testing.reaper(queue, interval=0.2)
-    worker = pgqueue.Worker(queue, concurrency=4, lease=2, poll_interval=0.05, reaper=reaper)
-    with Terminator(pg_migrated_url, TERMINATE_EVERY) as terminator, working(worker):
-        wait_until(
-            lambda: _unfinished(pg_migrated_url, ids) == 0,
-            what="every job to end (stalled claims after their 2 s lease)",
-            timeout=120,
-        )
+    worker = pgqueue.Worker(
+        queue, concurrency=4, poll_interval=0.05, reaper=False, crash_detection=False
+    )
+    with Terminator(pg_migrated_url, TERMINATE_EVERY) as terminator:
+        worker.start()
+        try:
+            wait_until(
+                lambda: _drained(pg_migrated_url, ids, set(runs.items)),
+                what="every job claimed and every returned one stored",
+                timeout=180,
+            )
+        finally:
+            terminator.stop()
+            worker.stop(timeout=30)
     assert terminator.killed > 0
     ran = runs.items
     assert len(ran) == len(set(ran)), "no job ran twice"
     states = _states(pg_migrated_url, ids)
     returned = set(ran)
-    failed_after_returning = [i for i in returned if states[i] != "completed"]
-    assert failed_after_returning == [], "a job whose handler returned must end completed"
-    never_ran = [i for i in ids if i not in returned]
-    assert all(states[i] == "failed" for i in never_ran)
-    # Most jobs get through; a stalled claim is the exception.
-    assert len(returned) >= DRAIN_JOBS // 2
+    assert sorted({states[i] for i in returned}) == ["completed"], (
+        "a job whose handler returned must end completed"
+    )
+    assert all(states[i] in ("processing", "queued") for i in ids if i not in returned)
+    assert len(returned) >= DRAIN_JOBS // 2, "a lost claim is the exception"
+
+
+def _drained(url: str, ids: list[str], returned: set[str]) -> bool:
+    try:
+        states = _states(url, ids)
+    except sa.exc.OperationalError:
+        return False  # terminated under us: look again
+    waiting = [i for i, state in states.items() if state in ("queued", "failing")]
+    unstored = [i for i in returned if states[i] not in ("completed", "failed")]
+    return not waiting and not unstored
 
 
 def _states(url: str, ids: list[str]) -> dict[str, str]:
@@ -292,11 +313,3 @@ def _states(url: str, ids: list[str]) -> dict[str, str]:
     finally:
         engine.dispose()
     return {row.id: row.state for row in rows}
-
-
-def _unfinished(url: str, ids: list[str]) -> int:
-    try:
-        states = _states(url, ids)
-    except sa.exc.OperationalError:
-        return -1  # terminated under us: look again
-    return sum(state not in ("completed", "failed") for state in states.values())
