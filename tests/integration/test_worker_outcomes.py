@@ -178,7 +178,9 @@ def test_an_async_attempt_past_its_timeout_is_cancelled(queue: pgqueue.Queue) ->
     job_id = aslow.enqueue().id
     with working(pgqueue.Worker(queue)) as worker:
         wait_until(lambda: queue.status(job_id).state is JobState.FAILED, what="the timeout")
-        wait_until(lambda: worker._loop.executor.busy == 0, what="the cancelled task to give its slot back")
+        wait_until(
+            lambda: worker._loop.executor.busy == 0, what="the cancelled task to give its slot back"
+        )
 
 
 def test_a_job_of_an_unknown_task_fails_with_a_clear_error(
