@@ -17,9 +17,12 @@ from pgqueue.migrate import VERSION_TABLE
 from pgqueue.schema import METADATA
 
 config = context.config
+# A Queue's schema= (tables and version table there; the live connection maps the tables).
+schema = config.attributes.get("schema")
 options: dict[str, Any] = {
     "target_metadata": METADATA,
     "version_table": VERSION_TABLE,
+    "version_table_schema": schema,
     "render_as_batch": True,
     "compare_type": True,
 }
@@ -31,6 +34,12 @@ if context.is_offline_mode():
     )
     context.configure(url=url, literal_binds=True, dialect_opts={"paramstyle": "named"}, **options)
     with context.begin_transaction():
+        if schema is not None:
+            # A script has no translate map: the revisions' unqualified names resolve through
+            # the search_path, set for the rest of the script's session.
+            quoted = context.get_context().dialect.identifier_preparer.quote_identifier(schema)
+            context.execute(f"CREATE SCHEMA IF NOT EXISTS {quoted}")
+            context.execute(f"SET search_path TO {quoted}")
         context.run_migrations()
 elif connection is not None:
     context.configure(connection=connection, **options)
