@@ -7,6 +7,9 @@ Example (settings.py)::
         "RESULT_TTL": 3600,           # seconds a result is kept (Queue default)
         "MAX_ATTEMPTS": 3,            # attempts per job (Queue default)
         "ENGINE_OPTIONS": {},         # SQLAlchemy options for pgqueue's own connections
+        "SCHEMA": None,               # PostgreSQL schema of pgqueue's tables (None: search_path)
+        "POOLER": None,               # "transaction" when DATABASES goes through pgbouncer so
+        "SESSION_URL": None,          # ... and a direct URL for LISTEN and locks (optional)
         "WORKER": {"concurrency": 4}, # defaults for `manage.py pgqueue worker` (its option names)
     }
 
@@ -27,6 +30,9 @@ DEFAULTS: dict[str, Any] = {
     "RESULT_TTL": config.DEFAULT_RESULT_TTL,
     "MAX_ATTEMPTS": config.DEFAULT_MAX_ATTEMPTS,
     "ENGINE_OPTIONS": {},
+    "SCHEMA": None,
+    "POOLER": None,
+    "SESSION_URL": None,
     "WORKER": {},
 }
 
