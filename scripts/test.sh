@@ -22,6 +22,15 @@ if [ ! -f /usr/share/java/postgresql.jar ] && [ "$(id -u)" = 0 ] && command -v a
         echo "warning: no PostgreSQL JDBC driver; Spark tests read over the Python data source" >&2
 fi
 
+# pgbouncer, for the transaction-pooling tests (tests/backends/test_pgbouncer.py); with CI=true
+# they fail rather than skip without it, so a failed install shows up there.
+if ! command -v pgbouncer >/dev/null && [ ! -x /usr/sbin/pgbouncer ] && [ "$(id -u)" = 0 ] &&
+    command -v apt-get >/dev/null; then
+    echo "== apt-get install pgbouncer"
+    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+        pgbouncer >/dev/null; } || echo "warning: could not install pgbouncer" >&2
+fi
+
 echo "== ruff"
 "$VENV/bin/ruff" check .
 "$VENV/bin/ruff" format --check .

@@ -86,8 +86,9 @@ class PostgresBackend:
 
     def create_engine(self, url: Any, **options: Any) -> Engine:
         options.setdefault("pool_pre_ping", True)
-        options.setdefault("pool_size", 10)
-        options.setdefault("max_overflow", 20)
+        if "poolclass" not in options:
+            options.setdefault("pool_size", 10)
+            options.setdefault("max_overflow", 20)
         engine = sa.create_engine(url, **options)
         self.prepare_engine(engine)
         return engine
