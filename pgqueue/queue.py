@@ -187,7 +187,9 @@ class Queue:
 
     def __repr__(self) -> str:
         url = self.engine.url.render_as_string(hide_password=True)
-        return f"Queue({url!r})" if self.schema is None else f"Queue({url!r}, schema={self.schema!r})"
+        return (
+            f"Queue({url!r})" if self.schema is None else f"Queue({url!r}, schema={self.schema!r})"
+        )
 
     # -- tasks ---------------------------------------------------------------------------------
 

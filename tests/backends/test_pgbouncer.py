@@ -173,7 +173,7 @@ def test_the_cli_goes_through_the_pooler(
 
 
 def test_pooler_settings_are_checked(urls: tuple[str, str], tmp_path: Path) -> None:
-    direct, through_bouncer = urls
+    _, through_bouncer = urls
     with pytest.raises(ConfigError, match="statement pooling"):
         pgqueue.Queue(through_bouncer, pooler="statement")
     sqlite = f"sqlite:///{tmp_path / 'q.db'}"

@@ -118,7 +118,9 @@ def test_each_schema_elects_its_own_leader(pair: tuple[pgqueue.Queue, pgqueue.Qu
     assert leader_key(DEFAULT_LOCK_NAMESPACE, "maintenance") == leader_key(
         DEFAULT_LOCK_NAMESPACE, "maintenance", None
     )
-    assert len({leader_key(DEFAULT_LOCK_NAMESPACE, "maintenance", s) for s in (None, "a", "b")}) == 3
+    assert (
+        len({leader_key(DEFAULT_LOCK_NAMESPACE, "maintenance", s) for s in (None, "a", "b")}) == 3
+    )
 
 
 def test_a_stale_job_in_one_schema_is_reaped_while_the_other_schemas_worker_runs(
