@@ -23,7 +23,7 @@ from typing import Any
 from pgqueue import config
 from pgqueue.errors import ConfigError
 
-__all__ = ["DEFAULTS", "pgqueue_settings"]
+__all__ = ["DEFAULTS", "jobs_table", "pgqueue_settings"]
 
 DEFAULTS: dict[str, Any] = {
     "DATABASE": "default",
@@ -46,3 +46,11 @@ def pgqueue_settings() -> dict[str, Any]:
         raise ConfigError(f"settings.PGQUEUE must be a dict, not {type(given).__name__}")
     config.check_options("settings.PGQUEUE", given, DEFAULTS)
     return {**DEFAULTS, **given}
+
+
+def jobs_table() -> str:
+    """The jobs table's ``db_table`` for Django: ``pgqueue_jobs``, qualified by
+    ``PGQUEUE["SCHEMA"]`` when one is set (Django quotes ``schema"."table`` into
+    ``"schema"."table"``). The model and its migration state both use it, so they never drift."""
+    schema = pgqueue_settings()["SCHEMA"]
+    return "pgqueue_jobs" if schema is None else f'{schema}"."pgqueue_jobs'
