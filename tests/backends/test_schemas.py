@@ -241,3 +241,8 @@ def test_flask_config_names_the_schema(url: str) -> None:
     pgq.queue.migrate()
     assert {schema for schema, _ in tables(url)} == {"flask_jobs"}
     pgq.queue.close()
+
+
+def test_a_module_queue_carries_its_own_schema(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["worker", "no_such_module", "--schema", "a"]) == 2
+    assert "--schema does not apply here" in capsys.readouterr().err
