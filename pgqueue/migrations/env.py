@@ -17,8 +17,9 @@ from pgqueue.migrate import VERSION_TABLE
 from pgqueue.schema import METADATA
 
 config = context.config
-# A Queue's schema= (tables and version table there; the live connection maps the tables).
-schema = config.attributes.get("schema")
+# A Queue's schema= (tables and version table there; the live connection maps the tables), or
+# `alembic -x schema=NAME` from a checkout.
+schema = config.attributes.get("schema") or context.get_x_argument(as_dictionary=True).get("schema")
 options: dict[str, Any] = {
     "target_metadata": METADATA,
     "version_table": VERSION_TABLE,
@@ -48,9 +49,16 @@ elif connection is not None:
 else:
     from sqlalchemy import create_engine
 
+    from pgqueue.backends import backend_for
+
     url = resolve_url(context.get_x_argument(as_dictionary=True).get("url"))
     engine = create_engine(url)
     with engine.begin() as conn:
+        backend = backend_for(url, schema=schema)
+        if backend.schema is not None:
+            backend.ensure_schema(conn)
+            conn.execution_options(schema_translate_map={None: backend.schema})
+        options["version_table_schema"] = backend.schema
         context.configure(connection=conn, **options)
         with context.begin_transaction():
             context.run_migrations()
