@@ -183,3 +183,45 @@ def test_pooler_settings_are_checked(urls: tuple[str, str], tmp_path: Path) -> N
         pgqueue.Queue(sqlite, session_url=sqlite)
     with pytest.raises(ConfigError, match="same kind"):
         pgqueue.Queue(through_bouncer, pooler="transaction", session_url=sqlite)
+
+
+def plant_dead_worker(queue: pgqueue.Queue) -> str:
+    """A job held (lease of an hour) by a registered worker whose liveness lock nobody holds:
+    what a SIGKILLed worker leaves behind."""
+    from pgqueue import statements
+    from pgqueue.maintenance.leadership import DEFAULT_LOCK_NAMESPACE, worker_key
+
+    job_id = queue.enqueue("tasks.any", args=[]).id
+    claim_jobs(queue, worker_id="killed", lease=3600)
+    with queue.connect() as conn:
+        conn.execute(
+            statements.worker_upsert(
+                queue.backend.insert,
+                worker_id="killed",
+                host="gone",
+                pid=1,
+                queues=None,
+                lock_key=worker_key(DEFAULT_LOCK_NAMESPACE, 4242),
+                clock=queue.backend.clock(),
+            )
+        )
+    return job_id
+
+
+def test_crash_detection_needs_the_session_url(urls: tuple[str, str]) -> None:
+    direct, through_bouncer = urls
+    with_session = pgqueue.Queue(
+        through_bouncer, pooler="transaction", session_url=direct, allow_unknown_tasks=True
+    )
+    without = pgqueue.Queue(through_bouncer, pooler="transaction", allow_unknown_tasks=True)
+    try:
+        job_id = plant_dead_worker(without)
+        # Without a session no worker records a lock key, and the reaper does not read locks:
+        # the job waits for its lease.
+        assert pgqueue.Reaper(without).run_once() == 0
+        # With one, the dead worker's free lock releases its job at once.
+        assert pgqueue.Reaper(with_session).run_once() == 1
+        assert states(with_session, [job_id]) == {JobState.FAILING}  # due again after backoff
+    finally:
+        with_session.close()
+        without.close()
