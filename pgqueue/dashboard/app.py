@@ -180,7 +180,9 @@ class Dashboard:
 
     # -- WSGI (standalone, Flask) ----------------------------------------------------------------
 
-    def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+    def __call__(
+        self, environ: dict[str, Any], start_response: Callable[..., Any]
+    ) -> Iterable[bytes]:
         """The dashboard as a WSGI application, with its own CSRF check on POSTs."""
         request, new_token = wsgi_request(environ)
         if request.method == "POST" and not csrf_ok(environ, request):
@@ -228,9 +230,8 @@ class Dashboard:
 
     def _jobs(self, request: Request) -> Response:
         search = request.arg("id")
-        if search:
-            if self.queue.status(search) is not None:
-                return Response.redirect(_url(request.root, f"jobs/{quote(search, safe='')}", {}))
+        if search and self.queue.status(search) is not None:
+            return Response.redirect(_url(request.root, f"jobs/{quote(search, safe='')}", {}))
         states = [_state(s) for s in request.query.get("state", []) if s]
         page = data.read_jobs(
             self.queue,
@@ -267,15 +268,15 @@ class Dashboard:
             return self._error(request, HTTPStatus.NOT_FOUND, f"No job {job_id!r}.")
         now = self._now() or datetime.now(UTC)
         allowed = [a for a, states in actions.ACTIONS.items() if status.state in states]
-        return self._page(
-            request, "job.html", job=status, now=now, allowed=allowed, active="jobs"
-        )
+        return self._page(request, "job.html", job=status, now=now, allowed=allowed, active="jobs")
 
     def _job_action(self, request: Request, job_id: str, action: str) -> Response:
         actions.check_action(action)
         done = actions.apply(self.queue, action, [job_id], now=self._now())
         verb = {"retry": "queued again", "cancel": "cancelled", "purge": "purged"}[action]
-        message = f"Job {verb}." if done else f"Nothing to {action}: the job is not in a state for it."
+        message = (
+            f"Job {verb}." if done else f"Nothing to {action}: the job is not in a state for it."
+        )
         target = "jobs" if action == "purge" and done else f"jobs/{quote(job_id, safe='')}"
         return Response.redirect(_url(request.root, target, {"message": message}))
 
@@ -327,9 +328,7 @@ class Dashboard:
         if name.startswith(".") or not folder.joinpath(name).is_file():
             return self._error(request, HTTPStatus.NOT_FOUND, "No such file.")
         kind = mimetypes.guess_type(name)[0] or "application/octet-stream"
-        response = Response(
-            HTTPStatus.OK, folder.joinpath(name).read_bytes(), content_type=kind
-        )
+        response = Response(HTTPStatus.OK, folder.joinpath(name).read_bytes(), content_type=kind)
         return response
 
 
@@ -373,11 +372,7 @@ def wsgi_request(environ: Mapping[str, Any]) -> tuple[Request, bool]:
             length = 0
         body = environ["wsgi.input"].read(min(length, 1 << 20)) if length > 0 else b""
         form = parse_qs(body.decode("utf-8", "replace"), keep_blank_values=True)
-    cookies = SimpleCookie(str(environ.get("HTTP_COOKIE", "")))
-    token = cookies[CSRF_COOKIE].value if CSRF_COOKIE in cookies else ""
-    minted = not token
-    if minted:
-        token = secrets.token_urlsafe(32)
+    token, minted = csrf_token(str(environ.get("HTTP_COOKIE", "")))
     path = str(environ.get("PATH_INFO", "")) or "/"
     request = Request(
         method=method,
@@ -390,18 +385,34 @@ def wsgi_request(environ: Mapping[str, Any]) -> tuple[Request, bool]:
     return request, minted
 
 
-def csrf_ok(environ: Mapping[str, Any], request: Request) -> bool:
+def csrf_token(cookie_header: str) -> tuple[str, bool]:
+    """The CSRF token from a Cookie header, or a new one; and whether it is new (then the
+    response must set it with :func:`csrf_cookie`)."""
+    cookies = SimpleCookie(cookie_header)
+    if CSRF_COOKIE in cookies and cookies[CSRF_COOKIE].value:
+        return cookies[CSRF_COOKIE].value, False
+    return secrets.token_urlsafe(32), True
+
+
+def csrf_check(*, origin: str | None, host: str | None, cookie_header: str, sent: str) -> bool:
     """The double-submit check: the form's token equals the cookie's (which another site can
     neither read nor set), and a browser-sent Origin, if any, is this host."""
-    origin = environ.get("HTTP_ORIGIN")
-    host = environ.get("HTTP_HOST")
     if origin and host and origin.split("://", 1)[-1] != host:
         return False
-    cookies = SimpleCookie(str(environ.get("HTTP_COOKIE", "")))
+    cookies = SimpleCookie(cookie_header)
     if CSRF_COOKIE not in cookies:
         return False
-    sent = request.field(CSRF_FIELD) or ""
     return bool(sent) and hmac.compare_digest(sent, cookies[CSRF_COOKIE].value)
+
+
+def csrf_ok(environ: Mapping[str, Any], request: Request) -> bool:
+    """:func:`csrf_check` for a WSGI request."""
+    return csrf_check(
+        origin=environ.get("HTTP_ORIGIN"),
+        host=environ.get("HTTP_HOST"),
+        cookie_header=str(environ.get("HTTP_COOKIE", "")),
+        sent=request.field(CSRF_FIELD) or "",
+    )
 
 
 def csrf_cookie(token: str, root: str) -> str:

@@ -45,9 +45,9 @@ __all__ = [
     "decode_cursor",
     "encode_cursor",
     "finished",
-    "read_now",
     "read_failures",
     "read_jobs",
+    "read_now",
     "read_overview",
     "read_schedules",
 ]
@@ -547,4 +547,3 @@ def read_schedules(queue: Queue, *, now: datetime | None = None) -> list[Schedul
 def finished(state: JobState) -> bool:
     """Whether ``state`` is one a job never leaves on its own."""
     return state in FINISHED_STATES
-

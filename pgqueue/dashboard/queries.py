@@ -139,7 +139,8 @@ def failed_count(cap: int) -> Select[Any]:
 
 
 def _error_type() -> ColumnElement[str]:
-    return JOBS.c.error["type"].as_string()
+    kind: ColumnElement[str] = JOBS.c.error["type"].as_string()
+    return kind
 
 
 def failed_groups(state: JobState, cap: int) -> Select[Any]:

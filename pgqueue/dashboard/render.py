@@ -91,8 +91,12 @@ def highlight_traceback(text: str | None) -> Markup:
     in_message = False  # after the exception line, until the next traceback of a chain
     for line in text.rstrip("\n").split("\n"):
         match = _FILE_LINE.match(line)
-        if in_message and not match and not line.startswith("Traceback") and line.strip() and (
-            not line.strip().startswith(_CHAIN)
+        if (
+            in_message
+            and not match
+            and not line.startswith("Traceback")
+            and line.strip()
+            and (not line.strip().startswith(_CHAIN))
         ):
             out.append(f'<span class="tb-exc">{escape(line)}</span>')
             continue
@@ -131,7 +135,9 @@ def bar_chart(series: Series, label: str, height: int = 120) -> Markup:
     width = 720
     left, bottom, top = 44, 18, 8
     plot_w, plot_h = width - left - 4, height - bottom - top
-    totals = [c + f + x for c, f, x in zip(series.completed, series.failed, series.cancelled, strict=True)]
+    totals = [
+        c + f + x for c, f, x in zip(series.completed, series.failed, series.cancelled, strict=True)
+    ]
     peak = max(totals, default=0) or 1
     bar_w = plot_w / buckets
     parts = [
@@ -143,7 +149,7 @@ def bar_chart(series: Series, label: str, height: int = 120) -> Markup:
     ]
     for index, start in enumerate(series.starts):
         x = left + index * bar_w
-        y = top + plot_h
+        y = float(top + plot_h)
         stack = (
             ("completed", series.completed[index]),
             ("failed", series.failed[index]),

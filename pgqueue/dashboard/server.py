@@ -43,9 +43,7 @@ def make_dashboard_server(
         server = make_dashboard_server(Dashboard(queue), port=0)
         print(server.server_port)
     """
-    return make_server(
-        host, port, app, server_class=_ThreadingServer, handler_class=_QuietHandler
-    )
+    return make_server(host, port, app, server_class=_ThreadingServer, handler_class=_QuietHandler)
 
 
 def serve(app: Callable[..., Any], host: str = DEFAULT_HOST, port: int = DEFAULT_PORT) -> None:

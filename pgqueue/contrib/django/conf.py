@@ -8,6 +8,7 @@ Example (settings.py)::
         "MAX_ATTEMPTS": 3,            # attempts per job (Queue default)
         "ENGINE_OPTIONS": {},         # SQLAlchemy options for pgqueue's own connections
         "WORKER": {"concurrency": 4}, # defaults for `manage.py pgqueue worker` (its option names)
+        "DASHBOARD": {"READ_ONLY": False},  # the web dashboard (pgqueue.contrib.django.dashboard)
     }
 
 Every key is optional; an unknown key is refused with a suggestion.
@@ -28,6 +29,7 @@ DEFAULTS: dict[str, Any] = {
     "MAX_ATTEMPTS": config.DEFAULT_MAX_ATTEMPTS,
     "ENGINE_OPTIONS": {},
     "WORKER": {},
+    "DASHBOARD": {},
 }
 
 
