@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import re
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from jinja2 import Environment, PackageLoader, select_autoescape
@@ -174,7 +174,7 @@ def bar_chart(series: Series, label: str, height: int = 120) -> Markup:
             )
         parts.append("</g>")
     first, last = series.starts[0], series.starts[-1] + series.width
-    fmt = "%H:%M"
+    fmt = "%H:%M" if series.width < timedelta(hours=1) else "%b %d %H:%M"
     parts.append(
         f'<text class="tick" x="{left}" y="{height - 4}">{first.strftime(fmt)}</text>'
         f'<text class="tick" x="{width - 4}" y="{height - 4}" text-anchor="end">'

@@ -159,7 +159,9 @@ def test_failures_are_grouped_by_error_type_with_bulk_actions(
     queue: pgqueue.Queue, filled: Filled
 ) -> None:
     dashboard = Dashboard(queue)
-    confirm = get(dashboard, "/failures/confirm", state="failed", type="ConnectionError", action="retry")
+    confirm = get(
+        dashboard, "/failures/confirm", state="failed", type="ConnectionError", action="retry"
+    )
     assert "Retry 2 failed jobs?" in confirm and 'name="type" value="ConnectionError"' in confirm
     # Cancel does not apply to dead letters, nor purge to jobs still retrying.
     assert (
@@ -181,7 +183,9 @@ def test_failures_are_grouped_by_error_type_with_bulk_actions(
     assert "No failing or failed jobs" in get(dashboard, "/failures")
 
 
-def test_purging_a_group_deletes_only_its_dead_letters(queue: pgqueue.Queue, filled: Filled) -> None:
+def test_purging_a_group_deletes_only_its_dead_letters(
+    queue: pgqueue.Queue, filled: Filled
+) -> None:
     dashboard = Dashboard(queue)
     dashboard.handle(request("POST", "/failures/purge", state="failed", type="ValueError"))
     assert queue.status("job-failed") is not None
@@ -194,7 +198,7 @@ def test_read_only_hides_actions_and_refuses_posts(queue: pgqueue.Queue, filled:
     dashboard = Dashboard(queue, read_only=True)
     assert "read-only" in get(dashboard, "/")
     page = get(dashboard, "/jobs/job-failed")
-    assert "<form method=\"post\"" not in page and "Retry" not in page
+    assert '<form method="post"' not in page and "Retry" not in page
     assert "Retry all" not in get(dashboard, "/failures")
     refused = dashboard.handle(request("POST", "/jobs/job-failed/retry"))
     assert refused.status == 403
