@@ -22,6 +22,16 @@ if [ ! -f /usr/share/java/postgresql.jar ] && [ "$(id -u)" = 0 ] && command -v a
         echo "warning: no PostgreSQL JDBC driver; Spark tests read over the Python data source" >&2
 fi
 
+# Headless Chromium and its WebDriver for the dashboard's browser tests (Debian's packages: no
+# browser download at run time). Without them those tests skip, or fail with CI=true.
+if { [ ! -x /usr/bin/chromium ] || [ ! -x /usr/bin/chromedriver ]; } && [ "$(id -u)" = 0 ] &&
+    command -v apt-get >/dev/null; then
+    echo "== apt-get install chromium chromium-driver"
+    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+        chromium chromium-driver >/dev/null; } ||
+        echo "warning: no chromium; the dashboard's browser tests cannot run" >&2
+fi
+
 echo "== ruff"
 "$VENV/bin/ruff" check .
 "$VENV/bin/ruff" format --check .

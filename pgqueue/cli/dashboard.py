@@ -109,19 +109,23 @@ def _top(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.live import Live
 
-    from pgqueue.dashboard.data import DayCache, read_overview
+    from pgqueue.dashboard.data import read_overview
+    from pgqueue.dashboard.throughput import Throughput
 
     queue = _queue(args)
     check_database(queue)
-    cache = DayCache()
     console = Console()
     if args.once or not console.is_terminal:
-        console.print(top_frame(read_overview(queue, day_cache=cache)))
+        if not console.is_terminal:
+            # Piped or logged: wide enough that names are not cut short.
+            console = Console(width=160)
+        console.print(top_frame(read_overview(queue)))
         return EXIT_OK
+    throughput = Throughput(queue)
     interval = max(args.interval, 0.2)
     with Live(console=console, screen=True, auto_refresh=False) as live:
         while True:
-            live.update(top_frame(read_overview(queue, day_cache=cache)), refresh=True)
+            live.update(top_frame(read_overview(queue, throughput=throughput)), refresh=True)
             time.sleep(interval)
 
 

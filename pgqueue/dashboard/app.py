@@ -23,6 +23,7 @@ from urllib.parse import parse_qs, quote, urlencode
 from pgqueue import config
 from pgqueue.dashboard import actions, data
 from pgqueue.dashboard.render import environment
+from pgqueue.dashboard.throughput import Throughput
 from pgqueue.errors import ConfigError
 from pgqueue.job import JobState
 
@@ -132,7 +133,8 @@ class Dashboard:
         self.title = title
         self.refresh_seconds = config.check_positive_seconds("refresh_seconds", refresh_seconds)
         self.clock = clock
-        self.day_cache = data.DayCache()
+        #: Per-minute counts of finished jobs behind the charts, shared by every request.
+        self.throughput = Throughput(queue)
         self._templates = environment()
         self._routes: list[tuple[str, str, Callable[..., Response]]] = [
             ("GET", "", self._overview),
@@ -223,7 +225,7 @@ class Dashboard:
 
     def _overview(self, request: Request) -> Response:
         overview = data.read_overview(
-            self.queue, queue_name=request.arg("queue"), day_cache=self.day_cache, now=self._now()
+            self.queue, queue_name=request.arg("queue"), throughput=self.throughput, now=self._now()
         )
         template = "overview_body.html" if request.arg("fragment") else "overview.html"
         return self._page(request, template, overview=overview, active="overview")

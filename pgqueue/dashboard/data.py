@@ -13,8 +13,6 @@ Example::
 
 from __future__ import annotations
 
-import threading
-import time
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -23,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from pgqueue import statements
 from pgqueue.dashboard import queries
+from pgqueue.dashboard.throughput import MINUTE, Throughput
 from pgqueue.job import FINISHED_STATES, JobState, JobStatus
 from pgqueue.maintenance.reaper import DEFAULT_WORKER_TTL
 
@@ -32,7 +31,6 @@ if TYPE_CHECKING:
 __all__ = [
     "COUNT_CAP",
     "GROUP_CAP",
-    "DayCache",
     "FailureGroup",
     "JobsPage",
     "LeaderRow",
@@ -52,12 +50,11 @@ __all__ = [
     "read_schedules",
 ]
 
-#: Dead letters counted on the overview before it says "N+" instead.
-COUNT_CAP = 10_000
+#: Dead letters counted on the overview before it says "N+" instead (the count reads the
+#: finished rows until it has found this many).
+COUNT_CAP = 1_000
 #: Jobs (the most recent) that the failures page groups by error type.
 GROUP_CAP = 5_000
-#: How long the day chart's closed hours are reused before being read again.
-DAY_CACHE_SECONDS = 300.0
 
 
 @dataclass(slots=True)
@@ -159,30 +156,8 @@ class Overview:
     dead_capped: bool
     unowned_processing: int = 0
     queue_filter: str | None = None
-
-
-class DayCache:
-    """The day chart's closed hours, kept for a few minutes: they change only when jobs are
-    pruned or retried, and reading them is the overview's one large scan."""
-
-    def __init__(self, seconds: float = DAY_CACHE_SECONDS) -> None:
-        self.seconds = seconds
-        self._lock = threading.Lock()
-        self._entries: dict[tuple[datetime, str | None], tuple[float, list[Any]]] = {}
-
-    def get(self, key: tuple[datetime, str | None]) -> list[Any] | None:
-        with self._lock:
-            entry = self._entries.get(key)
-        if entry is None or time.monotonic() - entry[0] > self.seconds:
-            return None
-        return entry[1]
-
-    def put(self, key: tuple[datetime, str | None], rows: list[Any]) -> None:
-        with self._lock:
-            # Keys move on every hour: keep only the newest few.
-            if len(self._entries) > 16:
-                self._entries.clear()
-            self._entries[key] = (time.monotonic(), rows)
+    #: Minutes of the last day still being counted in the background (the charts fill in).
+    pending_minutes: int = 0
 
 
 def read_now(queue: Queue, conn: Any, now: datetime | None) -> datetime:
@@ -195,7 +170,7 @@ def read_overview(
     queue: Queue,
     *,
     queue_name: str | None = None,
-    day_cache: DayCache | None = None,
+    throughput: Throughput | None = None,
     now: datetime | None = None,
 ) -> Overview:
     """Depth by state, oldest wait, finished per minute (last hour) and per hour (last day), per
@@ -240,7 +215,8 @@ def read_overview(
             dead += int(count)
             if wanted(name):
                 queue_row(name).dead = int(count)
-        hour, day = _throughput(conn, current, queue_name, day_cache, queue_row, task_row)
+        counter = throughput or Throughput(queue, background=False)
+        hour, day, pending = _throughput(conn, current, queue_name, counter, queue_row, task_row)
         live = conn.execute(
             queries.workers(current - timedelta(seconds=DEFAULT_WORKER_TTL))
         ).mappings()
@@ -277,6 +253,7 @@ def read_overview(
         dead_capped=dead >= COUNT_CAP,
         unowned_processing=sum(busy.values()),
         queue_filter=queue_name,
+        pending_minutes=pending,
     )
 
 
@@ -284,50 +261,37 @@ def _throughput(
     conn: Any,
     current: datetime,
     queue_name: str | None,
-    day_cache: DayCache | None,
+    throughput: Throughput,
     queue_row: Any,
     task_row: Any,
-) -> tuple[Series, Series]:
-    minute = timedelta(minutes=1)
+) -> tuple[Series, Series, int]:
     hour_width = timedelta(hours=1)
-    # Buckets end at the next whole minute, so the last one is the minute in progress.
-    end = current.replace(second=0, microsecond=0) + minute
-    minute_starts = [end - minute * (60 - i) for i in range(60)]
+    this_minute = current.replace(second=0, microsecond=0)
     this_hour = current.replace(minute=0, second=0, microsecond=0)
+    minute_starts = [this_minute - MINUTE * (59 - i) for i in range(60)]
     hour_starts = [this_hour - hour_width * (23 - i) for i in range(24)]
-    hour_series = Series.empty(minute_starts, minute)
+    hour_series = Series.empty(minute_starts, MINUTE)
     day_series = Series.empty(hour_starts, hour_width)
-
-    edges = [*minute_starts, end]
-    for bucket, name, task, state, count in conn.execute(queries.finished_buckets(edges)):
-        if queue_name is not None and name != queue_name:
-            continue
-        count = int(count)
-        hour_series.add(int(bucket), state, count)
-        if state != JobState.CANCELLED:
-            for row in (queue_row(name), task_row(name, task)):
-                setattr(row, f"{state}_hour", getattr(row, f"{state}_hour") + count)
-        if minute_starts[int(bucket)] >= this_hour:
-            _add_day(day_series, 23, name, task, state, count, queue_row, task_row)
-
-    key = (hour_starts[0], queue_name)
-    closed = day_cache.get(key) if day_cache is not None else None
-    if closed is None:
-        closed = [
-            tuple(row)
-            for row in conn.execute(queries.finished_buckets([*hour_starts, this_hour]))
-            if queue_name is None or row[1] == queue_name
-        ]
-        if day_cache is not None:
-            day_cache.put(key, closed)
-    for bucket, name, task, state, count in closed:
-        _add_day(day_series, int(bucket), name, task, state, int(count), queue_row, task_row)
-    return hour_series, day_series
+    minutes, pending = throughput.minutes(conn, hour_starts[0], current)
+    last_hour = minute_starts[0]
+    for minute, counts in minutes.items():
+        hour_index = int((minute - hour_starts[0]) / hour_width)
+        minute_index = int((minute - last_hour) / MINUTE)
+        for (name, task, state), count in counts.items():
+            if queue_name is not None and name != queue_name:
+                continue
+            _add(day_series, hour_index, "day", name, task, state, count, queue_row, task_row)
+            if minute_index >= 0:
+                _add(
+                    hour_series, minute_index, "hour", name, task, state, count, queue_row, task_row
+                )
+    return hour_series, day_series, pending
 
 
-def _add_day(
+def _add(
     series: Series,
     index: int,
+    span: str,
     name: str,
     task: str,
     state: str,
@@ -339,7 +303,7 @@ def _add_day(
     if state == JobState.CANCELLED:
         return
     for row in (queue_row(name), task_row(name, task)):
-        setattr(row, f"{state}_day", getattr(row, f"{state}_day") + count)
+        setattr(row, f"{state}_{span}", getattr(row, f"{state}_{span}") + count)
 
 
 # -- the jobs list ---------------------------------------------------------------------------------

@@ -30,7 +30,7 @@ def test_top_prints_one_frame(
     assert main(["top", "--url", db_url, "--once"]) == 0
     out = capsys.readouterr().out
     for text in ("pgqueue top", "payments", "shop.charge", "worker-test", "maintenance"):
-        assert text in out
+        assert text in out, out
 
 
 def test_sparkline() -> None:
