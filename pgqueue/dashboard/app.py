@@ -151,6 +151,16 @@ class Dashboard:
     def __repr__(self) -> str:
         return f"Dashboard({self.queue!r}, read_only={self.read_only})"
 
+    def close(self) -> None:
+        """Stop the background counting behind the charts (before closing the Queue).
+
+        Example::
+
+            dashboard.close()
+            queue.close()
+        """
+        self.throughput.close()
+
     # -- the neutral entry point ---------------------------------------------------------------
 
     def handle(self, request: Request) -> Response:
@@ -300,7 +310,10 @@ class Dashboard:
         error_type = request.arg("type")
         if action not in actions.GROUP_ACTIONS.get(state, ()):
             raise ConfigError(f"{action!r} does not apply to {state} jobs")
-        count = len(actions.group_ids(self.queue, state=state, error_type=error_type))
+        # The count of the failures page (bounded, from the most recent jobs): reading every
+        # job of the group would make this page as slow as the action itself.
+        groups, capped = data.read_failures(self.queue)
+        count = sum(g.count for g in groups if g.state == state and g.error_type == error_type)
         return self._page(
             request,
             "confirm.html",
@@ -308,6 +321,7 @@ class Dashboard:
             action=action,
             error_type=error_type,
             count=count,
+            capped=capped,
             active="failures",
         )
 

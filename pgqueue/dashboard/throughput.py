@@ -35,7 +35,7 @@ logger = logging.getLogger("pgqueue.dashboard")
 
 MINUTE = timedelta(minutes=1)
 #: Seconds a page load may spend counting minutes nobody has counted yet.
-DEFAULT_BUDGET = 0.1
+DEFAULT_BUDGET = 0.05
 #: Seconds after which a counted minute is recounted (in the background).
 DEFAULT_TTL = 600.0
 # Minutes per statement: starts small so the first one fits the budget, grows while fast.
@@ -70,6 +70,7 @@ class Throughput:
         self._thread: threading.Thread | None = None
         self._idle = threading.Event()
         self._idle.set()
+        self._closed = False
 
     def minutes(
         self, conn: Any, start: datetime, now: datetime
@@ -95,6 +96,16 @@ class Throughput:
         result[current] = self._read(conn, [current, current + MINUTE])[current]
         return result, len(closed) - (len(result) - 1)
 
+    def close(self, timeout: float | None = 30.0) -> None:
+        """Stop counting in the background: the current chunk finishes, then the thread ends
+        (before the Queue's engine is disposed, so no connection is left behind)."""
+        with self._lock:
+            self._closed = True
+            self._wanted.clear()
+            thread = self._thread
+        if thread is not None:
+            thread.join(timeout)
+
     def wait_idle(self, timeout: float | None = None) -> bool:
         """Wait until the background counting is done (benchmarks, tests); True when it is."""
         return self._idle.wait(timeout)
@@ -112,6 +123,8 @@ class Throughput:
         while todo:
             if budget is not None and time.monotonic() - started > budget:
                 return todo
+            if self._closed:
+                return []
             # A chunk is a run of consecutive minutes, so one range scan covers just them.
             run = 1
             while run < min(size, len(todo)) and todo[run] == todo[run - 1] - MINUTE:
@@ -136,6 +149,8 @@ class Throughput:
 
     def _count_later(self, minutes: list[datetime]) -> None:
         with self._lock:
+            if self._closed:
+                return
             self._wanted.update(minutes)
             if self._thread is not None and self._thread.is_alive():
                 return

@@ -18,7 +18,25 @@ import pgqueue
 from pgqueue.dashboard import Dashboard
 from pgqueue.dashboard.app import CSRF_COOKIE
 from pgqueue.dashboard.data import read_jobs, read_overview
+from pgqueue.dashboard.throughput import Throughput
 from pgqueue.job import JobState
+
+
+@pytest.fixture(autouse=True)
+def _close_dashboards(queue: pgqueue.Queue, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    # Each Dashboard may count the charts' minutes on a thread: stop those before the queue
+    # (which this fixture depends on, so it is closed after) disposes of its engine.
+    made: list[Throughput] = []
+    original = Throughput.__init__
+
+    def init(self: Throughput, *args: Any, **kwargs: Any) -> None:
+        original(self, *args, **kwargs)
+        made.append(self)
+
+    monkeypatch.setattr(Throughput, "__init__", init)
+    yield
+    for throughput in made:
+        throughput.close()
 
 
 @pytest.fixture

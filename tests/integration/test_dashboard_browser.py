@@ -44,8 +44,10 @@ def filled(queue: pgqueue.Queue) -> Iterator[Filled]:
 
 @pytest.fixture
 def site(queue: pgqueue.Queue, filled: Filled) -> Iterator[str]:
-    with serving(Dashboard(queue, refresh_seconds=0.3)) as url:
+    dashboard = Dashboard(queue, refresh_seconds=0.3)
+    with serving(dashboard) as url:
         yield url
+    dashboard.close()
 
 
 def text(browser: Any, css: str) -> str:
