@@ -145,6 +145,8 @@ def test_screenshots(browser: Any, site: str, queue: pgqueue.Queue, tmp_path: Pa
         ("failures", "/failures"),
     ]:
         browser.get(site + path)
+        # The overview's charts fill in over its live refreshes while the day is counted.
+        wait_until(lambda: not browser.find_elements("css selector", ".counting"), "the counts")
         picture = folder / f"dashboard-{name}.png"
         browser.save_screenshot(str(picture))
         assert picture.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
