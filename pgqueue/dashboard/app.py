@@ -9,6 +9,7 @@ check (a double-submit cookie plus an Origin check) for the standalone server.
 from __future__ import annotations
 
 import hmac
+import logging
 import mimetypes
 import secrets
 from collections.abc import Callable, Iterable, Mapping
@@ -24,13 +25,15 @@ from pgqueue import config
 from pgqueue.dashboard import actions, data
 from pgqueue.dashboard.render import environment
 from pgqueue.dashboard.throughput import Throughput
-from pgqueue.errors import ConfigError
+from pgqueue.errors import BackendError, ConfigError, PgQueueError
 from pgqueue.job import JobState
 
 if TYPE_CHECKING:
     from pgqueue.queue import Queue
 
 __all__ = ["CSRF_COOKIE", "CSRF_FIELD", "Dashboard", "Request", "Response"]
+
+logger = logging.getLogger("pgqueue.dashboard")
 
 #: The form field and cookie of the standalone / Flask CSRF check.
 CSRF_FIELD = "csrf_token"
@@ -89,7 +92,13 @@ class Request:
 
 @dataclass(slots=True)
 class Response:
-    """What to send back: status, headers, body."""
+    """What to send back: status, headers, body.
+
+    Example::
+
+        response = dashboard.handle(Request(method="GET", path="/"))
+        response.status, response.all_headers(), response.body
+    """
 
     status: int
     body: bytes = b""
@@ -187,7 +196,11 @@ class Dashboard:
                 try:
                     return view(request, *wild)
                 except ConfigError as exc:
+                    if isinstance(exc, BackendError):  # no tables: not the request's fault
+                        return self._unavailable(request, exc)
                     return self._error(request, HTTPStatus.BAD_REQUEST, str(exc))
+                except PgQueueError as exc:
+                    return self._unavailable(request, exc)
         return self._error(request, HTTPStatus.NOT_FOUND, "No such page.")
 
     # -- WSGI (standalone, Flask) ----------------------------------------------------------------
@@ -232,6 +245,14 @@ class Dashboard:
         response = self._page(request, "error.html", status=status, error=message, active="")
         response.status = status
         return response
+
+    def _unavailable(self, request: Request, error: PgQueueError) -> Response:
+        # The database is down or refusing: say so (the live refresh keeps trying).
+        logger.warning("dashboard: %s", error)
+        message = " ".join(str(error).split())
+        return self._error(
+            request, HTTPStatus.SERVICE_UNAVAILABLE, f"The database cannot answer: {message}"
+        )
 
     def _overview(self, request: Request) -> Response:
         overview = data.read_overview(

@@ -59,7 +59,13 @@ GROUP_CAP = 5_000
 
 @dataclass(slots=True)
 class Series:
-    """Finished jobs per time bucket: ``starts[i]`` is when bucket ``i`` begins."""
+    """Finished jobs per time bucket: ``starts[i]`` is when bucket ``i`` begins.
+
+    Example::
+
+        series = read_overview(queue).hour
+        list(zip(series.starts, series.completed, series.failed))
+    """
 
     starts: list[datetime]
     width: timedelta
@@ -86,7 +92,12 @@ class Series:
 
 @dataclass(slots=True)
 class QueueRow:
-    """One queue on the overview."""
+    """One queue on the overview: jobs by state now, finished in the last hour and day.
+
+    Example::
+
+        {row.name: row.due for row in read_overview(queue).queues}
+    """
 
     name: str
     due: int = 0
@@ -104,7 +115,12 @@ class QueueRow:
 
 @dataclass(slots=True)
 class TaskRow:
-    """One task (in one queue) on the overview."""
+    """One task (in one queue) on the overview.
+
+    Example::
+
+        [(t.task, t.failed_hour) for t in read_overview(queue).tasks if t.failed_hour]
+    """
 
     queue: str
     task: str
@@ -120,7 +136,12 @@ class TaskRow:
 
 @dataclass(frozen=True, slots=True)
 class WorkerRow:
-    """A live worker: where it runs, what it serves, how many slots are busy."""
+    """A live worker: where it runs, what it serves, how many slots are busy.
+
+    Example::
+
+        [(w.id, w.busy, w.beat_age_seconds) for w in read_overview(queue).workers]
+    """
 
     id: str
     host: str
@@ -134,7 +155,12 @@ class WorkerRow:
 
 @dataclass(frozen=True, slots=True)
 class LeaderRow:
-    """Who leads a maintenance role."""
+    """Who leads a maintenance role (``until``: the lease end on SQLite, None on PostgreSQL).
+
+    Example::
+
+        [(leader.role, leader.holder) for leader in read_overview(queue).leaders]
+    """
 
     role: str
     holder: str
@@ -143,7 +169,13 @@ class LeaderRow:
 
 @dataclass(slots=True)
 class Overview:
-    """The overview page."""
+    """The overview page's values.
+
+    Example::
+
+        overview = read_overview(queue, queue_name="emails")
+        overview.dead, overview.dead_capped, overview.pending_minutes
+    """
 
     now: datetime
     queues: list[QueueRow]
@@ -316,7 +348,13 @@ def _add(
 
 @dataclass(slots=True)
 class JobsPage:
-    """One page of the jobs list and the cursor of the next (None: this is the last page)."""
+    """One page of the jobs list and the cursor of the next (None: this is the last page).
+
+    Example::
+
+        page = read_jobs(queue, limit=20)
+        [job.id for job in page.jobs], page.next_cursor
+    """
 
     jobs: list[JobStatus]
     changed: list[datetime]
@@ -400,7 +438,13 @@ def read_jobs(
 
 @dataclass(frozen=True, slots=True)
 class FailureGroup:
-    """Jobs in one state whose latest error has one type."""
+    """Jobs in one state whose latest error has one type.
+
+    Example::
+
+        groups, capped = read_failures(queue)
+        [(g.error_type, g.count) for g in groups]
+    """
 
     state: JobState
     error_type: str | None
@@ -469,7 +513,12 @@ _NO_DIALECT: Any = _Dialect()
 
 @dataclass(frozen=True, slots=True)
 class ScheduleRow:
-    """A periodic schedule: what it runs, when it fires next, how far it has been handled."""
+    """A periodic schedule: what it runs, when it fires next, how far it has been handled.
+
+    Example::
+
+        [(s.name, s.next_fire) for s in read_schedules(queue)]
+    """
 
     name: str
     task: str | None
