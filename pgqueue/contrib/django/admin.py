@@ -41,7 +41,30 @@ class JobAdmin(admin.ModelAdmin):  # type: ignore[misc]
     actions = ("retry_jobs", "cancel_jobs")
     # The stored error document is shown as its type, message and a readable traceback instead
     # of one JSON string with literal "\n"s.
-    exclude = ("error",)
+    # The error right under the state: on a failed job's page it is what one came for.
+    fields = (
+        "id",
+        "task",
+        "queue",
+        "state",
+        "error_traceback",
+        "attempts",
+        "max_attempts",
+        "stall_count",
+        "priority",
+        "payload",
+        "result",
+        "run_at",
+        "created_at",
+        "updated_at",
+        "started_at",
+        "finished_at",
+        "locked_by",
+        "locked_until",
+        "lock_token",
+        "result_ttl",
+        "result_expires_at",
+    )
     readonly_fields = ("error_traceback",)
 
     @admin.display(description="Error")  # type: ignore[untyped-decorator]
@@ -103,7 +126,8 @@ class JobAdmin(admin.ModelAdmin):  # type: ignore[misc]
 
 _TRACEBACK_STYLE = (
     "white-space: pre-wrap; background: #1d2430; color: #d0d5dd; padding: 10px 12px; "
-    "border-radius: 6px; font-size: 12px; line-height: 1.45; max-width: 1100px"
+    "border-radius: 6px; font-size: 12px; line-height: 1.45; "
+    "box-sizing: border-box; overflow-x: auto; overflow-wrap: anywhere"
 )
 _TRACEBACK_CSS = (
     "<style>.pgqueue-traceback .tb-path{color:#8fb8ff}.pgqueue-traceback .tb-line{color:#ffd479}"
