@@ -8,7 +8,7 @@ import sys
 import time
 from typing import Any
 
-from pgqueue.cli._app import EXIT_OK, check_database, command, load_queue, queue_from_args
+from pgqueue.cli._app import EXIT_OK, check_database, command, module_queue, queue_from_args
 from pgqueue.cli._output import format_seconds
 from pgqueue.errors import PgQueueError
 from pgqueue.queue import Queue
@@ -28,11 +28,8 @@ def _add_queue_argument(parser: argparse.ArgumentParser) -> None:
 
 
 def _queue(args: argparse.Namespace) -> Queue:
-    if isinstance(args.queue, str):
-        if args.url is not None:
-            raise PgQueueError("give either MODULE[:ATTR] or --url, not both")
-        return load_queue(args.queue)
-    return queue_from_args(args)
+    # MODULE[:ATTR] is optional here: without it, the database of --url (or the environment).
+    return module_queue(args) if isinstance(args.queue, str) else queue_from_args(args)
 
 
 def _add_dashboard(parser: argparse.ArgumentParser) -> None:

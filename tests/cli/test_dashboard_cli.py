@@ -73,3 +73,8 @@ def test_the_dashboard_refuses_a_bad_database(
 ) -> None:
     code = main(["dashboard", "--url", "sqlite:////nonexistent/dir/x.db", "--port", "0"])
     assert code == 2 and "pgqueue: error:" in capsys.readouterr().err
+
+
+def test_a_module_queue_takes_no_url(capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["top", "pgqueue.demo", "--url", "sqlite:///x.db", "--once"])
+    assert code == 2 and "--url does not apply here" in capsys.readouterr().err
