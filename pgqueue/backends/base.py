@@ -140,6 +140,10 @@ class Backend(Protocol):
         met a dropped connection, a lock timeout or a restart."""
         ...
 
+    def leaders(self, connection: Connection, now: datetime) -> list[tuple[str, str, Any]]:
+        """Who leads each maintenance role now: ``(role, holder, lease end or None)``."""
+        ...
+
     def translate(self, error: DBAPIError) -> Exception:
         """Map a driver error to the pgqueue error tree (the caller raises it ``from`` error)."""
         ...
