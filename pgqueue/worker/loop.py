@@ -8,9 +8,10 @@ long the loop may sleep.
 
 Example::
 
-    loop = WorkerLoop(queue, config)
+    services = EmbeddedServices(queue, config)
+    loop = WorkerLoop(queue, config, services=services, poll_interval=1.0, clock=time.monotonic)
     threading.Thread(target=loop.main).start()
-    loop.post_stop(grace=10, force=False)
+    loop.post_stop(grace=10, force=False)      # what Worker.stop() does
 """
 
 from __future__ import annotations
