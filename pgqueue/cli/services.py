@@ -80,7 +80,7 @@ def _add_worker(parser: argparse.ArgumentParser) -> None:
         type=int,
         default=None,
         metavar="PORT",
-        help="serve this process's job counters for Prometheus on PORT (needs pgqueue[metrics])",
+        help="serve this process's job counters for Prometheus on PORT (needs pgqueue-sql[metrics])",
     )
 
 
