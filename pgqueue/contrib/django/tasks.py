@@ -14,7 +14,8 @@ settings.py::
     }
 
 A task's ``module_path`` is its pgqueue task name, ``queue_name`` its queue, ``priority`` its
-priority (higher runs first) and ``run_after`` its due time. ``get_result`` reads the job back:
+priority (higher runs first) and ``run_after`` its due time; :func:`~pgqueue.contrib.django.task_options`
+adds per-task max attempts, retry backoff, timeout and result TTL. ``get_result`` reads the job back:
 queued jobs and jobs waiting for a retry are READY, running ones RUNNING, completed ones
 SUCCESSFUL with the return value, failed and cancelled ones FAILED with the stored error.
 """
@@ -32,6 +33,7 @@ from django.utils import timezone
 from django.utils.module_loading import import_string
 
 from pgqueue import config
+from pgqueue.contrib.django.options import options_of
 from pgqueue.contrib.django.queues import DjangoQueue, get_queue
 from pgqueue.execution import current_job
 from pgqueue.job import JobState, JobStatus
@@ -115,7 +117,9 @@ class TasksBackend(BaseTaskBackend):  # type: ignore[misc]
         options: dict[str, Any] = {"queue": task.queue_name, "priority": task.priority}
         if task.run_after is not None:
             options["run_at"] = _aware(task.run_after)
-        if self.max_attempts is not None:
+        # The task's own max_attempts (@task_options) is the registered task's default; the
+        # backend's MAX_ATTEMPTS applies to the tasks that set none.
+        if self.max_attempts is not None and options_of(task).max_attempts is None:
             options["max_attempts"] = self.max_attempts
         job = queue.enqueue(task.module_path, args=args, kwargs=kwargs, **options)
         result = TaskResult(
@@ -223,7 +227,8 @@ def register_by_name(queue: DjangoQueue, name: str) -> PgTask[Any, Any] | None:
     task = _django_task(name)
     if task is None or not isinstance(task.get_backend(), TasksBackend):
         return None
-    registered: PgTask[Any, Any] = queue.task(name=name)(_runner(queue, name))
+    options = options_of(task).task_kwargs()
+    registered: PgTask[Any, Any] = queue.task(name=name, **options)(_runner(queue, name))
     return registered
 
 
