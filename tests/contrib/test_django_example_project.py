@@ -10,7 +10,6 @@ import sys
 from pathlib import Path
 
 import django_support
-import pytest
 from django_support import EXAMPLE
 
 # Fixtures shared by the Django tests (pytest finds them in this module's namespace).

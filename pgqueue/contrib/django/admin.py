@@ -7,12 +7,18 @@ have not started).
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from django.contrib import admin, messages
+from django.utils.html import format_html
 
 from pgqueue.contrib.django.models import Job
 from pgqueue.contrib.django.queues import get_queue
+from pgqueue.job import format_error
+
+# Pre-formatted text that wraps instead of widening the page (tracebacks, JSON).
+_PRE = '<pre style="white-space: pre-wrap; margin: 0">{}</pre>'
 
 __all__ = ["JobAdmin"]
 
@@ -31,11 +37,48 @@ class JobAdmin(admin.ModelAdmin):  # type: ignore[misc]
         "run_at",
         "created_at",
         "finished_at",
+        "failure",
     )
+    # A job's page: the stored error as type, message and traceback, arguments and result as
+    # indented JSON (not the raw JSON documents, whose newlines would show as \n).
+    fields = (
+        ("id", "task"),
+        ("queue", "state", "priority"),
+        ("attempts", "max_attempts", "stall_count"),
+        ("created_at", "run_at"),
+        ("started_at", "finished_at", "updated_at"),
+        ("locked_by", "locked_until"),
+        "arguments",
+        "failure",
+        "traceback",
+        "result_value",
+        "result_expires_at",
+    )
+    readonly_fields = ("arguments", "failure", "traceback", "result_value")
     list_filter = ("state", "queue")
     search_fields = ("id", "task")
     date_hierarchy = "created_at"
     actions = ("retry_jobs", "cancel_jobs")
+
+    @admin.display(description="error")
+    def failure(self, job: Job) -> str:
+        """The last error's type and message, on one line in the list."""
+        return format_error(job.error, traceback=False) or "-"
+
+    @admin.display(description="traceback")
+    def traceback(self, job: Job) -> str:
+        trace = (job.error or {}).get("traceback")
+        return format_html(_PRE, str(trace).rstrip()) if trace else "-"
+
+    @admin.display(description="arguments")
+    def arguments(self, job: Job) -> str:
+        payload = job.payload if isinstance(job.payload, dict) else {}
+        shown = {"args": payload.get("args", []), "kwargs": payload.get("kwargs", {})}
+        return format_html(_PRE, _json(shown))
+
+    @admin.display(description="result")
+    def result_value(self, job: Job) -> str:
+        return "-" if job.state != "completed" else format_html(_PRE, _json(job.result))
 
     def get_queryset(self, request: Any) -> Any:
         return super().get_queryset(request).using(get_queue().database)
@@ -69,3 +112,7 @@ class JobAdmin(admin.ModelAdmin):  # type: ignore[misc]
         self.message_user(request, f"{done} of {total} jobs {verb}.", messages.SUCCESS)
         if done < total:
             self.message_user(request, f"{total - done} skipped: {why_not}.", messages.WARNING)
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, indent=2, ensure_ascii=False, default=str)
