@@ -35,7 +35,10 @@ __all__ = [
     "DEFAULT_BATCH_SIZE",
     "DEFAULT_THROUGHPUT_WINDOW",
     "RECENT_WINDOW",
+    "KeptByTTL",
     "QueueStats",
+    "count_jobs",
+    "count_kept_by_ttl",
     "count_purgeable",
     "list_jobs",
     "purge",
@@ -225,6 +228,33 @@ def count_purgeable(
     statement = statements.job_prunable_count(finished, older_than, queue.backend.clock(now))
     with queue.connect(write=False) as conn:
         return int(conn.scalar(statement) or 0)
+
+
+@dataclass(frozen=True, slots=True)
+class KeptByTTL:
+    """Jobs old enough to purge that :func:`purge` keeps because their result's TTL has not
+    passed: how many, and when the first of them expires (None when there are none)."""
+
+    count: int
+    next_expiry: datetime | None
+
+
+def count_kept_by_ttl(
+    queue: Queue, *, state: JobState | str, older_than: float, now: datetime | None = None
+) -> KeptByTTL:
+    """The jobs :func:`purge` would skip for their result TTL (its other rules met).
+
+    Example::
+
+        kept = operations.count_kept_by_ttl(queue, state="completed", older_than=0)
+        print(kept.count, kept.next_expiry)
+    """
+    finished = check_finished_state(state)
+    older_than = config.check_positive_seconds("older_than", older_than, allow_zero=True)
+    statement = statements.job_ttl_kept(finished, older_than, queue.backend.clock(now))
+    with queue.connect(write=False) as conn:
+        count, first = conn.execute(statement).one()
+    return KeptByTTL(int(count or 0), first)
 
 
 def purge(

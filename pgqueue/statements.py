@@ -677,6 +677,17 @@ def job_prunable_count(state: JobState, older_than: float, clock: Clock) -> Sele
     return select(func.count()).select_from(JOBS).where(*_prunable(state, older_than, clock))
 
 
+def job_ttl_kept(state: JobState, older_than: float, clock: Clock) -> Select[Any]:
+    """How many rows old enough for ``job_prune`` it keeps because their result's TTL has not
+    passed, and when the first of those expires."""
+    kept: Select[Any] = select(func.count()).add_columns(func.min(JOBS.c.result_expires_at))
+    return kept.where(
+        JOBS.c.state == literal_column(f"'{state}'"),
+        JOBS.c.finished_at < clock.after(-older_than),
+        JOBS.c.result_expires_at > clock.now(),
+    )
+
+
 def worker_live(seconds: float, clock: Clock) -> Select[Any]:
     """The queues (None: all) of every worker that beat in the last ``seconds``."""
     return select(WORKERS.c.queues).where(WORKERS.c.last_beat_at >= clock.after(-seconds))

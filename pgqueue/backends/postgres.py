@@ -112,6 +112,10 @@ class PostgresBackend:
         if payloads:
             connection.execute(_NOTIFY_MANY, {"channel": channel, "payloads": list(payloads)})
 
+    def missing_database(self, url: Any) -> str | None:
+        # Connecting never creates a database here; the server says what is missing.
+        return None
+
     def unreachable(self, error: DBAPIError) -> bool:
         # No answer from a server at all (refused, reset: no SQLSTATE), a connection exception
         # (class 08), or the server shutting down, starting up or ending the session (57P).

@@ -9,6 +9,8 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from pgqueue import config
+from pgqueue.backends import backend_for
 from pgqueue.errors import PgQueueError
 from pgqueue.queue import Queue
 
@@ -59,11 +61,23 @@ def load_queue(spec: str | Queue) -> Queue:
     return queues[0]
 
 
-def queue_from_args(args: argparse.Namespace) -> Queue:
-    """The Queue given to :func:`main`, else one for ``--url`` (or the environment default)."""
+def queue_from_args(args: argparse.Namespace, *, create: bool = False) -> Queue:
+    """The Queue given to :func:`main`, else one for ``--url`` (or the environment default).
+
+    Only ``create=True`` (``pgqueue migrate``) may bring a database into being: every other
+    command refuses a SQLite file that does not exist rather than leave an empty one behind.
+    """
     bound = getattr(args, "queue", None)
     if isinstance(bound, Queue):
         return bound
+    if not create:
+        url = config.resolve_url(args.url)
+        missing = backend_for(url).missing_database(url)
+        if missing is not None:
+            raise PgQueueError(
+                f"{missing}; create it with `pgqueue migrate`, or point --url (or "
+                f"${config.URL_ENVIRONMENT_VARIABLE}) at your database"
+            )
     queue = Queue(args.url, allow_unknown_tasks=True)
     # main() closes it when the command ends (pooled connections, the LISTEN thread).
     args.opened_queues = [*getattr(args, "opened_queues", []), queue]

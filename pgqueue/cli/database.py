@@ -24,7 +24,7 @@ def _migrate(args: argparse.Namespace) -> int:
         bound = getattr(args, "queue", None)
         print(migrate.upgrade_sql(bound.engine.url if isinstance(bound, Queue) else args.url))
         return EXIT_OK
-    queue = queue_from_args(args)
+    queue = queue_from_args(args, create=True)
     queue.migrate()
     where = queue.engine.url.render_as_string(hide_password=True)
     if args.json:

@@ -278,11 +278,14 @@ def _add_purge(parser: argparse.ArgumentParser) -> None:
 def _purge(args: argparse.Namespace) -> int:
     queue = queue_from_args(args)
     matched = operations.count_purgeable(queue, state=args.state, older_than=args.older_than)
+    kept = operations.count_kept_by_ttl(queue, state=args.state, older_than=args.older_than)
     age = format_seconds(args.older_than)
     report = {
         "state": args.state,
         "older_than_seconds": args.older_than,
         "matched": matched,
+        "kept_by_result_ttl": kept.count,
+        "next_result_expiry": kept.next_expiry,
         "deleted": 0,
         "dry_run": args.dry_run,
     }
@@ -291,6 +294,7 @@ def _purge(args: argparse.Namespace) -> int:
             print_json(report)
         else:
             print(f"{matched} {args.state} jobs finished more than {age} ago")
+            _print_kept(kept, args.state)
         return EXIT_OK
     if not args.yes:
         if not sys.stdin.isatty():
@@ -312,7 +316,17 @@ def _purge(args: argparse.Namespace) -> int:
         print_json(report)
     else:
         print(f"deleted {report['deleted']} {args.state} jobs")
+        _print_kept(kept, args.state)
     return EXIT_OK
+
+
+def _print_kept(kept: operations.KeptByTTL, state: str) -> None:
+    # Old enough, but a purge never deletes a result (or error) a producer may still read.
+    if kept.count:
+        print(
+            f"{kept.count} more {state} jobs are kept until their result TTL passes "
+            f"(the first at {cell(kept.next_expiry)} UTC)"
+        )
 
 
 def _add_enqueue(parser: argparse.ArgumentParser) -> None:

@@ -60,24 +60,24 @@ class JobAdmin(admin.ModelAdmin):  # type: ignore[misc]
     date_hierarchy = "created_at"
     actions = ("retry_jobs", "cancel_jobs")
 
-    @admin.display(description="error")
+    @admin.display(description="error")  # type: ignore[untyped-decorator]
     def failure(self, job: Job) -> str:
         """The last error's type and message, on one line in the list."""
         return format_error(job.error, traceback=False) or "-"
 
-    @admin.display(description="traceback")
-    def traceback(self, job: Job) -> str:
+    @admin.display(description="traceback")  # type: ignore[untyped-decorator]
+    def traceback(self, job: Job) -> Any:
         trace = (job.error or {}).get("traceback")
         return format_html(_PRE, str(trace).rstrip()) if trace else "-"
 
-    @admin.display(description="arguments")
-    def arguments(self, job: Job) -> str:
+    @admin.display(description="arguments")  # type: ignore[untyped-decorator]
+    def arguments(self, job: Job) -> Any:
         payload = job.payload if isinstance(job.payload, dict) else {}
         shown = {"args": payload.get("args", []), "kwargs": payload.get("kwargs", {})}
         return format_html(_PRE, _json(shown))
 
-    @admin.display(description="result")
-    def result_value(self, job: Job) -> str:
+    @admin.display(description="result")  # type: ignore[untyped-decorator]
+    def result_value(self, job: Job) -> Any:
         return "-" if job.state != "completed" else format_html(_PRE, _json(job.result))
 
     def get_queryset(self, request: Any) -> Any:
