@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 
 from pgqueue import config, statements
 from pgqueue.errors import ConfigError
-from pgqueue.job import FINISHED_STATES, JobState, JobStatus
+from pgqueue.job import CLAIMABLE_STATES, FINISHED_STATES, JobState, JobStatus
 from pgqueue.maintenance.reaper import DEFAULT_WORKER_TTL, STALLED_ERROR_TYPE
 from pgqueue.notifications import ENQUEUED_CHANNEL
 
@@ -169,9 +169,32 @@ def list_jobs(
     return [queue.status_from_row(row) for row in rows]
 
 
-def count_jobs(queue: Queue, *, state: JobState | str, queue_name: str | None = None) -> int:
-    """How many jobs are in ``state`` (and ``queue_name``)."""
-    statement = statements.job_count(state=check_state(state), queue=queue_name)
+def count_jobs(
+    queue: Queue,
+    *,
+    state: JobState | str | Sequence[JobState | str] | None = None,
+    queue_name: str | None = None,
+) -> int:
+    """How many jobs are in ``state`` (a state or several; default: waiting to run, i.e.
+    ``queued`` or ``failing``, the queue's depth including jobs scheduled for later), in
+    ``queue_name`` (default: every queue). One indexed count; also ``pgqueue.count_jobs``.
+
+    Example::
+
+        depth = pgqueue.count_jobs(queue, queue_name="emails")
+        dead = pgqueue.count_jobs(queue, state="failed")
+    """
+    if state is None:
+        states: list[JobState] = list(CLAIMABLE_STATES)
+    elif isinstance(state, str):
+        states = [check_state(state)]
+    else:
+        states = [check_state(s) for s in state]
+        if not states:
+            raise ConfigError("state must name at least one job state")
+    if queue_name is not None:
+        queue_name = config.check_name("queue_name", queue_name)
+    statement = statements.job_count(state=states, queue=queue_name)
     with queue.connect(write=False) as conn:
         return int(conn.scalar(statement) or 0)
 

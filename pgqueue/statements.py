@@ -276,6 +276,7 @@ CLAIMED_COLUMNS = (
     JOBS.c.lock_token,
     JOBS.c.locked_by,
     JOBS.c.locked_until,
+    JOBS.c.created_at,
 )
 
 
@@ -650,9 +651,12 @@ def job_ids(*, state: JobState, queue: str | None, after: str, limit: int) -> Se
     return statement.order_by(JOBS.c.id).limit(limit)
 
 
-def job_count(*, state: JobState, queue: str | None) -> Select[Any]:
-    """How many jobs are in ``state`` (and ``queue``)."""
-    statement = select(func.count()).select_from(JOBS).where(JOBS.c.state == str(state))
+def job_count(*, state: JobState | Sequence[JobState], queue: str | None) -> Select[Any]:
+    """How many jobs are in ``state`` (one or several; and ``queue``)."""
+    states = [state] if isinstance(state, JobState) else list(state)
+    statement = (
+        select(func.count()).select_from(JOBS).where(JOBS.c.state.in_([str(s) for s in states]))
+    )
     if queue is not None:
         statement = statement.where(JOBS.c.queue == queue)
     return statement

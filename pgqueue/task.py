@@ -124,6 +124,12 @@ class Task(Generic[P, R]):
         """:meth:`enqueue` for asyncio code (``await add.aenqueue(1, 2)``)."""
         return await self.queue.aenqueue(self.name, args, kwargs)
 
+    async def aenqueue_many(
+        self, items: Iterable[tuple[Any, ...] | list[Any] | JobSpec]
+    ) -> list[EnqueueResult]:
+        """:meth:`enqueue_many` for asyncio code (``await add.aenqueue_many([(1, 2), (3, 4)])``)."""
+        return await self.queue.aenqueue_many(self.name, items)
+
     async def aenqueue_and_wait(
         self, *args: Any, timeout: float | timedelta | None = None, **kwargs: Any
     ) -> R:
@@ -174,6 +180,12 @@ class BoundTask(Generic[P, R]):
     async def aenqueue(self, *args: P.args, **kwargs: P.kwargs) -> EnqueueResult:
         """:meth:`enqueue` for asyncio code."""
         return await self.task.queue.aenqueue(self.task.name, args, kwargs, **self.options)
+
+    async def aenqueue_many(
+        self, items: Iterable[tuple[Any, ...] | list[Any] | JobSpec]
+    ) -> list[EnqueueResult]:
+        """:meth:`enqueue_many` for asyncio code, with the bound options as every job's defaults."""
+        return await self.task.queue.aenqueue_many(self.task.name, items, **self.options)
 
     async def aenqueue_and_wait(
         self, *args: Any, timeout: float | timedelta | None = None, **kwargs: Any
