@@ -21,6 +21,7 @@ import os
 import shlex
 import sys
 from pathlib import Path
+from typing import Any
 
 from pgqueue.cli._app import EXIT_OK
 from pgqueue.errors import PgQueueError
@@ -77,7 +78,7 @@ def run_reloading(args: argparse.Namespace) -> int:
     watched = ", ".join(map(str, directories))
     print(f"pgqueue: watching {watched} for .py changes", file=sys.stderr, flush=True)
 
-    def restarting(changes: set[tuple[object, str]]) -> None:
+    def restarting(changes: set[tuple[Any, str]]) -> None:
         changed = sorted({os.path.relpath(path) for _, path in changes})
         shown = ", ".join(changed[:3]) + (" ..." if len(changed) > 3 else "")
         print(f"pgqueue: {shown} changed, restarting the worker", file=sys.stderr, flush=True)
