@@ -51,4 +51,5 @@ assert t.Task.__module__.startswith('$tasks_module'), t.Task.__module__
 run "${VENV_DJANGO6:-.venv-django6}" 'django>=6' django.tasks \
     tests/contrib/test_django_*.py "$@"
 run "${VENV_DJANGO52:-.venv-django52}" 'django>=5.2,<6' django_tasks \
-    tests/contrib/test_django_tasks.py tests/contrib/test_django_example_project.py "$@"
+    tests/contrib/test_django_tasks.py tests/contrib/test_django_task_options.py \
+    tests/contrib/test_django_example_project.py "$@"

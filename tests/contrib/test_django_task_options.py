@@ -3,6 +3,7 @@ and result TTL of one task over the backend's defaults. Both databases."""
 
 from __future__ import annotations
 
+import inspect
 from datetime import UTC, datetime, timedelta
 
 import django_support
@@ -12,7 +13,7 @@ from django_support import drain
 import pgqueue
 from pgqueue.contrib.django import get_queue, task_options
 from pgqueue.contrib.django.options import TaskOptions, options_of
-from pgqueue.contrib.django.tasks import TaskResultStatus
+from pgqueue.contrib.django.tasks import PgQueueTask, TaskResultStatus
 
 try:
     from django.tasks import task
@@ -41,6 +42,17 @@ def slow() -> str:
 @task()
 def plain(value: int) -> int:
     return value
+
+
+# Django 6.1+ and the django-tasks backport 0.11+ hand @task's extra keywords to the backend's
+# task class; Django 6.0 does not (there, @task_options is the way).
+TASK_TAKES_OPTIONS = "kwargs" in inspect.signature(task).parameters
+
+if TASK_TAKES_OPTIONS:
+
+    @task(max_attempts=4, retry=pgqueue.Backoff(base=300, jitter=0), timeout=timedelta(seconds=9))
+    def native(value: int) -> int:
+        raise ValueError(value)
 
 
 def test_the_options_are_kept_on_the_function_in_either_order() -> None:
@@ -106,3 +118,32 @@ def test_the_result_ttl_applies_to_the_stored_value(alias: str) -> None:
     registered = queue.tasks[flaky.module_path]
     assert (registered.max_attempts, registered.result_ttl) == (3, 120)
     assert registered.retry == pgqueue.Backoff(base=600, jitter=0)
+
+
+def test_task_takes_the_options_itself_where_django_passes_them_on(alias: str) -> None:
+    if not TASK_TAKES_OPTIONS:
+        with pytest.raises(TypeError):
+            task(max_attempts=4)(plain.func)
+        return
+    assert isinstance(native, PgQueueTask)
+    assert options_of(native) == TaskOptions(
+        max_attempts=4, retry=pgqueue.Backoff(base=300, jitter=0), timeout=9.0
+    )
+    # using() keeps them.
+    assert options_of(native.using(priority=3)).max_attempts == 4
+    before = datetime.now(UTC)
+    result = native.using(backend=alias).enqueue(5)
+    drain(alias)
+    status = get_queue(alias).status(result.id)
+    assert status is not None
+    assert (status.state, status.attempts, status.max_attempts) == ("failing", 1, 4)
+    assert status.run_at >= before + timedelta(seconds=290)
+
+
+def test_bad_options_in_task_fail_at_declaration() -> None:
+    if not TASK_TAKES_OPTIONS:
+        return  # @task refuses unknown keywords itself (the test above)
+    with pytest.raises(pgqueue.ConfigError, match="max_attempts"):
+        task(max_attempts=0)(plain.func)
+    with pytest.raises(pgqueue.ConfigError, match="retry"):
+        task(retry="exponential")(plain.func)

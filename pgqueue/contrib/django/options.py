@@ -18,7 +18,7 @@ Example::
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from datetime import timedelta
 from typing import Any, TypeVar
 
@@ -26,7 +26,7 @@ from pgqueue import config
 from pgqueue.errors import ConfigError
 from pgqueue.retries import RetryPolicy
 
-__all__ = ["TaskOptions", "options_of", "task_options"]
+__all__ = ["TaskOptions", "check_options", "options_of", "task_options"]
 
 F = TypeVar("F")
 
@@ -74,15 +74,8 @@ def task_options(
         @task_options(max_attempts=3, retry=pgqueue.Backoff(base=10, jitter=0))
         def sync_account(account_id: int) -> None: ...
     """
-    if retry is not None and not isinstance(retry, RetryPolicy):
-        raise ConfigError(
-            f"retry must have a delay(attempt) method, e.g. pgqueue.Backoff(), not {retry!r}"
-        )
-    options = TaskOptions(
-        max_attempts=None if max_attempts is None else config.check_max_attempts(max_attempts),
-        retry=retry,
-        timeout=None if timeout is None else config.check_positive_seconds("timeout", timeout),
-        result_ttl=None if result_ttl is None else config.check_result_ttl(result_ttl),
+    options = check_options(
+        max_attempts=max_attempts, retry=retry, timeout=timeout, result_ttl=result_ttl
     )
 
     def apply(target: F) -> F:
@@ -96,7 +89,43 @@ def task_options(
     return apply
 
 
+def check_options(
+    *,
+    max_attempts: int | None = None,
+    retry: RetryPolicy | None = None,
+    timeout: float | timedelta | None = None,
+    result_ttl: int | timedelta | None = None,
+) -> TaskOptions:
+    """The options checked as ``Queue.task`` checks them (ConfigError naming a bad one), with
+    durations in seconds.
+
+    Example::
+
+        check_options(timeout=timedelta(minutes=1)).timeout   # 60.0
+    """
+    if retry is not None and not isinstance(retry, RetryPolicy):
+        raise ConfigError(
+            f"retry must have a delay(attempt) method, e.g. pgqueue.Backoff(), not {retry!r}"
+        )
+    return TaskOptions(
+        max_attempts=None if max_attempts is None else config.check_max_attempts(max_attempts),
+        retry=retry,
+        timeout=None if timeout is None else config.check_positive_seconds("timeout", timeout),
+        result_ttl=None if result_ttl is None else config.check_result_ttl(result_ttl),
+    )
+
+
 def options_of(task: Any) -> TaskOptions:
-    """The :class:`TaskOptions` of a Django task or its function (all None when none were set)."""
+    """The :class:`TaskOptions` of a Django task or its function (all None when none were set):
+    those ``@task(...)`` gave the task itself (``PgQueueTask``) over those ``@task_options`` put
+    on its function."""
     found = getattr(getattr(task, "func", task), _ATTRIBUTE, None)
-    return found if isinstance(found, TaskOptions) else TaskOptions()
+    options = found if isinstance(found, TaskOptions) else TaskOptions()
+    if not hasattr(task, "func"):  # a plain function: only what @task_options put there
+        return options
+    own = {
+        field.name: getattr(task, field.name)
+        for field in fields(TaskOptions)
+        if getattr(task, field.name, None) is not None
+    }
+    return replace(options, **own) if own else options
