@@ -13,6 +13,11 @@ from shop.tasks import order_total, send_receipt
 
 
 class ReceiptTests(TransactionTestCase):
+    def setUp(self) -> None:
+        # Django empties the tables of its managed models between these tests; pgqueue's jobs
+        # table is not one of them.
+        pgqueue.testing.clear(queue)
+
     def test_a_burst_worker_sends_the_receipt(self) -> None:
         with transaction.atomic():
             order = Order.objects.create(email="a@example.com", total_cents=250)
