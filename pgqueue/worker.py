@@ -388,9 +388,15 @@ class Worker:
         self.stop()
 
     def _restore(self) -> None:
+        # Put back the signal handlers start(handle_signals=True) replaced: only the main thread
+        # may; another thread's stop() or wait() leaves that to the main thread's.
+        if (
+            self._restore_signals is None
+            or threading.current_thread() is not threading.main_thread()
+        ):
+            return
         restore, self._restore_signals = self._restore_signals, None
-        if restore is not None and threading.current_thread() is threading.main_thread():
-            restore()
+        restore()
 
     def stop(self, timeout: float | None = None, *, force: bool = False) -> None:
         """Stop claiming, wait up to ``timeout`` seconds (default: ``grace_period``) for running
