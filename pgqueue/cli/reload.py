@@ -26,7 +26,14 @@ from typing import Any
 from pgqueue.cli._app import EXIT_OK
 from pgqueue.errors import PgQueueError
 
-__all__ = ["CHILD_ENVIRONMENT_VARIABLE", "add_reload_options", "child_command", "run_reloading"]
+__all__ = [
+    "CHILD_ENVIRONMENT_VARIABLE",
+    "add_reload_options",
+    "child_command",
+    "prepare_child",
+    "run_reloading",
+    "wants_reload",
+]
 
 #: Set in the worker processes the supervisor starts, where ``--reload`` then does nothing.
 CHILD_ENVIRONMENT_VARIABLE = "PGQUEUE_RELOAD_CHILD"
@@ -53,6 +60,15 @@ def add_reload_options(parser: argparse.ArgumentParser) -> None:
 def wants_reload(args: argparse.Namespace) -> bool:
     """True in the process that should supervise: ``--reload`` given and not already a child."""
     return bool(getattr(args, "reload", False)) and not os.environ.get(CHILD_ENVIRONMENT_VARIABLE)
+
+
+def prepare_child() -> None:
+    """In a worker the supervisor started: leave the terminal's process group, so that Ctrl-C
+    reaches the supervisor only, which then stops this worker with one SIGINT (gracefully)
+    rather than the worker getting the terminal's SIGINT and the supervisor's (a second signal
+    stops at once, leaving jobs to the reaper). Elsewhere nothing happens."""
+    if os.environ.get(CHILD_ENVIRONMENT_VARIABLE) and hasattr(os, "setpgrp"):
+        os.setpgrp()
 
 
 def child_command() -> list[str]:

@@ -96,6 +96,7 @@ def _worker(args: argparse.Namespace) -> int:
 
     if reload.wants_reload(args):
         return reload.run_reloading(args)
+    reload.prepare_child()
     queue = module_queue(args)
     worker = Worker(
         queue,

@@ -31,6 +31,11 @@ VERSION = {version}
 @queue.task(name="app.version")
 def version() -> int:
     return VERSION
+
+
+@queue.task(name="app.slow")
+def slow() -> None:
+    pgqueue.current_job().cancelled.wait(60)
 """
 
 
@@ -54,8 +59,15 @@ def test_a_code_change_restarts_the_worker_on_the_new_code(db_url: str, tmp_path
     command += ["--no-reaper", "--no-scheduler", "--poll-interval", "0.1"]
     env = {**os.environ, "APP_URL": db_url, "PYTHONPATH": str(ROOT)}
     env.pop("PGQUEUE_RELOAD_CHILD", None)
+    # A session of its own, like a shell's foreground job: Ctrl-C is SIGINT to its group.
     supervisor = subprocess.Popen(
-        command, cwd=tmp_path, env=env, stderr=subprocess.PIPE, text=True, bufsize=1
+        command,
+        cwd=tmp_path,
+        env=env,
+        stderr=subprocess.PIPE,
+        text=True,
+        bufsize=1,
+        start_new_session=True,
     )
     output = Output(supervisor.stderr)
     queue = pgqueue.Queue(db_url, allow_unknown_tasks=True)
@@ -81,9 +93,16 @@ def test_a_code_change_restarts_the_worker_on_the_new_code(db_url: str, tmp_path
         assert wait_until(lambda: _result(queue, job.id), "the third job") == 2
         assert len(output.worker_pids()) == 2
 
-        supervisor.send_signal(signal.SIGTERM)
+        # Ctrl-C in the terminal while a job runs: the whole foreground group gets SIGINT. The
+        # worker, in a group of its own, gets one SIGINT from its supervisor only, so it stops
+        # gracefully and hands the job back (two SIGINTs would stop it at once, job held).
+        job = queue.enqueue("app.slow")
+        wait_until(lambda: queue.status(job.id).state == "processing", "the slow job to start")  # type: ignore[union-attr]
+        os.killpg(supervisor.pid, signal.SIGINT)
         assert supervisor.wait(timeout=60) == 0
         wait_until(lambda: _gone(second), "the worker to exit with its supervisor")
+        status = queue.status(job.id)
+        assert status is not None and (status.state, status.attempts) == ("queued", 0)
     finally:
         if supervisor.poll() is None:
             supervisor.kill()
