@@ -9,6 +9,8 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from sqlalchemy.engine import URL
+
 from pgqueue import config
 from pgqueue.backends import backend_for
 from pgqueue.errors import PgQueueError
@@ -71,13 +73,7 @@ def queue_from_args(args: argparse.Namespace, *, create: bool = False) -> Queue:
     if isinstance(bound, Queue):
         return bound
     if not create:
-        url = config.resolve_url(args.url)
-        missing = backend_for(url).missing_database(url)
-        if missing is not None:
-            raise PgQueueError(
-                f"{missing}; create it with `pgqueue migrate`, or point --url (or "
-                f"${config.URL_ENVIRONMENT_VARIABLE}) at your database"
-            )
+        _refuse_missing(config.resolve_url(args.url))
     environ = os.environ.get
     queue = Queue(
         args.url,
@@ -91,9 +87,21 @@ def queue_from_args(args: argparse.Namespace, *, create: bool = False) -> Queue:
     return queue
 
 
+def _refuse_missing(url: URL) -> None:
+    # Connecting to a SQLite file that does not exist would create an empty one.
+    missing = backend_for(url).missing_database(url)
+    if missing is not None:
+        raise PgQueueError(
+            f"{missing}; create it with `pgqueue migrate`, or point --url (or "
+            f"${config.URL_ENVIRONMENT_VARIABLE}) at your database"
+        )
+
+
 def check_database(queue: Queue) -> None:
-    """Fail at once, in one line, on what no retry fixes: a server that cannot be reached or a
-    database without pgqueue's tables. Once running, workers and services ride out outages."""
+    """Fail at once, in one line, on what no retry fixes: a database file that does not exist,
+    a server that cannot be reached or a database without pgqueue's tables. Once running,
+    workers and services ride out outages."""
+    _refuse_missing(queue.engine.url)
     queue.status("")  # a primary-key read that finds no row
 
 

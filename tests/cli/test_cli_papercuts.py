@@ -87,3 +87,22 @@ def test_purge_dry_run_says_what_the_result_ttl_keeps(
     assert (report["matched"], report["kept_by_result_ttl"]) == (1, 2)
     expiry = datetime.fromisoformat(report["next_result_expiry"])
     assert abs(expiry - (now + timedelta(hours=1))) < timedelta(seconds=5)
+
+
+@pytest.mark.parametrize("command", ["worker", "reaper"])
+def test_services_do_not_create_a_missing_sqlite_database(
+    command: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    module = f"papercut_{command}"  # one module per test: imports are cached
+    (tmp_path / f"{module}.py").write_text(
+        "import pgqueue\nqueue = pgqueue.Queue('sqlite:///missing.db')\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert main([command, module]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"no SQLite database at {tmp_path / 'missing.db'}" in err
+    assert not (tmp_path / "missing.db").exists()
