@@ -77,6 +77,7 @@ __all__ = [
     "job_result",
     "job_retry",
     "job_stale",
+    "leader_current",
     "leader_elect",
     "leader_resign",
     "schedule_advance",
@@ -904,6 +905,11 @@ def leader_elect(insert: Any, *, name: str, holder: str, ttl: float, clock: Cloc
 def leader_resign(*, name: str, holder: str) -> Delete:
     """Give the lease row for ``name`` up, if ``holder`` still has it."""
     return delete(LEADERS).where(LEADERS.c.name == name, LEADERS.c.holder == holder)
+
+
+def leader_current(now: datetime) -> Select[Any]:
+    """Lease rows not yet expired at ``now``: ``name``, ``holder``, ``expires_at`` by name."""
+    return select(LEADERS).where(LEADERS.c.expires_at > now).order_by(LEADERS.c.name)
 
 
 def advisory_lock_try(key: int) -> Select[Any]:

@@ -117,6 +117,10 @@ class Backend(Protocol):
         """Send one wake-up per payload inside the caller's transaction, in one round trip."""
         ...
 
+    def leaders(self, connection: Connection, now: datetime) -> list[tuple[str, str, Any]]:
+        """Who leads each maintenance role now: ``(role, holder, lease end or None)``."""
+        ...
+
     def translate(self, error: DBAPIError) -> Exception:
         """Map a driver error to the pgqueue error tree (the caller raises it ``from`` error)."""
         ...

@@ -135,6 +135,9 @@ class SQLiteBackend:
         # A file has no outages; a busy database is already waited out by the busy timeout.
         return False
 
+    def leaders(self, connection: Connection, now: datetime) -> list[tuple[str, str, Any]]:
+        return [tuple(row) for row in connection.execute(statements.leader_current(now))]
+
     def translate(self, error: DBAPIError) -> Exception:
         message = str(error.orig)
         if "no such table: pgqueue_" in message:

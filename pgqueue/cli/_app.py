@@ -223,6 +223,7 @@ def main(
 
 
 _COMMAND_MODULES = (
+    "pgqueue.cli.dashboard",
     "pgqueue.cli.database",
     "pgqueue.cli.jobs",
     "pgqueue.cli.services",

@@ -4,6 +4,9 @@ arguments and result as indented JSON."""
 
 from __future__ import annotations
 
+import html
+import re
+
 import django_support
 import pytest
 from django.test import Client
@@ -58,10 +61,14 @@ def test_a_failed_jobs_page_shows_type_message_and_traceback(
     assert "ValueError: order 7 is not paid" in listing
 
     page = client.get(f"{CHANGELIST}refused/change/").content.decode()
-    assert "ValueError: order 7 is not paid" in page
-    assert "<pre" in page and "Traceback (most recent call last):" in page
-    assert "in refuse" in page
-    assert "\\n" not in page.split("Traceback (most recent call last):", 1)[1].split("</pre>")[0]
+    assert "<strong>ValueError</strong>: order 7 is not paid" in page
+    # The traceback as text in a <pre> (highlighted with spans), real newlines, no "\n" escapes.
+    trace = re.search(r'<pre class="pgqueue-traceback"[^>]*>(.*?)</pre>', page, re.DOTALL)
+    assert trace is not None
+    text = html.unescape(re.sub(r"<[^>]+>", "", trace.group(1)))
+    assert text.startswith("Traceback (most recent call last):")
+    assert "in refuse" in text and text.rstrip().endswith("ValueError: order 7 is not paid")
+    assert "\\n" not in text
     assert "&quot;args&quot;: [\n    7\n  ]" in page
 
 
