@@ -48,8 +48,13 @@ assert t.Task.__module__.startswith('$tasks_module'), t.Task.__module__
     "$venv/bin/python" -m pytest -q "$@"
 }
 
-run "${VENV_DJANGO6:-.venv-django6}" 'django>=6' django.tasks \
-    tests/contrib/test_django_*.py "$@"
+# Not the dashboard's browser tests: they exercise the browser and the dashboard, not Django's
+# version, and would need Selenium here too (the main run has them).
+django_tests=()
+for file in tests/contrib/test_django_*.py; do
+    [ "$file" = tests/contrib/test_django_browser.py ] || django_tests+=("$file")
+done
+run "${VENV_DJANGO6:-.venv-django6}" 'django>=6' django.tasks "${django_tests[@]}" "$@"
 run "${VENV_DJANGO52:-.venv-django52}" 'django>=5.2,<6' django_tasks \
     tests/contrib/test_django_tasks.py tests/contrib/test_django_task_options.py \
     tests/contrib/test_django_example_project.py "$@"
