@@ -61,5 +61,5 @@ rm -rf "$site_dir"
 echo "== pytest"
 "$VENV/bin/python" -m pytest "$@"
 
-echo "== Django 6 (Python 3.12): the Django tests again"
-bash scripts/test-django6.sh
+echo "== Django 6 and Django 5.2 on Python 3.12: the Django tests again"
+bash scripts/test-django-versions.sh

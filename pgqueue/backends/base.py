@@ -15,6 +15,7 @@ from typing import Any, NamedTuple, Protocol, TypeVar
 
 from sqlalchemy import ColumnElement, Connection, Engine, Table, func, literal
 from sqlalchemy.dialects.postgresql import INTERVAL
+from sqlalchemy.engine import URL
 from sqlalchemy.exc import DBAPIError
 
 from pgqueue.schema import UTCDateTime
@@ -152,6 +153,11 @@ class Backend(Protocol):
         """Whether ``error`` says the database cannot be reached for now (a restart, a failover,
         a dropped connection) rather than refusing the statement or the login for good: a
         caller may retry it with backoff."""
+        ...
+
+    def missing_database(self, url: URL) -> str | None:
+        """Why ``url`` names no existing database, found without connecting (connecting to a
+        missing SQLite file creates it); None when it exists or only a connection can tell."""
         ...
 
 

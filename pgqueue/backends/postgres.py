@@ -213,6 +213,10 @@ class PostgresBackend:
         sqlstate = getattr(error.orig, "sqlstate", None)
         return sqlstate is not None and sqlstate.startswith(_REFUSED_VALUE_CLASSES)
 
+    def missing_database(self, url: Any) -> str | None:
+        # Connecting never creates a database here; the server says what is missing.
+        return None
+
     def unreachable(self, error: DBAPIError) -> bool:
         # No answer from a server at all (refused, reset: no SQLSTATE), a connection exception
         # (class 08), or the server shutting down, starting up or ending the session (57P).

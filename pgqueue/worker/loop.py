@@ -296,6 +296,7 @@ class WorkerLoop:
                     attempts=row["attempts"],
                     max_attempts=row["max_attempts"],
                     worker_id=self.id,
+                    created_at=row["created_at"],
                 ),
                 lock_token,
                 row["result_ttl"],

@@ -7,6 +7,7 @@ have not started).
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from django.contrib import admin, messages
@@ -16,6 +17,7 @@ from django.utils.safestring import mark_safe
 from pgqueue.contrib.django.models import Job
 from pgqueue.contrib.django.queues import get_queue
 from pgqueue.dashboard.render import highlight_traceback
+from pgqueue.job import format_error
 
 __all__ = ["JobAdmin"]
 
@@ -34,6 +36,7 @@ class JobAdmin(admin.ModelAdmin):  # type: ignore[misc]
         "run_at",
         "created_at",
         "finished_at",
+        "failure",
     )
     list_filter = ("state", "queue")
     search_fields = ("id", "task")
@@ -52,8 +55,8 @@ class JobAdmin(admin.ModelAdmin):  # type: ignore[misc]
         "max_attempts",
         "stall_count",
         "priority",
-        "payload",
-        "result",
+        "arguments",
+        "result_value",
         "run_at",
         "created_at",
         "updated_at",
@@ -65,7 +68,23 @@ class JobAdmin(admin.ModelAdmin):  # type: ignore[misc]
         "result_ttl",
         "result_expires_at",
     )
-    readonly_fields = ("error_traceback",)
+    readonly_fields = ("error_traceback", "arguments", "result_value")
+
+    @admin.display(description="error")  # type: ignore[untyped-decorator]
+    def failure(self, job: Job) -> str:
+        """The last error's type and message, on one line in the list."""
+        return " ".join(format_error(job.error, traceback=False).split()) or "-"
+
+    @admin.display(description="arguments")  # type: ignore[untyped-decorator]
+    def arguments(self, job: Job) -> Any:
+        # The payload's args and kwargs as indented JSON (not its tracing carrier).
+        payload = job.payload if isinstance(job.payload, dict) else {}
+        shown = {"args": payload.get("args", []), "kwargs": payload.get("kwargs", {})}
+        return format_html(_PRE, _json(shown))
+
+    @admin.display(description="result")  # type: ignore[untyped-decorator]
+    def result_value(self, job: Job) -> Any:
+        return "-" if job.state != "completed" else format_html(_PRE, _json(job.result))
 
     @admin.display(description="Error")  # type: ignore[untyped-decorator]
     def error_traceback(self, obj: Any) -> Any:
@@ -124,6 +143,12 @@ class JobAdmin(admin.ModelAdmin):  # type: ignore[misc]
             self.message_user(request, f"{total - done} skipped: {why_not}.", messages.WARNING)
 
 
+def _json(value: Any) -> str:
+    return json.dumps(value, indent=2, ensure_ascii=False, default=str)
+
+
+# Pre-formatted text that wraps instead of widening the page (arguments, results).
+_PRE = '<pre style="white-space: pre-wrap; margin: 0">{}</pre>'
 _TRACEBACK_STYLE = (
     "white-space: pre-wrap; background: #1d2430; color: #d0d5dd; padding: 10px 12px; "
     "border-radius: 6px; font-size: 12px; line-height: 1.45; "
