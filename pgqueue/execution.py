@@ -31,12 +31,15 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 from queue import SimpleQueue
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from pgqueue import config, logs, tracing
 from pgqueue.errors import PgQueueError
 from pgqueue.job import JobState
 from pgqueue.retries import DEFAULT_RETRY, Retry, RetryPolicy
+
+if TYPE_CHECKING:
+    from pgqueue.queue import Queue
 
 __all__ = ["HandlerPool", "JobContext", "LoopThread", "Outcome", "current_job"]
 
@@ -76,11 +79,44 @@ class JobContext:
     worker_id: str
     created_at: datetime
     cancelled: threading.Event = field(default_factory=threading.Event, compare=False)
+    #: The Queue the job was claimed from (for :meth:`dependency_results`).
+    source: Queue | None = field(default=None, compare=False, repr=False)
 
     @property
     def last_attempt(self) -> bool:
         """True when a failure now would dead-letter the job instead of retrying it."""
         return self.attempts >= self.max_attempts
+
+    def dependency_results(self) -> dict[str, Any]:
+        """The results of the jobs this one depends on (``depends_on``), by job id, in the order
+        they were given. A dependency that failed or was cancelled (possible only under
+        ``on_dependency_failure="run"``) maps to None, as does one whose result expired; see
+        :meth:`dependency_states` to tell them apart. ``{}`` for a job without dependencies.
+
+        Example::
+
+            @queue.task()
+            def archive(order_id: str) -> None:
+                email, invoice = pgqueue.current_job().dependency_results().values()
+        """
+        return {job_id: result for job_id, (_, result) in self._dependencies().items()}
+
+    def dependency_states(self) -> dict[str, JobState]:
+        """The final state of each dependency, by job id, in the order they were given.
+
+        Example::
+
+            failed = [i for i, s in pgqueue.current_job().dependency_states().items()
+                      if s is not JobState.COMPLETED]
+        """
+        return {job_id: state for job_id, (state, _) in self._dependencies().items()}
+
+    def _dependencies(self) -> dict[str, tuple[JobState, Any]]:
+        if self.source is None:
+            raise PgQueueError("this job context has no queue to read dependencies from")
+        from pgqueue.workflow.results import dependency_rows
+
+        return dependency_rows(self.source, self.id)
 
 
 _current: contextvars.ContextVar[JobContext | None] = contextvars.ContextVar(

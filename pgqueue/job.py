@@ -21,6 +21,8 @@ class JobState(enum.StrEnum):
     """
 
     QUEUED = "queued"
+    #: Enqueued with ``depends_on``: not claimable until every dependency has finished.
+    WAITING = "waiting"
     PROCESSING = "processing"
     FAILING = "failing"
     COMPLETED = "completed"
@@ -31,7 +33,12 @@ class JobState(enum.StrEnum):
 #: States a worker may claim once ``run_at`` is due.
 CLAIMABLE_STATES: tuple[JobState, ...] = (JobState.QUEUED, JobState.FAILING)
 #: States in which a job is still alive: enqueueing the same id again is a duplicate.
-ACTIVE_STATES: tuple[JobState, ...] = (JobState.QUEUED, JobState.PROCESSING, JobState.FAILING)
+ACTIVE_STATES: tuple[JobState, ...] = (
+    JobState.WAITING,
+    JobState.QUEUED,
+    JobState.PROCESSING,
+    JobState.FAILING,
+)
 #: States a job never leaves on its own.
 FINISHED_STATES: tuple[JobState, ...] = (JobState.COMPLETED, JobState.FAILED, JobState.CANCELLED)
 #: Finished states that a new enqueue with the same id resets and re-queues.

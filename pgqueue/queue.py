@@ -38,6 +38,8 @@ from pgqueue.schema import JOBS
 from pgqueue.serde import JSONSerializer, Serializer
 from pgqueue.task import EnqueueOptions, JobSpec, Task
 from pgqueue.waiting import Wait, Waiters, await_for, wait_for
+from pgqueue.workflow import dependencies
+from pgqueue.workflow import statements as wf_statements
 
 __all__ = ["Queue"]
 
@@ -384,7 +386,12 @@ class Queue:
             def build(item: tuple[Any, ...] | list[Any] | JobSpec) -> dict[str, Any]:
                 return self._row(task, defaults, options, item, span.carrier)
 
-            if connection is None and session is None and not _chosen_ids(items, options):
+            if (
+                connection is None
+                and session is None
+                and not _chosen_ids(items, options)
+                and not _linked(items, options)
+            ):
                 # Fresh ids in pgqueue's own transaction: the rows are built while the first
                 # ones are written. A bad item still fails the call and rolls everything back.
                 with self.connect() as conn:
@@ -535,7 +542,7 @@ class Queue:
         if trace:
             document[tracing.TRACE_KEY] = trace
         payload = self.serializer.encode(document)
-        return {
+        row: dict[str, Any] = {
             "id": merged.get("id") or str(uuid.uuid4()),
             "task": task,
             "queue": merged["queue"],
@@ -546,9 +553,19 @@ class Queue:
             "run_at": merged.get("run_at"),
             "delay": timedelta(seconds=merged.get("delay", 0.0)),
         }
+        for key in _LINK_FIELDS:
+            if merged.get(key) is not None:
+                row[key] = merged[key]
+        return row
 
     def _insert(self, conn: Connection, rows: list[dict[str, Any]]) -> list[EnqueueResult]:
         clock = self.backend.clock()
+        # Workflow links are written beside the rows, not by the backend's INSERT.
+        links = {
+            row["id"]: {key: row.pop(key) for key in _LINK_FIELDS if key in row}
+            for row in rows
+            if any(key in row for key in _LINK_FIELDS)
+        }
         if clock.fixed is not None:
             for row in rows:
                 if row["run_at"] is None:
@@ -559,7 +576,12 @@ class Queue:
         for row in rows:
             unique.setdefault(row["id"], row)
         ordered = sorted(unique.values(), key=lambda row: row["id"])
+        linked = [{**row, **links[row["id"]]} for row in ordered if row["id"] in links]
+        if linked:
+            dependencies.lock_dependencies(conn, [*linked, *ordered])
         queued = set(self.backend.enqueue_rows(conn, ordered, clock))
+        if linked:
+            self._link(conn, linked, queued, clock)
         outcomes = self._outcomes(conn, [i for i in unique if i not in queued])
         for queue_name in {row["queue"] for row in unique.values() if row["id"] in queued}:
             self.backend.notify(conn, ENQUEUED_CHANNEL, queue_name)
@@ -578,6 +600,18 @@ class Queue:
             seen.add(job_id)
             results.append(result)
         return results
+
+    def _link(
+        self, conn: Connection, linked: list[dict[str, Any]], queued: set[str], clock: Any
+    ) -> None:
+        """Workflow ids and dependency edges of the rows this call queued."""
+        by_workflow: dict[str, list[str]] = {}
+        for row in linked:
+            if row["id"] in queued and row.get("workflow_id"):
+                by_workflow.setdefault(row["workflow_id"], []).append(row["id"])
+        for workflow_id, ids in by_workflow.items():
+            conn.execute(wf_statements.jobs_set_workflow(ids, workflow_id))
+        dependencies.attach(conn, self.backend, linked, queued, clock)
 
     def _insert_new(self, conn: Connection, rows: Iterable[dict[str, Any]]) -> list[EnqueueResult]:
         """:meth:`_insert` for jobs whose ids pgqueue generates (no duplicates among them, no
@@ -698,8 +732,9 @@ class Queue:
     def cancel(
         self, job_id: str, *, connection: Connection | None = None, now: datetime | None = None
     ) -> CancelResult:
-        """Cancel a job that has not started. A running or finished job is left alone and the
-        result says which state it is in.
+        """Cancel a job that has not started (``waiting``, ``queued`` or ``failing``). A running
+        or finished job is left alone and the result says which state it is in. Jobs that depend
+        on it are cancelled with it (or released, under ``on_dependency_failure="run"``).
 
         Example::
 
@@ -712,6 +747,7 @@ class Queue:
                 self.backend.notify(
                     conn, FINISHED_CHANNEL, finished_payload(JobState.CANCELLED, job_id)
                 )
+                dependencies.settle(conn, self.backend, [job_id], clock)
                 return CancelResult(id=job_id, status="cancelled")
             state = conn.scalar(select(JOBS.c.state).where(JOBS.c.id == job_id))
         return CancelResult(id=job_id, status="not_found" if state is None else str(state))
@@ -789,6 +825,14 @@ class Queue:
             connection.execution_options(schema_translate_map=before)
 
 
+def _linked(items: list[Any], options: Mapping[str, Any]) -> bool:
+    """Whether any job has dependencies or a workflow id (written beside the row)."""
+    return any(key in options for key in _LINK_FIELDS) or any(
+        isinstance(item, JobSpec) and any(getattr(item, key) is not None for key in _LINK_FIELDS)
+        for item in items
+    )
+
+
 def _chosen_ids(items: list[Any], options: Mapping[str, Any]) -> bool:
     """Whether the caller chose any job id (which may then repeat, or exist already)."""
     return "id" in options or any(isinstance(item, JobSpec) and item.id for item in items)
@@ -810,5 +854,21 @@ _CHECKS: dict[str, Callable[[Any], Any]] = {
     "queue": lambda value: config.check_name("queue", value),
     "max_attempts": config.check_max_attempts,
     "result_ttl": config.check_result_ttl,
+    "depends_on": dependencies.check_depends_on,
+    "on_dependency_failure": dependencies.check_on_dependency_failure,
+    "workflow_id": lambda value: config.check_name(
+        "workflow_id", value, max_length=config.MAX_ID_LENGTH
+    ),
 }
-_SPEC_FIELDS = ("id", "priority", "delay", "run_at", "queue", "max_attempts", "result_ttl")
+# Options written beside the row (dependency edges, the workflow id), not by the INSERT.
+_LINK_FIELDS = ("depends_on", "on_dependency_failure", "workflow_id")
+_SPEC_FIELDS = (
+    "id",
+    "priority",
+    "delay",
+    "run_at",
+    "queue",
+    "max_attempts",
+    "result_ttl",
+    *_LINK_FIELDS,
+)

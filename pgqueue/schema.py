@@ -28,7 +28,16 @@ from sqlalchemy.types import JSON, TypeEngine
 
 from pgqueue.job import CLAIMABLE_STATES, FINISHED_STATES, JobState
 
-__all__ = ["JOBS", "LEADERS", "METADATA", "SCHEDULES", "WORKERS", "Document", "UTCDateTime"]
+__all__ = [
+    "DEPENDENCIES",
+    "JOBS",
+    "LEADERS",
+    "METADATA",
+    "SCHEDULES",
+    "WORKERS",
+    "Document",
+    "UTCDateTime",
+]
 
 METADATA = MetaData()
 
@@ -102,6 +111,8 @@ JOBS = Table(
     Column("updated_at", UTCDateTime, nullable=False),
     Column("started_at", UTCDateTime),
     Column("finished_at", UTCDateTime),
+    # The workflow (chain, group, chord, or a caller's own id) this job belongs to, if any.
+    Column("workflow_id", Text),
     CheckConstraint(
         "state IN ({})".format(", ".join(repr(str(s)) for s in JobState)),
         name="ck_pgqueue_jobs_state",
@@ -149,6 +160,31 @@ Index(
     postgresql_where=_EXPIRING,
     sqlite_where=_EXPIRING,
 )
+
+# Jobs of one workflow, for its status and for cancelling it whole.
+Index(
+    "ix_pgqueue_jobs_workflow",
+    JOBS.c.workflow_id,
+    postgresql_where=text("workflow_id IS NOT NULL"),
+    sqlite_where=text("workflow_id IS NOT NULL"),
+)
+
+# One row per edge "job_id waits for depends_on". A job with unfinished dependencies is
+# ``waiting``; the transaction that finishes its last dependency moves it on (see
+# pgqueue/workflow/). ``on_failure`` is the dependent's policy when this dependency fails or is
+# cancelled: ``cancel`` (the dependent is cancelled, cascading) or ``run``.
+DEPENDENCIES = Table(
+    "pgqueue_dependencies",
+    METADATA,
+    Column("job_id", Text, primary_key=True),
+    Column("depends_on", Text, primary_key=True),
+    Column("on_failure", Text, nullable=False),
+    # Position among the dependent's dependencies: dependency_results() keeps the caller's order.
+    Column("position", Integer, nullable=False, server_default=text("0")),
+    CheckConstraint("on_failure IN ('cancel', 'run')", name="ck_pgqueue_dependencies_on_failure"),
+)
+# The finishing side's look-up: who waits for these jobs?
+Index("ix_pgqueue_dependencies_depends_on", DEPENDENCIES.c.depends_on)
 
 WORKERS = Table(
     "pgqueue_workers",

@@ -49,7 +49,7 @@ from sqlalchemy.sql.dml import ReturningInsert
 
 from pgqueue.backends.base import Clock
 from pgqueue.job import CLAIMABLE_STATES, FINISHED_STATES, REQUEUEABLE_STATES, JobState
-from pgqueue.schema import JOBS, LEADERS, SCHEDULES, WORKERS, UTCDateTime
+from pgqueue.schema import DEPENDENCIES, JOBS, LEADERS, SCHEDULES, WORKERS, UTCDateTime
 
 __all__ = [
     "advisory_lock_held",
@@ -221,10 +221,14 @@ def job_result(job_id: str) -> Select[tuple[str, Any, Any, Any]]:
 
 
 def job_cancel(job_id: str, clock: Clock) -> Update:
-    """Cancel a job that has not started (``queued`` or ``failing``); returns its id if it did."""
+    """Cancel a job that has not started (``waiting``, ``queued`` or ``failing``); returns its id
+    if it did."""
     return (
         update(JOBS)
-        .where(JOBS.c.id == job_id, JOBS.c.state.in_([JobState.QUEUED, JobState.FAILING]))
+        .where(
+            JOBS.c.id == job_id,
+            JOBS.c.state.in_([JobState.WAITING, JobState.QUEUED, JobState.FAILING]),
+        )
         .values(state=str(JobState.CANCELLED), finished_at=clock.now(), updated_at=clock.now())
         .returning(JOBS.c.id)
     )
@@ -503,7 +507,7 @@ def job_expire_results(limit: int, clock: Clock) -> Update:
     """
     expired = (
         select(JOBS.c.id)
-        .where(JOBS.c.result_expires_at <= clock.now())
+        .where(JOBS.c.result_expires_at <= clock.now(), _no_live_dependent())
         .limit(limit)
         .with_for_update(skip_locked=True)
     )
@@ -528,7 +532,33 @@ def _prunable(state: JobState, older_than: float, clock: Clock) -> list[ColumnEl
         JOBS.c.state == literal_column(f"'{state}'"),
         JOBS.c.finished_at < clock.after(-older_than),
         or_(JOBS.c.result_expires_at.is_(None), JOBS.c.result_expires_at <= clock.now()),
+        _no_live_dependent(),
     ]
+
+
+_DEPENDENT = JOBS.alias("dependent")
+
+
+def _no_live_dependent() -> ColumnElement[bool]:
+    """No unfinished job depends on this one: its row and result stay while a workflow that
+    reads them is live."""
+    finished: list[ColumnElement[str]] = [literal_column(f"'{s}'") for s in FINISHED_STATES]
+    return ~exists().where(
+        DEPENDENCIES.c.depends_on == JOBS.c.id,
+        _DEPENDENT.c.id == DEPENDENCIES.c.job_id,
+        _DEPENDENT.c.state.not_in(finished),
+    )
+
+
+def dependencies_prune(limit: int) -> Delete:
+    """Delete up to ``limit`` dependency edges whose dependent job is gone (pruned)."""
+    orphaned = (
+        select(DEPENDENCIES.c.job_id)
+        .where(~exists().where(JOBS.c.id == DEPENDENCIES.c.job_id))
+        .limit(limit)
+        .scalar_subquery()
+    )
+    return delete(DEPENDENCIES).where(DEPENDENCIES.c.job_id.in_(orphaned))
 
 
 def job_prune(state: JobState, older_than: float, limit: int, clock: Clock) -> Delete:
@@ -718,6 +748,11 @@ def job_make_due(
 def job_delete_all() -> Delete:
     """Delete every job (``pgqueue.testing.clear``)."""
     return delete(JOBS)
+
+
+def dependencies_delete_all() -> Delete:
+    """Delete every dependency edge (``pgqueue.testing.clear``)."""
+    return delete(DEPENDENCIES)
 
 
 # -- the reaper -----------------------------------------------------------------------------------

@@ -31,6 +31,12 @@ class EnqueueOptions(TypedDict, total=False):
     timedelta from now; ``run_at`` an aware datetime; ``queue`` overrides the task's queue;
     ``max_attempts`` and ``result_ttl`` override the task's; ``connection`` (SQLAlchemy Connection) or
     ``session`` (ORM Session) make the enqueue part of the caller's transaction.
+
+    ``depends_on`` (job ids or EnqueueResults) makes the job ``waiting`` until every one of them
+    has finished; ``on_dependency_failure`` is ``"cancel"`` (default: the job is cancelled when
+    one of them fails or is cancelled, and so are its own dependents) or ``"run"`` (it runs
+    anyway). ``workflow_id`` groups jobs for ``Queue.workflow_status`` and ``cancel_workflow``
+    (see docs/workflows.md).
     """
 
     id: str
@@ -42,6 +48,9 @@ class EnqueueOptions(TypedDict, total=False):
     result_ttl: int | timedelta
     connection: Connection
     session: Session
+    depends_on: Iterable[str | EnqueueResult]
+    on_dependency_failure: str
+    workflow_id: str
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -62,6 +71,9 @@ class JobSpec:
     queue: str | None = None
     max_attempts: int | None = None
     result_ttl: int | timedelta | None = None
+    depends_on: Iterable[str | EnqueueResult] | None = None
+    on_dependency_failure: str | None = None
+    workflow_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -248,6 +248,7 @@ def clear(queue: Queue) -> int:
     """
     with queue.connect() as conn:
         conn.execute(statements.schedule_delete_all())
+        conn.execute(statements.dependencies_delete_all())
         return int(conn.execute(statements.job_delete_all()).rowcount)
 
 

@@ -214,6 +214,8 @@ class Pruner(MaintenanceService):
         counts = {"results_expired": self._drain(statements.job_expire_results(limit, clock))}
         for state, seconds in self.config.retention().items():
             counts[str(state)] = self._drain(statements.job_prune(state, seconds, limit, clock))
+        # Edges of pruned dependents (not counted: they are part of their job).
+        self._drain(statements.dependencies_prune(limit))
         result = PruneCounts(**counts)
         if result.deleted or result.results_expired:
             logger.info(

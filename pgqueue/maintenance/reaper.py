@@ -36,6 +36,7 @@ from pgqueue.maintenance.leadership import (
 from pgqueue.maintenance.service import MaintenanceService, check_interval
 from pgqueue.notifications import ENQUEUED_CHANNEL, FINISHED_CHANNEL, finished_payload
 from pgqueue.retries import DEFAULT_RETRY
+from pgqueue.workflow import dependencies
 
 if TYPE_CHECKING:
     from pgqueue.queue import Queue
@@ -243,6 +244,14 @@ class Reaper(MaintenanceService):
                     job = self._reap(conn, row, cause=cause, grace=grace, now=now)
                     if job is not None:
                         released.append(job)
+                # A stalled job dead-lettered here cancels (or lets run) its dependents in
+                # this same commit, exactly as a worker's final failure does.
+                dependencies.settle(
+                    conn,
+                    self.queue.backend,
+                    [job.id for job in released if job.retry_in is None],
+                    self.queue.backend.clock(now),
+                )
             dead = [(job.id, str(job.state)) for job in released if job.retry_in is None]
             if dead:
                 try:

@@ -28,6 +28,7 @@ from pgqueue.errors import UnknownTaskError
 from pgqueue.execution import HandlerPool, LoopThread, Outcome, error_fields, running, thread_stack
 from pgqueue.job import JobState
 from pgqueue.worker.ledger import Claimed
+from pgqueue.workflow import results
 
 if TYPE_CHECKING:
     from pgqueue.queue import Queue
@@ -76,6 +77,7 @@ class Executor:
             args, kwargs = list(decoded["args"]), dict(decoded["kwargs"])
             carrier = decoded.get(tracing.TRACE_KEY)
             job.carrier = carrier if isinstance(carrier, Mapping) else None
+            previous = bool(decoded.get(results.PREVIOUS_RESULT_KEY))
         except Exception as exc:
             return job.failure(exc)
         self.busy += 1
@@ -89,10 +91,10 @@ class Executor:
                 task.function
             )
         if is_async:
-            job.future = self._loop.submit(self._run_async(job, task, args, kwargs))
+            job.future = self._loop.submit(self._run_async(job, task, args, kwargs, previous))
             job.future.add_done_callback(partial(self._async_done, job))
         else:
-            self._pool.submit(partial(self._run, job, task, args, kwargs))
+            self._pool.submit(partial(self._run, job, task, args, kwargs, previous))
         return None
 
     def returned(self, job: Claimed) -> None:
@@ -133,12 +135,20 @@ class Executor:
         self._loop.stop()
 
     def _run(
-        self, job: Claimed, task: Task[Any, Any], args: list[Any], kwargs: dict[str, Any]
+        self,
+        job: Claimed,
+        task: Task[Any, Any],
+        args: list[Any],
+        kwargs: dict[str, Any],
+        previous: bool = False,
     ) -> None:
-        """A synchronous handler call, on a pool thread."""
+        """A synchronous handler call, on a pool thread (``previous``: a chain step that gets
+        the step before's result as its first argument, read here, off the loop)."""
         job.thread_id = threading.get_ident()
         try:
             with running(job.context, job.carrier) as span:
+                if previous:
+                    args = results.with_previous_result(self.queue, job.id, args)
                 value = task.function(*args, **kwargs)
                 outcome = self._returned(job, value)
                 span.set(outcome=str(outcome.state))
@@ -147,11 +157,20 @@ class Executor:
         self.deliver(job, outcome)
 
     async def _run_async(
-        self, job: Claimed, task: Task[Any, Any], args: list[Any], kwargs: dict[str, Any]
+        self,
+        job: Claimed,
+        task: Task[Any, Any],
+        args: list[Any],
+        kwargs: dict[str, Any],
+        previous: bool = False,
     ) -> Outcome:
         """An ``async def`` handler call, on the worker's event loop."""
         try:
             with running(job.context, job.carrier) as span:
+                if previous:
+                    args = await asyncio.to_thread(
+                        results.with_previous_result, self.queue, job.id, args
+                    )
                 value = await task.function(*args, **kwargs)
                 outcome = self._returned(job, value)
                 span.set(outcome=str(outcome.state))

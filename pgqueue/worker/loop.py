@@ -297,6 +297,7 @@ class WorkerLoop:
                     max_attempts=row["max_attempts"],
                     worker_id=self.id,
                     created_at=row["created_at"],
+                    source=self.queue,
                 ),
                 lock_token,
                 row["result_ttl"],

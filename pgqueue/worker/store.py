@@ -31,6 +31,7 @@ from pgqueue.execution import Outcome, error_fields
 from pgqueue.job import JobState
 from pgqueue.notifications import FINISHED_CHANNEL, finished_payload
 from pgqueue.worker.ledger import Claimed
+from pgqueue.workflow import dependencies
 
 if TYPE_CHECKING:
     from pgqueue.queue import Queue
@@ -155,6 +156,13 @@ class JobStore:
         ]
         # Same transaction as the state change: a waiter is woken only by a committed outcome.
         self.backend.notify_many(conn, FINISHED_CHANNEL, finished)
+        # Jobs waiting on these leave ``waiting`` in this very commit (workflow/dependencies.py).
+        dependencies.settle(
+            conn,
+            self.backend,
+            [job.id for job, outcome in stored if outcome.state is not JobState.FAILING],
+            clock,
+        )
         return stored, [job for job, _ in pending if job.id not in held]
 
     def refused(self, exc: BaseException) -> bool:

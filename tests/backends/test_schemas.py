@@ -65,6 +65,7 @@ def test_each_schema_gets_its_own_tables_and_version_table(url: str) -> None:
         queue.close()
     names = [
         "pgqueue_alembic_version",
+        "pgqueue_dependencies",
         "pgqueue_jobs",
         "pgqueue_leaders",
         "pgqueue_schedules",
@@ -81,7 +82,7 @@ def test_each_schema_gets_its_own_tables_and_version_table(url: str) -> None:
     engine.dispose()
     # (Alembic keeps its version table, empty.)
     assert [t for t in tables(url) if t[0] == "b"] == [("b", "pgqueue_alembic_version")]
-    assert len([t for t in tables(url) if t[0] == "a"]) == 5
+    assert len([t for t in tables(url) if t[0] == "a"]) == 6
 
 
 def test_jobs_never_cross_schemas(pair: tuple[pgqueue.Queue, pgqueue.Queue]) -> None:

@@ -51,6 +51,7 @@ def test_upgrade_matches_metadata_then_downgrade_and_upgrade_again(empty_url: st
         "pgqueue_workers",
         "pgqueue_leaders",
         "pgqueue_schedules",
+        "pgqueue_dependencies",
         migrate.VERSION_TABLE,
     }
     assert "alembic_version" not in tables(engine)

@@ -44,6 +44,7 @@ class Job(models.Model):  # type: ignore[misc]
     updated_at = models.DateTimeField()
     started_at = models.DateTimeField(null=True)
     finished_at = models.DateTimeField(null=True)
+    workflow_id = models.TextField(null=True)
 
     class Meta:
         managed = False

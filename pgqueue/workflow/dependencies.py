@@ -1,0 +1,162 @@
+"""Dependencies between jobs: what an enqueue with ``depends_on`` writes, and what the
+transaction finishing a job does for the jobs waiting on it.
+
+Every path that finishes a job (a worker's outcome, the reaper dead-lettering a stalled job,
+``Queue.cancel``) calls :func:`settle` in its own transaction, so a dependent leaves ``waiting``
+in the same commit as its last dependency, exactly once (see ``workflow/statements.py`` for the
+locking argument).
+
+Example::
+
+    with queue.connect() as conn:
+        settle(conn, queue.backend, ["job-a"], queue.backend.clock())
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy import Connection
+
+from pgqueue.backends import Backend, Clock
+from pgqueue.errors import ConfigError
+from pgqueue.job import FINISHED_STATES, JobState
+from pgqueue.notifications import ENQUEUED_CHANNEL, FINISHED_CHANNEL, finished_payload
+from pgqueue.schema import DEPENDENCIES
+from pgqueue.workflow import statements
+
+__all__ = ["ON_DEPENDENCY_FAILURE", "Settled", "attach", "check_depends_on", "settle"]
+
+#: The policies of ``on_dependency_failure``: cancel the dependent (cascading), or run it anyway.
+ON_DEPENDENCY_FAILURE = ("cancel", "run")
+# Dependencies per job: a fan-in of thousands is a sign of a different design (a counter job).
+MAX_DEPENDENCIES = 1000
+
+
+@dataclass(slots=True)
+class Settled:
+    """What one :func:`settle` changed: dependents released to ``queued`` (id, queue) and
+    dependents cancelled (id, queue), cascades included."""
+
+    released: list[tuple[str, str]] = field(default_factory=list)
+    cancelled: list[tuple[str, str]] = field(default_factory=list)
+
+
+def check_depends_on(value: Any) -> tuple[str, ...]:
+    """``depends_on`` as a tuple of job ids (EnqueueResults are taken for their ids)."""
+    if isinstance(value, str | bytes) or not isinstance(value, Iterable):
+        raise ConfigError(
+            f"depends_on must be a list of job ids (or EnqueueResults), not {value!r}"
+        )
+    ids: list[str] = []
+    for item in value:
+        job_id = getattr(item, "id", item)
+        if not isinstance(job_id, str) or not job_id:
+            raise ConfigError(f"depends_on must hold job ids (non-empty str), got {item!r}")
+        if job_id not in ids:
+            ids.append(job_id)
+    if len(ids) > MAX_DEPENDENCIES:
+        raise ConfigError(f"depends_on holds at most {MAX_DEPENDENCIES} ids, got {len(ids)}")
+    return tuple(ids)
+
+
+def check_on_dependency_failure(value: Any) -> str:
+    """``on_dependency_failure``: ``"cancel"`` or ``"run"``."""
+    if value not in ON_DEPENDENCY_FAILURE:
+        raise ConfigError(f"on_dependency_failure must be 'cancel' or 'run', not {value!r}")
+    return str(value)
+
+
+def lock_dependencies(conn: Connection, rows: Sequence[Mapping[str, Any]]) -> dict[str, str]:
+    """Before the rows are written: share-lock the dependencies that exist already and check
+    that every one named exists, here or among ``rows`` (a chain enqueued in one call). Raises
+    ConfigError naming the missing ids, before anything is written."""
+    wanted = sorted({d for row in rows for d in row.get("depends_on") or ()})
+    if not wanted:
+        return {}
+    found: dict[str, str] = {}
+    for start in range(0, len(wanted), 1000):
+        found.update(conn.execute(statements.dependencies_lock(wanted[start : start + 1000])).all())
+    in_batch = {row["id"] for row in rows}
+    missing = [d for d in wanted if d not in found and d not in in_batch]
+    if missing:
+        raise ConfigError(f"depends_on names jobs that do not exist: {', '.join(missing[:10])}")
+    own = [row["id"] for row in rows if row["id"] in (row.get("depends_on") or ())]
+    if own:
+        raise ConfigError(f"a job cannot depend on itself: {own[0]}")
+    return found
+
+
+def attach(
+    conn: Connection,
+    backend: Backend,
+    rows: Sequence[Mapping[str, Any]],
+    queued: set[str],
+    clock: Clock,
+) -> Settled:
+    """After the rows are written: give each newly queued row that has dependencies its edges,
+    park it as ``waiting``, and let those whose dependencies already finished go (or cancel
+    them) at once. Rows that were duplicates are left as they are."""
+    dependents = [row for row in rows if row.get("depends_on") and row["id"] in queued]
+    if not dependents:
+        return Settled()
+    ids = [row["id"] for row in dependents]
+    conn.execute(statements.dependencies_delete(ids))
+    edges = [
+        {
+            "job_id": row["id"],
+            "depends_on": parent,
+            "on_failure": row.get("on_dependency_failure") or "cancel",
+            "position": position,
+        }
+        for row in dependents
+        for position, parent in enumerate(row["depends_on"])
+    ]
+    conn.execute(DEPENDENCIES.insert(), edges)
+    conn.execute(statements.dependents_wait(ids, clock))
+    return _resolve(conn, backend, ids, clock)
+
+
+def settle(conn: Connection, backend: Backend, finished: Sequence[str], clock: Clock) -> Settled:
+    """In the transaction that finished ``finished``: release or cancel the jobs waiting on
+    them, cascading through cancellations, and send the wake-ups (delivered on commit)."""
+    if not finished:
+        return Settled()
+    dependents = list(conn.scalars(statements.dependents_locked(finished)))
+    if not dependents:
+        return Settled()
+    return _resolve(conn, backend, dependents, clock)
+
+
+def _resolve(conn: Connection, backend: Backend, ids: list[str], clock: Clock) -> Settled:
+    settled = Settled()
+    while ids:
+        cancelled = [
+            (r.id, r.queue) for r in conn.execute(statements.dependents_cancel(ids, clock))
+        ]
+        released = [
+            (r.id, r.queue) for r in conn.execute(statements.dependents_release(ids, clock))
+        ]
+        settled.cancelled.extend(cancelled)
+        settled.released.extend(released)
+        # A cancelled dependent is finished too: its own dependents follow, in this transaction.
+        ids = (
+            list(conn.scalars(statements.dependents_locked([i for i, _ in cancelled])))
+            if cancelled
+            else []
+        )
+    for queue_name in sorted({q for _, q in settled.released}):
+        backend.notify(conn, ENQUEUED_CHANNEL, queue_name)
+    backend.notify_many(
+        conn,
+        FINISHED_CHANNEL,
+        [finished_payload(str(JobState.CANCELLED), i) for i, _ in settled.cancelled],
+    )
+    return settled
+
+
+def finished_ids(outcomes: Iterable[tuple[str, JobState]]) -> list[str]:
+    """The ids among ``(id, state)`` that reached a finished state."""
+    return [job_id for job_id, state in outcomes if state in FINISHED_STATES]

@@ -1,0 +1,39 @@
+"""Reading what a job's dependencies ended with (``current_job().dependency_results()``) and
+handing a chain step its predecessor's result."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from pgqueue.job import JobState
+from pgqueue.workflow import statements
+
+if TYPE_CHECKING:
+    from pgqueue.queue import Queue
+
+__all__ = ["PREVIOUS_RESULT_KEY", "dependency_rows", "with_previous_result"]
+
+#: Payload key of a chain step that receives the previous step's result as its first argument.
+PREVIOUS_RESULT_KEY = "pgqueue_previous_result"
+
+
+def dependency_rows(queue: Queue, job_id: str) -> dict[str, tuple[JobState, Any]]:
+    """``{dependency id: (state, result)}`` for ``job_id``, in the order they were given."""
+    with queue.connect(write=False) as conn:
+        rows = conn.execute(statements.dependency_results(job_id)).all()
+    return {
+        row.id: (
+            JobState(row.state),
+            queue.stored(row.result, row.result_expires_at)
+            if row.state == JobState.COMPLETED
+            else None,
+        )
+        for row in rows
+    }
+
+
+def with_previous_result(queue: Queue, job_id: str, args: list[Any]) -> list[Any]:
+    """``args`` with the result of the job's (single, first) dependency put in front."""
+    rows = dependency_rows(queue, job_id)
+    previous = next(iter(rows.values()), (None, None))[1]
+    return [previous, *args]
