@@ -10,6 +10,7 @@ Other branches add their own 0002/0003 revisions; the lead re-chains ``down_revi
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import sqlalchemy as sa
 from alembic import op
@@ -43,7 +44,7 @@ def _jobs_table(states: str, *, workflow: bool) -> sa.Table:
     reflecting the database, so ``pgqueue migrate --sql`` works offline too."""
     document = sa.JSON(none_as_null=True)
     moment = sa.DateTime(timezone=True)
-    columns = [
+    columns: list[sa.Column[Any]] = [
         sa.Column("id", sa.Text(), primary_key=True),
         sa.Column("task", sa.Text(), nullable=False),
         sa.Column("queue", sa.Text(), nullable=False),
