@@ -147,3 +147,38 @@ def test_pruner_keeps_dependencies_of_live_jobs(queue: pgqueue.Queue) -> None:
     assert queue.status(a.id) is None and queue.status(d.id) is None
     with queue.engine.connect() as conn:
         assert conn.scalar(sa.text("SELECT count(*) FROM pgqueue_dependencies")) == 0
+
+
+def test_reaper_dead_lettering_a_stalled_dependency_cancels_the_dependent(
+    queue: pgqueue.Queue,
+) -> None:
+    from datetime import timedelta
+
+    from conftest import claim_jobs
+
+    _tasks(queue, [])
+    a = queue.enqueue("wf.step", args=["a"])
+    d = queue.enqueue("wf.step", args=["d"], depends_on=[a])
+    now = pgqueue.config.utc_now()
+    assert list(claim_jobs(queue, now=now, lease=5)) == [a.id]
+    reaper = pgqueue.testing.reaper(queue, max_stalls=0)
+    assert reaper.run_once(now=now + timedelta(seconds=60)) == 1
+    assert _state(queue, a.id) is JobState.FAILED
+    assert _state(queue, d.id) is JobState.CANCELLED
+
+
+def test_stalled_dependency_retried_releases_the_dependent_once(queue: pgqueue.Queue) -> None:
+    from datetime import timedelta
+
+    from conftest import claim_jobs
+
+    seen: list[tuple[str, Any]] = []
+    _tasks(queue, seen)
+    a = queue.enqueue("wf.step", args=["a"])
+    d = queue.enqueue("wf.step", args=["d"], depends_on=[a])
+    now = pgqueue.config.utc_now()
+    claim_jobs(queue, now=now, lease=5)
+    assert pgqueue.testing.reaper(queue).run_once(now=now + timedelta(seconds=60)) == 1
+    assert _state(queue, a.id) is JobState.FAILING and _state(queue, d.id) is JobState.WAITING
+    drain(queue, with_scheduled=True)
+    assert [name for name, _ in seen] == ["a", "d"]
