@@ -38,6 +38,8 @@ from pgqueue.retries import Backoff, Retry, RetryPolicy
 from pgqueue.serde import JSONSerializer, Serializer
 from pgqueue.task import BoundTask, EnqueueOptions, JobSpec, Task
 from pgqueue.worker import Worker, WorkerStats
+from pgqueue.workflow.compose import Chain, Group, Signature, WorkflowRun, chain, chord, group
+from pgqueue.workflow.status import FailedStep, WorkflowStatus
 
 __version__ = "0.1.0"
 
@@ -46,9 +48,12 @@ __all__ = [
     "Backoff",
     "BoundTask",
     "CancelResult",
+    "Chain",
     "ConfigError",
     "EnqueueOptions",
     "EnqueueResult",
+    "FailedStep",
+    "Group",
     "JSONSerializer",
     "JobContext",
     "JobFailedError",
@@ -68,12 +73,18 @@ __all__ = [
     "SchemaMissingError",
     "SerializationError",
     "Serializer",
+    "Signature",
     "StalledJob",
     "Task",
     "UnknownTaskError",
     "Worker",
     "WorkerStats",
+    "WorkflowRun",
+    "WorkflowStatus",
     "__version__",
+    "chain",
+    "chord",
     "count_jobs",
     "current_job",
+    "group",
 ]

@@ -40,6 +40,7 @@ from pgqueue.task import EnqueueOptions, JobSpec, Task
 from pgqueue.waiting import Wait, Waiters, await_for, wait_for
 from pgqueue.workflow import dependencies
 from pgqueue.workflow import statements as wf_statements
+from pgqueue.workflow.status import WorkflowStatus, cancel_workflow, workflow_status
 
 __all__ = ["Queue"]
 
@@ -512,6 +513,25 @@ class Queue:
             "result_ttl": task.result_ttl,
         }
 
+    def build_row(
+        self,
+        task: str,
+        args: Iterable[Any],
+        kwargs: Mapping[str, Any],
+        options: Mapping[str, Any],
+        extra: Mapping[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        """One job's row for :meth:`insert_rows` (workflows build theirs with it): ``options``
+        are checked as :meth:`enqueue`'s; ``extra`` goes into the stored payload document."""
+        checked = self.check_enqueue_options(options)
+        item = JobSpec(args=tuple(args), kwargs=dict(kwargs))
+        return self._row(task, self._task_defaults(task), checked, item, extra=extra)
+
+    def insert_rows(self, conn: Connection, rows: list[dict[str, Any]]) -> list[EnqueueResult]:
+        """Write rows made by :meth:`build_row` (of any tasks) on ``conn``, with the dedup rules
+        of :meth:`enqueue_many`, in the caller's transaction."""
+        return self._insert(conn, rows)
+
     def _row(
         self,
         task: str,
@@ -519,6 +539,8 @@ class Queue:
         options: Mapping[str, Any],
         item: tuple[Any, ...] | list[Any] | JobSpec,
         trace: dict[str, str] | None = None,
+        *,
+        extra: Mapping[str, Any] | None = None,
     ) -> dict[str, Any]:
         if isinstance(item, JobSpec):
             spec = {k: v for k in _SPEC_FIELDS if (v := getattr(item, k)) is not None}
@@ -538,7 +560,7 @@ class Queue:
             del merged["delay"]
         if "delay" in spec and "run_at" in options:
             del merged["run_at"]
-        document: dict[str, Any] = {"args": list(args), "kwargs": dict(kwargs)}
+        document: dict[str, Any] = {"args": list(args), "kwargs": dict(kwargs), **(extra or {})}
         if trace:
             document[tracing.TRACE_KEY] = trace
         payload = self.serializer.encode(document)
@@ -769,6 +791,36 @@ class Queue:
             if retried is not None:
                 self.backend.notify(conn, ENQUEUED_CHANNEL, "")
         return retried is not None
+
+    # -- workflows -----------------------------------------------------------------------------
+
+    def workflow_status(
+        self, workflow_id: str, *, connection: Connection | None = None
+    ) -> WorkflowStatus | None:
+        """A workflow's jobs per state, its overall state and its first failed step; None when
+        no job has this workflow id (see docs/workflows.md).
+
+        Example::
+
+            run = pgqueue.chain(charge.s(42), ship.s(42)).enqueue(queue, id="order-42")
+            queue.workflow_status("order-42").state     # "running"
+        """
+        with self.connect(connection=connection, write=False) as conn:
+            return workflow_status(self, workflow_id, conn)
+
+    def cancel_workflow(
+        self, workflow_id: str, *, connection: Connection | None = None, now: datetime | None = None
+    ) -> list[str]:
+        """Cancel every job of the workflow that has not started yet (waiting, queued or
+        failing); returns their ids. Running jobs finish their attempt, and nothing after them
+        runs (their dependents are cancelled).
+
+        Example::
+
+            queue.cancel_workflow("order-42")
+        """
+        with self.connect(connection=connection) as conn:
+            return cancel_workflow(self, workflow_id, conn, now)
 
     # -- plumbing ------------------------------------------------------------------------------
 

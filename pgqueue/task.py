@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypedDict, TypeVar, U
 from pgqueue.errors import ConfigError
 from pgqueue.job import EnqueueResult
 from pgqueue.retries import DEFAULT_RETRY, RetryPolicy
+from pgqueue.workflow.compose import Signature
 
 if TYPE_CHECKING:
     from datetime import datetime, timedelta
@@ -198,6 +199,15 @@ class Task(Generic[P, R]):
         value: R = await self.queue.aenqueue_and_wait(self.name, args, kwargs, timeout=timeout)
         return value
 
+    def s(self, *args: Any, **kwargs: Any) -> Signature:
+        """This task's call as a workflow step, not enqueued (see :func:`pgqueue.chain`).
+
+        Example::
+
+            pgqueue.chain(charge.s("order-1"), ship.s("order-1")).enqueue(queue)
+        """
+        return Signature(self.name, args, kwargs)
+
     def using(self, **options: Unpack[EnqueueOptions]) -> BoundTask[P, R]:
         """The same task with per-call options (validated here, before anything is written)."""
         return BoundTask(self, self.queue.check_enqueue_options(options))
@@ -214,6 +224,15 @@ class BoundTask(Generic[P, R]):
 
     task: Task[P, R]
     options: EnqueueOptions
+
+    def s(self, *args: Any, **kwargs: Any) -> Signature:
+        """This call with the bound options as a workflow step (see :meth:`Task.s`).
+
+        Example::
+
+            pgqueue.group(send.using(queue="emails").s("a@example.com"), ...)
+        """
+        return Signature(self.task.name, args, kwargs, dict(self.options))
 
     def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> EnqueueResult:
         """Enqueue one job with these arguments and the bound options."""

@@ -33,7 +33,7 @@ def dependency_rows(queue: Queue, job_id: str) -> dict[str, tuple[JobState, Any]
 
 
 def with_previous_result(queue: Queue, job_id: str, args: list[Any]) -> list[Any]:
-    """``args`` with the result of the job's (single, first) dependency put in front."""
-    rows = dependency_rows(queue, job_id)
-    previous = next(iter(rows.values()), (None, None))[1]
-    return [previous, *args]
+    """``args`` with the previous step's result put in front: the one dependency's result, or
+    the list of all of them (in order) after a group."""
+    results = [result for _, result in dependency_rows(queue, job_id).values()]
+    return [results[0] if len(results) == 1 else results, *args]
