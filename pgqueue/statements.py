@@ -79,6 +79,7 @@ __all__ = [
     "job_stale",
     "leader_elect",
     "leader_resign",
+    "result_expired",
     "schedule_advance",
     "schedule_delete_all",
     "schedule_start",
@@ -200,21 +201,35 @@ def _insert_or_requeue(statement: Any) -> ReturningInsert[tuple[str]]:
     return returning
 
 
-def job_outcomes(ids: Sequence[str]) -> Select[tuple[str, str, Any, Any]]:
+def result_expired(clock: Clock) -> ColumnElement[bool]:
+    """Whether a row's result and error have expired, by ``clock`` (the database's own on
+    PostgreSQL): every reader hides an expired result, so every reader must agree on the time,
+    whatever the clock of the host that asks."""
+    return case(
+        (
+            and_(JOBS.c.result_expires_at.is_not(None), JOBS.c.result_expires_at <= clock.now()),
+            True,
+        ),
+        else_=False,
+    ).label("result_expired")
+
+
+def job_outcomes(ids: Sequence[str], clock: Clock) -> Select[tuple[str, str, Any, bool]]:
     """State and stored result of existing jobs (for reporting duplicates)."""
-    return select(JOBS.c.id, JOBS.c.state, JOBS.c.result, JOBS.c.result_expires_at).where(
+    return select(JOBS.c.id, JOBS.c.state, JOBS.c.result, result_expired(clock)).where(
         JOBS.c.id.in_(ids)
     )
 
 
-def job_get(job_id: str) -> Select[Any]:
-    """One whole job row."""
-    return select(JOBS).where(JOBS.c.id == job_id)
+def job_get(job_id: str, clock: Clock | None = None) -> Select[Any]:
+    """One whole job row; with ``clock``, also ``result_expired`` (see :func:`result_expired`)."""
+    columns: list[Any] = [JOBS] if clock is None else [JOBS, result_expired(clock)]
+    return select(*columns).where(JOBS.c.id == job_id)
 
 
-def job_result(job_id: str) -> Select[tuple[str, Any, Any, Any]]:
-    """What a waiter reads when woken: state, result, error and when they expire."""
-    return select(JOBS.c.state, JOBS.c.result, JOBS.c.error, JOBS.c.result_expires_at).where(
+def job_result(job_id: str, clock: Clock) -> Select[tuple[str, Any, Any, bool]]:
+    """What a waiter reads when woken: state, result, error and whether they have expired."""
+    return select(JOBS.c.state, JOBS.c.result, JOBS.c.error, result_expired(clock)).where(
         JOBS.c.id == job_id
     )
 
@@ -628,10 +643,16 @@ def job_finished_counts(*, since: float, recent: float, clock: Clock) -> Select[
 
 
 def job_list(
-    *, states: Sequence[str] | None, queue: str | None, task: str | None, limit: int
+    *,
+    states: Sequence[str] | None,
+    queue: str | None,
+    task: str | None,
+    limit: int,
+    clock: Clock,
 ) -> Select[Any]:
-    """Whole job rows, most recently changed first, filtered by state, queue and task."""
-    statement = select(JOBS)
+    """Whole job rows with ``result_expired``, most recently changed first, filtered by state,
+    queue and task."""
+    statement = select(JOBS, result_expired(clock))
     if states:
         statement = statement.where(JOBS.c.state.in_(list(states)))
     if queue is not None:
