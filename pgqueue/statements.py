@@ -41,11 +41,13 @@ from sqlalchemy import (
     or_,
     select,
     table,
+    text,
     tuple_,
     update,
 )
 from sqlalchemy.dialects.postgresql import INTERVAL, JSONB
 from sqlalchemy.sql.dml import ReturningInsert
+from sqlalchemy.sql.elements import TextClause
 
 from pgqueue.backends.base import Clock
 from pgqueue.job import CLAIMABLE_STATES, FINISHED_STATES, REQUEUEABLE_STATES, JobState
@@ -55,6 +57,7 @@ __all__ = [
     "advisory_lock_held",
     "advisory_lock_try",
     "advisory_unlock",
+    "advisory_xact_lock",
     "job_cancel",
     "job_claim",
     "job_complete",
@@ -69,6 +72,7 @@ __all__ = [
     "job_held",
     "job_history",
     "job_history_span",
+    "job_live_count",
     "job_orphaned",
     "job_outcomes",
     "job_prune",
@@ -85,6 +89,7 @@ __all__ = [
     "schedule_start",
     "schedule_states",
     "session_setting",
+    "table_lock_exclusive",
     "worker_delete",
     "worker_list",
     "worker_prune",
@@ -914,6 +919,24 @@ def advisory_lock_try(key: int) -> Select[Any]:
     """PostgreSQL: take the session advisory lock ``key`` if it is free; True when taken (or
     already held by this session)."""
     return select(func.pg_try_advisory_lock(literal(key, BigInteger)))
+
+
+def advisory_xact_lock(key: int) -> Select[Any]:
+    """PostgreSQL: wait for the advisory lock ``key`` and hold it until this transaction ends
+    (commit or rollback release it; nothing can leak onto a pooled connection)."""
+    return select(func.pg_advisory_xact_lock(literal(key, BigInteger)))
+
+
+def table_lock_exclusive(name: str) -> TextClause:
+    """PostgreSQL: lock the table ``name`` (one of pgqueue's, never user input) against every
+    reader and writer until this transaction ends."""
+    return text(f"LOCK TABLE {name} IN ACCESS EXCLUSIVE MODE")
+
+
+def job_live_count() -> Select[Any]:
+    """How many jobs are queued, processing or failing (waiting for a retry): not finished."""
+    live = (JobState.QUEUED, JobState.PROCESSING, JobState.FAILING)
+    return select(func.count()).select_from(JOBS).where(JOBS.c.state.in_([str(s) for s in live]))
 
 
 def advisory_unlock(key: int) -> Select[Any]:

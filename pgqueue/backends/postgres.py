@@ -105,6 +105,16 @@ class PostgresBackend:
         with engine.begin() as connection:
             yield connection
 
+    def lock_migrations(
+        self, connection: Connection, key: int, *, tables: Sequence[str] = ()
+    ) -> None:
+        # Before anything else, the version table's creation included: two migrators that both
+        # see no table would both CREATE it (duplicate key in pg_type). Transaction-scoped, so
+        # the lock goes with the commit of the whole upgrade, or with its rollback.
+        connection.execute(statements.advisory_xact_lock(key))
+        for name in tables:
+            connection.execute(statements.table_lock_exclusive(name))
+
     def notify(self, connection: Connection, channel: str, payload: str) -> None:
         connection.execute(_NOTIFY, {"channel": channel, "payload": payload})
 

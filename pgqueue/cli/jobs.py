@@ -298,8 +298,7 @@ def _loads(text: str) -> Any:
         return json.loads(text)
     except RecursionError:
         raise ConfigError(
-            f"JSON nested deeper than pgqueue stores (at most {MAX_DEPTH} levels): "
-            f"{text[:40]}..."
+            f"JSON nested deeper than pgqueue stores (at most {MAX_DEPTH} levels): {text[:40]}..."
         ) from None
 
 
