@@ -2,7 +2,9 @@
 the application's own Alembic autogenerate away from pgqueue's tables.
 
 pgqueue keeps its own Alembic lineage with its own version table (``pgqueue_alembic_version``) so
-it never collides with the host application's ``alembic_version``. The scripts ship inside the
+it never collides with the host application's ``alembic_version``. With a ``schema`` the tables
+and the version table go into that schema (created if missing), so each schema of a database
+has its own lineage. The scripts ship inside the
 package, so this works from an installed wheel as well as from a checkout.
 
 Every pod of a deploy may run ``pgqueue migrate`` at once: migrations are serialised, on
@@ -72,19 +74,21 @@ def alembic_config(**attributes: Any) -> Config:
     return cfg
 
 
-def upgrade(engine: Engine, revision: str = "head") -> None:
-    """Upgrade ``engine``'s database to ``revision`` (idempotent; safe to run from every process
-    of a deploy at once, see the module docstring).
+def upgrade(engine: Engine, revision: str = "head", *, schema: str | None = None) -> None:
+    """Upgrade ``engine``'s database (pgqueue's tables in ``schema``) to ``revision``
+    (idempotent; safe to run from every process of a deploy at once, see the module docstring).
 
     Example::
 
         migrate.upgrade(engine)
     """
-    _run(engine, command.upgrade, revision)
+    _run(engine, command.upgrade, revision, schema)
 
 
-def downgrade(engine: Engine, revision: str = "base", *, force: bool = False) -> None:
-    """Downgrade ``engine``'s database to ``revision``.
+def downgrade(
+    engine: Engine, revision: str = "base", *, schema: str | None = None, force: bool = False
+) -> None:
+    """Downgrade ``engine``'s database (pgqueue's tables in ``schema``) to ``revision``.
 
     ``base`` (or a relative ``-N``) removes pgqueue's tables, and the jobs in them: so it refuses
     with :class:`ConfigError` while any job is queued, processing or failing (waiting for a retry),
@@ -97,14 +101,17 @@ def downgrade(engine: Engine, revision: str = "base", *, force: bool = False) ->
         migrate.downgrade(engine, force=True)   # drop them anyway
     """
     check = None if force or not _may_drop_jobs(revision) else _refuse_live_jobs
-    _run(engine, command.downgrade, revision, check)
+    _run(engine, command.downgrade, revision, schema, check)
 
 
-def upgrade_sql(url: str | URL | None = None, revision: str = "head") -> str:
+def upgrade_sql(
+    url: str | URL | None = None, revision: str = "head", *, schema: str | None = None
+) -> str:
     """The DDL that ``upgrade`` would run, as a SQL script for the host's own migration tool."""
     resolved = resolve_url(url)
+    schema = backend_for(resolved, schema=schema).schema
     buffer = io.StringIO()
-    cfg = alembic_config(url=resolved, output_buffer=buffer)
+    cfg = alembic_config(url=resolved, output_buffer=buffer, schema=schema)
     cfg.output_buffer = buffer
     with _ALEMBIC:
         command.upgrade(cfg, revision, sql=True)
@@ -150,7 +157,7 @@ def _may_drop_jobs(revision: str) -> bool:
 
 
 def _refuse_live_jobs(backend: Backend, connection: Connection) -> None:
-    if not inspect(connection).has_table(JOBS.name):
+    if not inspect(connection).has_table(JOBS.name, schema=backend.schema):
         return
     backend.lock_migrations(connection, MIGRATION_LOCK_KEY, tables=[JOBS.name])
     live = int(connection.scalar(statements.job_live_count()) or 0)
@@ -167,14 +174,21 @@ def _run(
     engine: Engine,
     action: Any,
     revision: str,
+    schema: str | None = None,
     check: Callable[[Backend, Connection], None] | None = None,
 ) -> None:
-    backend = backend_for(resolve_url(engine.url))
+    backend = backend_for(resolve_url(engine.url), schema=schema)
+    schema = backend.schema
     try:
         with _ALEMBIC, backend.begin(engine) as connection:
+            # First of all: creating the schema races between migrators as well.
             backend.lock_migrations(connection, MIGRATION_LOCK_KEY)
+            if schema is not None:
+                backend.ensure_schema(connection)
+                # The revisions name their tables unqualified, as Queue's statements do.
+                connection.execution_options(schema_translate_map={None: schema})
             if check is not None:
                 check(backend, connection)
-            action(alembic_config(connection=connection), revision)
+            action(alembic_config(connection=connection, schema=schema), revision)
     except DBAPIError as exc:
         raise backend.translate(exc) from exc

@@ -760,7 +760,8 @@ def job_stale(*, grace: float, limit: int, clock: Clock) -> Select[Any]:
     )
 
 
-# pg_locks and pg_database, as far as crash detection reads them (PostgreSQL only).
+# pg_locks and pg_database, as far as crash detection reads them (PostgreSQL only). Qualified:
+# a Queue's schema= maps unqualified tables into its schema.
 _PG_LOCKS = table(
     "pg_locks",
     column("locktype"),
@@ -770,8 +771,9 @@ _PG_LOCKS = table(
     column("objsubid", Integer),
     column("pid", Integer),
     column("granted", Boolean),
+    schema="pg_catalog",
 )
-_PG_DATABASE = table("pg_database", column("oid"), column("datname"))
+_PG_DATABASE = table("pg_database", column("oid"), column("datname"), schema="pg_catalog")
 
 
 def _advisory_locks_held() -> Select[Any]:
@@ -928,8 +930,8 @@ def advisory_xact_lock(key: int) -> Select[Any]:
 
 
 def table_lock_exclusive(name: str) -> TextClause:
-    """PostgreSQL: lock the table ``name`` (one of pgqueue's, never user input) against every
-    reader and writer until this transaction ends."""
+    """PostgreSQL: lock the table ``name`` (one of pgqueue's, quoted and qualified by the
+    backend) against every reader and writer until this transaction ends."""
     return text(f"LOCK TABLE {name} IN ACCESS EXCLUSIVE MODE")
 
 

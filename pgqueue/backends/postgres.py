@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import json
+import zlib
 from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -17,7 +18,8 @@ from sqlalchemy.exc import DBAPIError, OperationalError
 
 from pgqueue import statements
 from pgqueue.backends.base import Clock, iter_chunks
-from pgqueue.errors import BackendError, SchemaMissingError
+from pgqueue.config import check_name
+from pgqueue.errors import BackendError, ConfigError, SchemaMissingError
 
 __all__ = ["PostgresBackend"]
 
@@ -26,6 +28,9 @@ __all__ = ["PostgresBackend"]
 ENQUEUE_CHUNK = 5000
 # SQLSTATE classes: 42P01 undefined_table; 08 connection exceptions; 57P admin shutdown etc.
 _UNDEFINED_TABLE = "42P01"
+# PostgreSQL truncates identifiers to NAMEDATALEN - 1 bytes; a longer schema name would silently
+# name another schema.
+_MAX_IDENTIFIER_BYTES = 63
 
 # One NOTIFY per payload in one statement, built once (building costs more than running it).
 _NOTIFY_MANY = select(
@@ -47,20 +52,77 @@ def _enqueue_on_database_clock() -> Any:
 
 
 class PostgresBackend:
-    """The production backend."""
+    """The production backend.
+
+    ``schema`` holds pgqueue's tables (None: the first schema on the ``search_path``).
+    ``pooler="transaction"``: connections go through a transaction-pooling pgbouncer, so no
+    prepared statements (the next transaction may run on another server connection), and
+    ``sessions`` False unless a ``session_url`` gives a connection of its own for LISTEN and
+    session advisory locks.
+    """
 
     name = "postgresql"
-    supports_notify = True
     batch_updates = True
+
+    def __init__(
+        self, *, schema: str | None = None, pooler: str | None = None, sessions: bool = True
+    ) -> None:
+        if pooler not in (None, "transaction"):
+            raise ConfigError(
+                f"pooler must be None (direct, or pgbouncer in session mode) or 'transaction', "
+                f"not {pooler!r} (statement pooling cannot run pgqueue's transactions)"
+            )
+        if schema is not None:
+            schema = check_name("schema", schema)
+            if len(schema.encode()) > _MAX_IDENTIFIER_BYTES:
+                raise ConfigError(
+                    f"schema must be at most {_MAX_IDENTIFIER_BYTES} bytes in UTF-8 "
+                    f"(PostgreSQL's identifier limit), got {schema!r}"
+                )
+        self.schema = schema
+        self.pooler = pooler
+        self.supports_notify = self.session_locks = pooler is None or sessions
+        self._suffix = "" if schema is None else f"_{zlib.crc32(schema.encode()):08x}"
 
     def create_engine(self, url: Any, **options: Any) -> Engine:
         options.setdefault("pool_pre_ping", True)
-        options.setdefault("pool_size", 10)
-        options.setdefault("max_overflow", 20)
-        return sa.create_engine(url, **options)
+        if "poolclass" not in options:
+            options.setdefault("pool_size", 10)
+            options.setdefault("max_overflow", 20)
+        engine = sa.create_engine(url, **options)
+        self.prepare_engine(engine)
+        return engine
 
     def prepare_engine(self, engine: Engine) -> None:
-        return None
+        if self.pooler != "transaction" or getattr(engine, "_pgqueue_unprepared", False):
+            return
+        engine._pgqueue_unprepared = True  # type: ignore[attr-defined]
+
+        @sa.event.listens_for(engine, "connect")
+        def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+            # psycopg prepares a statement on the server after a few runs and names it there; the
+            # pooler may run the next transaction on a server connection that never saw it
+            # ("prepared statement ... does not exist"). None: never prepare.
+            dbapi_connection.prepare_threshold = None
+
+    def channel(self, name: str) -> str:
+        # A short hash, not the schema itself: channel names are identifiers of at most 63
+        # bytes and go into LISTEN unquoted.
+        return name + self._suffix
+
+    def ensure_schema(self, connection: Connection) -> None:
+        if self.schema is None:
+            return
+        exists = connection.scalar(
+            select(sa.literal(True)).where(
+                sa.table("pg_namespace", sa.column("nspname"), schema="pg_catalog").c.nspname
+                == self.schema
+            )
+        )
+        # Checked first: CREATE SCHEMA IF NOT EXISTS needs the CREATE privilege on the database
+        # even when the schema is already there, which an application role often lacks.
+        if not exists:
+            connection.execute(sa.schema.CreateSchema(self.schema, if_not_exists=True))
 
     def clock(self, now: datetime | None = None) -> Clock:
         return Clock(now)
@@ -112,15 +174,22 @@ class PostgresBackend:
         # see no table would both CREATE it (duplicate key in pg_type). Transaction-scoped, so
         # the lock goes with the commit of the whole upgrade, or with its rollback.
         connection.execute(statements.advisory_xact_lock(key))
+        quote = connection.dialect.identifier_preparer.quote
         for name in tables:
-            connection.execute(statements.table_lock_exclusive(name))
+            # LOCK TABLE is text, which schema_translate_map does not reach: qualify it here.
+            qualified = (
+                quote(name) if self.schema is None else f"{quote(self.schema)}.{quote(name)}"
+            )
+            connection.execute(statements.table_lock_exclusive(qualified))
 
     def notify(self, connection: Connection, channel: str, payload: str) -> None:
-        connection.execute(_NOTIFY, {"channel": channel, "payload": payload})
+        connection.execute(_NOTIFY, {"channel": self.channel(channel), "payload": payload})
 
     def notify_many(self, connection: Connection, channel: str, payloads: Sequence[str]) -> None:
         if payloads:
-            connection.execute(_NOTIFY_MANY, {"channel": channel, "payloads": list(payloads)})
+            connection.execute(
+                _NOTIFY_MANY, {"channel": self.channel(channel), "payloads": list(payloads)}
+            )
 
     def unreachable(self, error: DBAPIError) -> bool:
         # No answer from a server at all (refused, reset: no SQLSTATE), a connection exception
