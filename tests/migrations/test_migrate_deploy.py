@@ -137,3 +137,23 @@ def test_include_object_hides_pgqueue_tables_from_the_apps_autogenerate(empty_ur
         assert [(diff[0], diff[1].name) for diff in changes] == [("add_table", "customers")]
     finally:
         queue.close()
+
+
+def test_downgrade_counts_and_locks_the_jobs_of_its_own_schema(pg_server: Any) -> None:
+    # PostgreSQL only: schemas. The check reads (and LOCKs) the jobs table of the schema it
+    # downgrades, not the one first on the search_path.
+    url = pg_server.create_database("downgrade_schemas")
+    a = pgqueue.Queue(url, schema="a", allow_unknown_tasks=True)
+    b = pgqueue.Queue(url, schema="b", allow_unknown_tasks=True)
+    try:
+        a.migrate()
+        b.migrate()
+        a.enqueue("tasks.live", id="live")
+        migrate.downgrade(b.engine, schema="b")
+        with pytest.raises(ConfigError, match="1 jobs are queued"):
+            migrate.downgrade(a.engine, schema="a")
+        assert a.status("live") is not None
+        migrate.downgrade(a.engine, schema="a", force=True)
+    finally:
+        a.close()
+        b.close()
