@@ -40,7 +40,7 @@ from pgqueue.serde import (
     JSONSerializer,
     Serializer,
     decode_document,
-    encode_document,
+    encode_value,
 )
 from pgqueue.task import EnqueueOptions, JobSpec, Task
 from pgqueue.waiting import Wait, Waiters, await_for, wait_for
@@ -525,7 +525,7 @@ class Queue:
         document: dict[str, Any] = {"args": list(args), "kwargs": dict(kwargs)}
         if trace:
             document[tracing.TRACE_KEY] = trace
-        payload = encode_document(self.serializer, document, "payload")
+        payload = encode_value(self.serializer, document, "payload")
         return {
             "id": merged.get("id") or str(uuid.uuid4()),
             "task": task,

@@ -42,6 +42,7 @@ __all__ = [
     "check_document",
     "decode_document",
     "encode_document",
+    "encode_value",
 ]
 
 #: How deep a stored document may nest: a list or dict counts one level, its items one more.
@@ -85,24 +86,7 @@ class JSONSerializer:
     def encode(self, value: Any, default: Callable[[Any], Any] | None = None) -> Any:
         """Check that ``value`` is storable JSON and return it (converted, if ``default`` is given)."""
         check_document(value, "value")
-        try:
-            if default is None:
-                text = _ENCODER.encode(value)
-            else:
-                text = json.dumps(
-                    value,
-                    allow_nan=False,
-                    ensure_ascii=False,
-                    default=default,
-                    separators=(",", ":"),
-                )
-        except PgQueueError:
-            raise
-        except Exception as exc:  # TypeError, ValueError, RecursionError from a default=, ...
-            raise SerializationError(
-                f"cannot serialize {_describe(value)} as JSON: {exc}. Pass JSON-compatible values "
-                "(dict, list, str, int, float, bool, None) or give the Queue a serializer="
-            ) from exc
+        text = _json_text(value, default, "value")
         if default is None:
             return value
         converted = json.loads(text)
@@ -117,29 +101,76 @@ class JSONSerializer:
         return "JSONSerializer()"
 
 
-def encode_document(serializer: Serializer, value: Any, field: str) -> Any:
-    """``serializer.encode(value)``, held to this module's limits: the one way a payload or a
-    result becomes a stored document. Whatever goes wrong raises one :class:`SerializationError`
-    naming ``field`` (``"payload"``, ``"result"``), keeping the original error as its cause.
+def encode_document(serializer: Serializer, value: Any, field: str = "result") -> str | None:
+    """``value`` as the JSON text to store, None for a JSON null (stored as SQL NULL), held to
+    this module's limits; whatever goes wrong raises one :class:`SerializationError` naming
+    ``field`` and the place inside it, the original error as its cause.
+
+    The text is made once, by whoever checks the value (the handler's own thread, for a result):
+    every later write binds this text as it is. Encoding again further down a deeper stack (the
+    worker's loop) could fail where the check passed, and a write that fails that way would fail
+    on every retry.
 
     Example::
 
-        document = encode_document(queue.serializer, handler_value, "result")
+        encode_document(JSONSerializer(), {"a": [1, 2]})   # '{"a":[1,2]}'
     """
+    text = _checked(serializer, value, field)[1]
+    return None if text == "null" else text
+
+
+def encode_value(serializer: Serializer, value: Any, field: str) -> Any:
+    """``serializer.encode(value)``, held to this module's limits: the JSON-compatible document
+    (for a statement that binds it as JSON, like the payload of an enqueue). Errors as
+    :func:`encode_document`'s.
+
+    Example::
+
+        document = encode_value(queue.serializer, {"args": [1], "kwargs": {}}, "payload")
+    """
+    return _checked(serializer, value, field)[0]
+
+
+def _checked(serializer: Serializer, value: Any, field: str) -> tuple[Any, str]:
+    """The document a serializer makes of ``value``, and its JSON text, both checked."""
+    if type(serializer) is JSONSerializer:
+        # The default serializer returns the value itself: check and encode it once, here.
+        document = value
+    else:
+        try:
+            document = serializer.encode(value)
+        except SerializationError as exc:
+            problem = getattr(exc, "problem", None)
+            if problem is None:
+                raise SerializationError(f"cannot store {field}: {exc}") from exc
+            # JSONSerializer's own check (in a subclass): say where, in the caller's terms.
+            raise _document_problem(field, exc.path, problem) from exc  # type: ignore[attr-defined]
+        except Exception as exc:
+            # A custom serializer may raise anything; RecursionError, ValueError (a huge int),
+            # OverflowError... all mean "this value cannot be stored".
+            detail = str(exc) if isinstance(exc, PgQueueError) else f"{type(exc).__name__}: {exc}"
+            raise SerializationError(f"cannot store {field}: {detail}") from exc
+    check_document(document, field)
+    return document, _json_text(document, None, field)
+
+
+def _json_text(value: Any, default: Callable[[Any], Any] | None, field: str) -> str:
+    """The compact JSON text of a checked ``value``, or SerializationError when there is none
+    (a type JSON does not have, NaN)."""
     try:
-        document = serializer.encode(value)
-    except _DocumentProblem as exc:
-        # JSONSerializer's own check: say where, in the caller's terms.
-        raise _DocumentProblem(field, exc.path, exc.problem) from exc
-    except Exception as exc:
-        # A custom serializer may raise anything; RecursionError, ValueError (a huge int),
-        # OverflowError... all mean "this value cannot be stored".
-        detail = str(exc) if isinstance(exc, PgQueueError) else f"{type(exc).__name__}: {exc}"
-        raise SerializationError(f"cannot store {field}: {detail}") from exc
-    if not isinstance(serializer, JSONSerializer):
-        # JSONSerializer checked its own output; another serializer's output is checked here.
-        check_document(document, field)
-    return document
+        if default is None:
+            return _ENCODER.encode(value)
+        return json.dumps(
+            value, allow_nan=False, ensure_ascii=False, default=default, separators=(",", ":")
+        )
+    except PgQueueError:
+        raise
+    except Exception as exc:  # TypeError, ValueError, RecursionError from a default=, ...
+        raise SerializationError(
+            f"cannot store {field}: cannot serialize {_describe(value)} as JSON: {exc}. Pass "
+            "JSON-compatible values (dict, list, str, int, float, bool, None) or give the Queue "
+            "a serializer="
+        ) from exc
 
 
 def decode_document(serializer: Serializer, document: Any, field: str) -> Any:
@@ -170,17 +201,17 @@ def check_document(document: Any, field: str, *, limit: int = MAX_DEPTH) -> None
     """
     found = _first_problem(document, limit)
     if found is not None:
-        raise _DocumentProblem(field, *found)
+        raise _document_problem(field, *found)
 
 
-class _DocumentProblem(SerializationError):
-    """A SerializationError that knows where in the document the problem is."""
-
-    def __init__(self, field: str, path: tuple[Any, ...], problem: str) -> None:
-        self.path = path
-        self.problem = problem
-        where = field + "".join(f"[{key!r}]" for key in path)
-        super().__init__(f"cannot store {where}: {problem}")
+def _document_problem(field: str, path: tuple[Any, ...], problem: str) -> SerializationError:
+    """A SerializationError saying where in the document the problem is; ``path`` and
+    ``problem`` stay on it, so that a caller can say it again in its own terms."""
+    where = field + "".join(f"[{key!r}]" for key in path)
+    error = SerializationError(f"cannot store {where}: {problem}")
+    error.path = path  # type: ignore[attr-defined]
+    error.problem = problem  # type: ignore[attr-defined]
+    return error
 
 
 _CONTAINERS = (list, tuple, dict)

@@ -435,7 +435,8 @@ def job_held(pairs: Sequence[tuple[str, str]]) -> Select[Any]:
 
 def job_complete_each(clock: Clock) -> Update:
     """Store handlers' results, one parameter set per job (run with executemany): ``job_id``,
-    ``job_lock_token``, ``job_result`` (a document or None) and ``job_expires_at``. Fenced.
+    ``job_lock_token``, ``job_result`` (the document's JSON text, bound as it is, or None) and
+    ``job_expires_at``. Fenced.
 
     For a database that cannot join arrays (SQLite), where executemany of one prepared UPDATE
     is the cheap way to write a batch. The clock must be fixed: expiry times come from Python.
@@ -451,7 +452,8 @@ def job_complete_each(clock: Clock) -> Update:
         )
         .values(
             state=str(JobState.COMPLETED),
-            result=bindparam("job_result", type_=JOBS.c.result.type),
+            # Text, not the JSON type: the result was encoded once, by the handler's thread.
+            result=bindparam("job_result", type_=Text),
             error=null(),
             lock_token=null(),
             locked_until=null(),

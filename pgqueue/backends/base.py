@@ -11,7 +11,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from itertools import islice
-from typing import Any, Protocol, TypeVar
+from typing import Any, NamedTuple, Protocol, TypeVar
 
 from sqlalchemy import ColumnElement, Connection, Engine, Table, func, literal
 from sqlalchemy.dialects.postgresql import INTERVAL
@@ -19,7 +19,7 @@ from sqlalchemy.exc import DBAPIError
 
 from pgqueue.schema import UTCDateTime
 
-__all__ = ["Backend", "Clock"]
+__all__ = ["Backend", "Clock", "Completion"]
 
 T = TypeVar("T")
 
@@ -54,6 +54,19 @@ class Clock:
         return func.now() + func.make_interval(0, 0, 0, 0, 0, 0, seconds)
 
 
+class Completion(NamedTuple):
+    """A handler's result to store on a job this worker holds under ``lock_token``.
+
+    ``result`` is the document's JSON text, made once where it was checked
+    (``serde.encode_document``), or None for no result (SQL NULL); ``result_ttl`` is in seconds.
+    """
+
+    id: str
+    lock_token: str
+    result: str | None
+    result_ttl: int
+
+
 class Backend(Protocol):
     """One database family. Implementations: ``postgres.PostgresBackend``, ``sqlite.SQLiteBackend``."""
 
@@ -66,9 +79,6 @@ class Backend(Protocol):
     session_locks: bool
     #: The database schema holding pgqueue's tables (None: the connection's default).
     schema: str | None
-    #: True when one fenced UPDATE can settle many jobs (``statements.job_complete_many``);
-    #: False: one fenced UPDATE per job, all in one transaction (cheap on SQLite).
-    batch_updates: bool
 
     def create_engine(self, url: Any, **options: Any) -> Engine:
         """An Engine configured for pgqueue's use of this database."""
@@ -124,6 +134,20 @@ class Backend(Protocol):
 
     def notify_many(self, connection: Connection, channel: str, payloads: Sequence[str]) -> None:
         """Send one wake-up per payload inside the caller's transaction, in one round trip."""
+        ...
+
+    def complete(
+        self, connection: Connection, jobs: Sequence[Completion], clock: Clock
+    ) -> set[str]:
+        """Store these results, fenced on id + lock token + ``processing``, in as few statements
+        as the database allows, binding each result's text as it is (never encoding it again);
+        return the ids stored (a missing id lost its lease)."""
+        ...
+
+    def refuses_value(self, error: DBAPIError) -> bool:
+        """Whether ``error`` says the database refused a value the statement carried (a data
+        exception, a size or nesting limit): the same write can never succeed, unlike one that
+        met a dropped connection, a lock timeout or a restart."""
         ...
 
     def translate(self, error: DBAPIError) -> Exception:

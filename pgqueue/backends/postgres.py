@@ -17,7 +17,7 @@ from sqlalchemy.dialects import postgresql
 from sqlalchemy.exc import DBAPIError, OperationalError
 
 from pgqueue import statements
-from pgqueue.backends.base import Clock, iter_chunks
+from pgqueue.backends.base import Clock, Completion, iter_chunks
 from pgqueue.config import check_name
 from pgqueue.errors import BackendError, ConfigError, SchemaMissingError
 
@@ -51,6 +51,17 @@ def _enqueue_on_database_clock() -> Any:
     return statements.job_enqueue_many(postgresql.insert, Clock(None))
 
 
+@functools.cache
+def _complete_on_database_clock() -> Any:
+    # Built once, like the enqueue: a busy worker completes a batch every turn.
+    return statements.job_complete_many(Clock(None))
+
+
+# SQLSTATE classes of a value the server refuses: 22 data exception (e.g. a lone surrogate in
+# JSON), 54 program limit exceeded (a document nested past the stack, an index row too large).
+_REFUSED_VALUE_CLASSES = ("22", "54")
+
+
 class PostgresBackend:
     """The production backend.
 
@@ -62,7 +73,6 @@ class PostgresBackend:
     """
 
     name = "postgresql"
-    batch_updates = True
 
     def __init__(
         self, *, schema: str | None = None, pooler: str | None = None, sessions: bool = True
@@ -191,6 +201,22 @@ class PostgresBackend:
                 _NOTIFY_MANY, {"channel": self.channel(channel), "payloads": list(payloads)}
             )
 
+    def complete(
+        self, connection: Connection, jobs: Sequence[Completion], clock: Clock
+    ) -> set[str]:
+        if not jobs:
+            return set()
+        statement = (
+            _complete_on_database_clock()
+            if clock.fixed is None
+            else statements.job_complete_many(clock)
+        )
+        return set(connection.scalars(statement, {"done": _complete_document(jobs)}))
+
+    def refuses_value(self, error: DBAPIError) -> bool:
+        sqlstate = getattr(error.orig, "sqlstate", None)
+        return sqlstate is not None and sqlstate.startswith(_REFUSED_VALUE_CLASSES)
+
     def unreachable(self, error: DBAPIError) -> bool:
         # No answer from a server at all (refused, reset: no SQLSTATE), a connection exception
         # (class 08), or the server shutting down, starting up or ending the session (57P).
@@ -204,6 +230,21 @@ class PostgresBackend:
         if sqlstate == _UNDEFINED_TABLE and "pgqueue_" in str(error.orig):
             return SchemaMissingError()
         return BackendError(f"PostgreSQL error: {str(error.orig).strip()}")
+
+
+def _complete_document(jobs: Sequence[Completion]) -> str:
+    """The JSON document of ``statements.job_complete_many``: each result's text is spliced in as
+    it is, so a result is never encoded twice (only ids and tokens, flat strings, are)."""
+    dumps = json.dumps
+    return (
+        "["
+        + ",".join(
+            f'{{"id":{dumps(job.id)},"lock_token":{dumps(job.lock_token)},'
+            f'"result":{"null" if job.result is None else job.result}}}'
+            for job in jobs
+        )
+        + "]"
+    )
 
 
 def _enqueue_document(rows: list[dict[str, Any]]) -> str:
