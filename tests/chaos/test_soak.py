@@ -31,17 +31,15 @@ import pytest
 import sqlalchemy as sa
 from chaos_harness import Swarm, wait_until
 from postgres_server import PostgresServer
+from soak_app import MAX_ATTEMPTS, nested
 
 import pgqueue
+from pgqueue.serde import MAX_DEPTH
 
 pytestmark = pytest.mark.slow
 
 HERE = Path(__file__).parent
 SOAK_APP = HERE / "soak_app.py"
-sys.path.insert(0, str(HERE))
-from soak_app import MAX_ATTEMPTS, MAX_STALLS, nested  # noqa: E402
-
-from pgqueue.serde import MAX_DEPTH  # noqa: E402
 
 SECONDS = float(os.environ.get("PGQUEUE_SOAK_SECONDS", "15"))
 #: The issue's full size: 10 minutes, a kill every 30 s, memory from minute 2 to the end.
