@@ -179,6 +179,9 @@ def _run(
 ) -> None:
     backend = backend_for(resolve_url(engine.url), schema=schema)
     schema = backend.schema
+    # An Engine made by the caller: SQLite's BEGIN IMMEDIATE, which serialises migrators, is
+    # attached here (idempotent).
+    backend.prepare_engine(engine)
     try:
         with _ALEMBIC, backend.begin(engine) as connection:
             # First of all: creating the schema races between migrators as well.

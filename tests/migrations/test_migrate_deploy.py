@@ -157,3 +157,16 @@ def test_downgrade_counts_and_locks_the_jobs_of_its_own_schema(pg_server: Any) -
     finally:
         a.close()
         b.close()
+
+
+def test_an_engine_made_by_the_caller_is_serialised_too(empty_url: str) -> None:
+    # migrate.upgrade(engine) with a plain create_engine(): SQLite's BEGIN IMMEDIATE comes with
+    # the engine pgqueue prepares, so migrate prepares a caller's engine the same way.
+    engine = sa.create_engine(empty_url)
+    try:
+        with ThreadPoolExecutor(MIGRATORS) as threads:
+            for future in [threads.submit(migrate.upgrade, engine) for _ in range(MIGRATORS)]:
+                future.result(timeout=120)
+        assert schema_diff(engine) == []
+    finally:
+        engine.dispose()
