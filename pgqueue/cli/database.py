@@ -52,7 +52,8 @@ def _migrate(args: argparse.Namespace) -> int:
             schema = args.schema or os.environ.get("PGQUEUE_SCHEMA") or None
             print(migrate.upgrade_sql(args.url, schema=schema))
         return EXIT_OK
-    queue = queue_from_args(args)
+    # Only an upgrade may create a missing SQLite file; a downgrade of nothing is an error.
+    queue = queue_from_args(args, create=args.downgrade is None)
     where = queue.engine.url.render_as_string(hide_password=True)
     if queue.schema is not None:
         where += f" (schema {queue.schema})"

@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from pgqueue import operations
+from pgqueue.cli import reload
 from pgqueue.cli._app import EXIT_OK, check_database, command, module_queue, queue_from_args
 from pgqueue.cli._output import (
     add_json_flag,
@@ -34,12 +35,13 @@ def _add_worker(parser: argparse.ArgumentParser) -> None:
     # One flag per WorkerConfig field, so the command cannot drift from the constructor.
     config.add_arguments(parser)
     parser.add_argument("--burst", action="store_true", help="drain the due jobs, then exit")
+    reload.add_reload_options(parser)
     parser.add_argument(
         "--metrics-port",
         type=int,
         default=None,
         metavar="PORT",
-        help="serve this process's job counters for Prometheus on PORT (needs pgqueue[metrics])",
+        help="serve this process's job counters for Prometheus on PORT (needs pgqueue-sql[metrics])",
     )
     parser.add_argument(
         "--metrics-host",
@@ -58,6 +60,9 @@ def _add_worker(parser: argparse.ArgumentParser) -> None:
 def _worker(args: argparse.Namespace) -> int:
     from pgqueue.worker import Worker, config
 
+    if reload.wants_reload(args):
+        return reload.run_reloading(args)
+    reload.prepare_child()
     queue = module_queue(args)
     worker = Worker.from_config(queue, config.from_arguments(args))
     log_to_stderr()

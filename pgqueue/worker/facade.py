@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import signal
 import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import fields
-from types import FrameType
 
 from pgqueue import config as checks
 from pgqueue.errors import ConfigError
@@ -25,6 +23,7 @@ from pgqueue.worker.config import (
 from pgqueue.worker.ledger import WorkerStats
 from pgqueue.worker.loop import WorkerLoop
 from pgqueue.worker.services import EmbeddedServices
+from pgqueue.worker.signals import StopSignals
 
 __all__ = ["Worker"]
 
@@ -111,7 +110,9 @@ class Worker:
         )
         self._thread: threading.Thread | None = None
         self._done = threading.Event()
-        self._signals = 0
+        self._signals = StopSignals(
+            lambda force: self._loop.post_stop(grace=self.grace_period, force=force)
+        )
 
     @classmethod
     def from_config(
@@ -146,12 +147,12 @@ class Worker:
 
             pgqueue.Worker(queue).run(burst=True)   # drain what is due, e.g. in a cron job
         """
-        restore = self._handle_signals()
+        self._signals.install()
         try:
             self._start(burst=burst)
             self._done.wait()
         finally:
-            restore()
+            self._signals.restore()
         if self._loop.error is not None:
             raise self._loop.error
 
@@ -170,20 +171,69 @@ class Worker:
         self.run(burst=True)
         return self.stats
 
-    def start(self) -> None:
+    def start(self, *, handle_signals: bool = False) -> None:
         """Start working in a background thread and return (a no-op if already started).
+
+        With ``handle_signals=True`` (main thread only) SIGTERM and SIGINT stop the worker as they
+        stop :meth:`run`: gracefully, then at once on a second signal; :meth:`stop` puts the
+        previous handlers back. :meth:`wait` blocks until the worker has stopped.
 
         Example::
 
-            worker.start()
+            worker.start(handle_signals=True)   # e.g. inside a harness that is sent SIGTERM
             add.enqueue(1, 2)
+            worker.wait()                       # returns once a signal has stopped it
         """
+        if self._thread is not None:
+            return
+        if handle_signals:
+            if threading.current_thread() is not threading.main_thread():
+                raise ConfigError(
+                    "start(handle_signals=True) needs the main thread: Python runs signal "
+                    "handlers only there"
+                )
+            self._signals.install()
         self._start(burst=False)
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block until the worker has stopped (by :meth:`stop`, a handled signal, or the end of a
+        burst), at most ``timeout`` seconds; True when it has. Re-raises what crashed it.
+
+        Example::
+
+            if not worker.wait(timeout=60):
+                worker.stop(timeout=0)
+        """
+        if self._thread is None:
+            return True
+        stopped = self._done.wait(timeout)
+        if stopped:
+            self._signals.restore()
+            if self._loop.error is not None:
+                raise self._loop.error
+        return stopped
+
+    def __enter__(self) -> Worker:
+        """``with Worker(queue) as worker:`` starts the worker in the background and stops it
+        (:meth:`stop` with the grace period) when the block ends, even on an exception.
+
+        Example::
+
+            with pgqueue.Worker(queue, concurrency=4):
+                add.enqueue(1, 2)
+        """
+        self.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
 
     def stop(self, timeout: float | None = None, *, force: bool = False) -> None:
         """Stop claiming, wait up to ``timeout`` seconds (default: ``grace_period``) for running
         jobs to finish, then hand every unfinished job straight back to ``queued`` without
-        spending an attempt, and return. Their handlers' ``cancelled`` events are set.
+        spending an attempt, and return. Their handlers' ``cancelled`` events are set. So
+        ``stop(timeout=0)`` returns within moments however long the handlers would run (their
+        jobs run again elsewhere: make handlers idempotent, or check ``cancelled``).
 
         ``force=True`` stops at once without touching the database: running jobs stay
         ``processing`` until their leases lapse and the reaper releases them. Idempotent.
@@ -203,6 +253,7 @@ class Worker:
         self._loop.post_stop(grace=grace, force=force)
         if thread is not threading.current_thread():
             thread.join(1.0 if force else grace + _STOP_SLACK_SECONDS)
+        self._signals.restore()
 
     def _start(self, *, burst: bool) -> None:
         if self._thread is not None:
@@ -217,22 +268,3 @@ class Worker:
             self._loop.main()
         finally:
             self._done.set()
-
-    def _handle_signals(self) -> Callable[[], None]:
-        if threading.current_thread() is not threading.main_thread():
-            return lambda: None
-        previous = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
-
-        def on_signal(signum: int, frame: FrameType | None) -> None:
-            # Runs between two bytecodes of the main thread: only a reentrant put is safe here.
-            self._signals += 1
-            self._loop.post_stop(grace=self.grace_period, force=self._signals > 1)
-
-        for sig in previous:
-            signal.signal(sig, on_signal)
-
-        def restore() -> None:
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
-
-        return restore

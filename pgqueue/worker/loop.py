@@ -8,9 +8,10 @@ long the loop may sleep.
 
 Example::
 
-    loop = WorkerLoop(queue, config)
+    services = EmbeddedServices(queue, config)
+    loop = WorkerLoop(queue, config, services=services, poll_interval=1.0, clock=time.monotonic)
     threading.Thread(target=loop.main).start()
-    loop.post_stop(grace=10, force=False)
+    loop.post_stop(grace=10, force=False)      # what Worker.stop() does
 """
 
 from __future__ import annotations
@@ -295,6 +296,7 @@ class WorkerLoop:
                     attempts=row["attempts"],
                     max_attempts=row["max_attempts"],
                     worker_id=self.id,
+                    created_at=row["created_at"],
                 ),
                 lock_token,
                 row["result_ttl"],

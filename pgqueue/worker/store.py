@@ -21,7 +21,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection
-from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import DBAPIError, SQLAlchemyError, StatementError
 
 from pgqueue import statements
 from pgqueue.backends import Clock
@@ -168,8 +168,13 @@ class JobStore:
                 and not self.backend.unreachable(exc)
                 and self.backend.refuses_value(exc)
             )
-        # Raised in Python before anything reached the database: encoding or binding the values.
-        return True
+        if isinstance(exc, SQLAlchemyError) and not isinstance(exc, StatementError):
+            # The connection's or the transaction's state (closed, invalidated, pending
+            # rollback): nothing to do with the values.
+            return False
+        # Raised in Python before anything reached the database: encoding or binding the values
+        # (a StatementError wraps what a bind processor raised).
+        return not isinstance(exc, OSError)
 
     def _store_batch(
         self, conn: Connection, pending: Pending, clock: Clock

@@ -7,7 +7,7 @@ import asyncio
 import sys
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import pytest
@@ -191,6 +191,7 @@ def test_a_handler_raising_a_base_exception_fails_its_attempt_and_the_worker_goe
 # its file cannot drop a connection, so the case does not arise there) ---------------------------
 
 TERMINATE_EVERY = 0.02
+TERMINATE_FOR = 5.0
 DRAIN_JOBS = 200
 
 
@@ -209,12 +210,16 @@ def pg_queue(pg_migrated_url: str) -> Iterator[pgqueue.Queue]:
 
 class Terminator:
     """Terminates every other backend of the database every ``every`` seconds, from a connection
-    of its own, until stopped."""
+    of its own, for at most ``seconds`` (so that a loaded machine's slow drain still ends)."""
 
-    def __init__(self, url: str, every: float) -> None:
+    def __init__(self, url: str, every: float, seconds: float) -> None:
         self.engine = sa.create_engine(url, poolclass=sa.pool.NullPool)
         self.every = every
+        self.seconds = seconds
         self.killed = 0
+        self.killed_while_running = 0
+        #: Whether the drain is still going (set by the test).
+        self.running: Callable[[], bool] = lambda: True
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -233,8 +238,9 @@ class Terminator:
     def _run(self) -> None:
         with self.engine.connect() as conn:
             conn = conn.execution_options(isolation_level="AUTOCOMMIT")
-            while not self._stop.wait(self.every):
-                self.killed += int(
+            ends = time.monotonic() + self.seconds
+            while not self._stop.wait(self.every) and time.monotonic() < ends:
+                killed = int(
                     conn.scalar(
                         sa.text(
                             "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
@@ -244,6 +250,9 @@ class Terminator:
                     )
                     or 0
                 )
+                self.killed += killed
+                if killed and self.running():
+                    self.killed_while_running += killed
 
 
 def test_outcomes_stored_while_connections_die_are_retried_as_they_are(
@@ -270,7 +279,8 @@ def test_outcomes_stored_while_connections_die_are_retried_as_they_are(
     worker = pgqueue.Worker(
         queue, concurrency=4, poll_interval=0.05, reaper=False, crash_detection=False
     )
-    with Terminator(pg_migrated_url, TERMINATE_EVERY) as terminator:
+    with Terminator(pg_migrated_url, TERMINATE_EVERY, TERMINATE_FOR) as terminator:
+        terminator.running = lambda: len(runs) < DRAIN_JOBS
         worker.start()
         try:
             wait_until(
@@ -282,6 +292,7 @@ def test_outcomes_stored_while_connections_die_are_retried_as_they_are(
             terminator.stop()
             worker.stop(timeout=30)
     assert terminator.killed > 0
+    assert terminator.killed_while_running > 0, "backends died during the drain"
     ran = runs.items
     assert len(ran) == len(set(ran)), "no job ran twice"
     states = _states(pg_migrated_url, ids)
