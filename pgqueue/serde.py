@@ -235,19 +235,38 @@ def _first_problem(value: Any, limit: int) -> tuple[tuple[Any, ...], str] | None
             )
         if isinstance(container, dict):
             for key, item in container.items():
-                if isinstance(key, str) and (problem := _string_problem(key)) is not None:
+                if type(key) is str and key.isascii() and "\x00" not in key:
+                    pass  # the common key, checked without a call
+                elif isinstance(key, str) and (problem := _string_problem(key)) is not None:
                     return (*path, key), f"a key {problem}"
+                if _plain(item):
+                    continue
                 if isinstance(item, _CONTAINERS):
                     stack.append((item, depth + 1, (*path, key)))
                 elif (problem := _scalar_problem(item)) is not None:
                     return (*path, key), problem
         else:
             for index, item in enumerate(container):
+                if _plain(item):
+                    continue
                 if isinstance(item, _CONTAINERS):
                     stack.append((item, depth + 1, (*path, index)))
                 elif (problem := _scalar_problem(item)) is not None:
                     return (*path, index), problem
     return None
+
+
+def _plain(item: Any) -> bool:
+    """The common scalars that need no closer look: small ints, finite floats, None, bools,
+    ASCII strings without NUL (the walk's fast path: exact types only)."""
+    kind = type(item)
+    if kind is int:
+        return bool(-_INT_BOUND < item < _INT_BOUND)
+    if kind is str:
+        return bool(item.isascii() and "\x00" not in item)
+    if kind is float:
+        return math.isfinite(item)
+    return item is None or kind is bool
 
 
 def _scalar_problem(value: Any) -> str | None:
