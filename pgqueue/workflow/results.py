@@ -20,11 +20,11 @@ PREVIOUS_RESULT_KEY = "pgqueue_previous_result"
 def dependency_rows(queue: Queue, job_id: str) -> dict[str, tuple[JobState, Any]]:
     """``{dependency id: (state, result)}`` for ``job_id``, in the order they were given."""
     with queue.connect(write=False) as conn:
-        rows = conn.execute(statements.dependency_results(job_id)).all()
+        rows = conn.execute(statements.dependency_results(job_id, queue.backend.clock())).all()
     return {
         row.id: (
             JobState(row.state),
-            queue.stored(row.result, row.result_expires_at)
+            queue.stored(row.result, expired=row.result_expired)
             if row.state == JobState.COMPLETED
             else None,
         )

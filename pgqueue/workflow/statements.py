@@ -34,6 +34,7 @@ from sqlalchemy import (
 from pgqueue.backends.base import Clock
 from pgqueue.job import FINISHED_STATES, JobState
 from pgqueue.schema import DEPENDENCIES, JOBS
+from pgqueue.statements import result_expired
 
 __all__ = [
     "dependencies_delete",
@@ -147,9 +148,9 @@ def dependents_release(job_ids: Sequence[str], clock: Clock) -> Update:
     )
 
 
-def dependency_results(job_id: str) -> Select[Any]:
+def dependency_results(job_id: str, clock: Clock) -> Select[Any]:
     """The dependencies of ``job_id`` in the order they were given: id, task, state, result and
-    error, with when they expire."""
+    error, and whether those expired (by ``clock``)."""
     return (
         select(
             JOBS.c.id,
@@ -157,7 +158,7 @@ def dependency_results(job_id: str) -> Select[Any]:
             JOBS.c.state,
             JOBS.c.result,
             JOBS.c.error,
-            JOBS.c.result_expires_at,
+            result_expired(clock),
         )
         .join_from(DEPENDENCIES, JOBS, JOBS.c.id == DEPENDENCIES.c.depends_on)
         .where(DEPENDENCIES.c.job_id == job_id)
