@@ -137,6 +137,13 @@ class WorkerConfig:
             type=float,
         ),
     )
+    log_completions: bool = field(
+        default=True,
+        metadata=_flag(
+            "log no INFO line per completed job (logger pgqueue.jobs)",
+            negate=True,
+        ),
+    )
 
     def __post_init__(self) -> None:
         from pgqueue.maintenance.pruner import Pruner
@@ -176,6 +183,7 @@ class WorkerConfig:
             "heartbeat": heartbeat,
             "worker_id": config.check_name("worker_id", worker_id),
             "crash_detection": config.check_bool("crash_detection", self.crash_detection),
+            "log_completions": config.check_bool("log_completions", self.log_completions),
             "poll_interval": None
             if self.poll_interval is None
             else config.check_positive_seconds("poll_interval", self.poll_interval),

@@ -50,6 +50,8 @@ class Worker:
     reaper runs, True even without it, a :class:`~pgqueue.Pruner` for other settings, False none.
     ``poll_interval`` (default 1 s on PostgreSQL, 0.1 s on SQLite) is how often an idle worker looks
     for due jobs without being woken; ``grace_period`` how long a stop waits for running jobs.
+    ``log_completions`` logs one INFO line per completed job on the ``pgqueue.jobs`` logger
+    (task, id, duration, attempt); False, or that logger's level, turns it off.
     ``clock`` is the monotonic clock of the worker's timers (tests move it).
 
     Example::
@@ -75,6 +77,7 @@ class Worker:
         pruner: bool | Pruner | None = None,
         poll_interval: float | None = None,
         grace_period: float = DEFAULT_GRACE_PERIOD,
+        log_completions: bool = True,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if not isinstance(queue, Queue):
@@ -91,6 +94,7 @@ class Worker:
             pruner=pruner,
             poll_interval=poll_interval,
             grace_period=grace_period,
+            log_completions=log_completions,
         )
         self.queue = queue
         self.config = config

@@ -29,6 +29,8 @@ if TYPE_CHECKING:
 __all__ = ["Claimed", "Ledger", "WorkerStats"]
 
 logger = logging.getLogger("pgqueue.worker")
+# One INFO line per completed job: its own logger, so that it can be silenced on its own.
+completions = logging.getLogger("pgqueue.jobs")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -91,9 +93,10 @@ class Ledger:
     the counters of :class:`WorkerStats`. Used from the worker's loop thread only (the counters
     may be read from any thread)."""
 
-    def __init__(self, queue: Queue, worker_id: str) -> None:
+    def __init__(self, queue: Queue, worker_id: str, *, log_completions: bool = True) -> None:
         self.queue = queue
         self.worker_id = worker_id
+        self.log_completions = log_completions
         self.active: dict[str, Claimed] = {}
         self.pending: list[tuple[Claimed, Outcome]] = []
         self.counts = dict.fromkeys((f.name for f in fields(WorkerStats)), 0)
@@ -142,6 +145,16 @@ class Ledger:
             )
             if state is JobState.COMPLETED:
                 self.counts["completed"] += 1
+                if self.log_completions and completions.isEnabledFor(logging.INFO):
+                    completions.info(
+                        "job completed task=%s job_id=%s duration=%.3fs attempt=%d worker_id=%s",
+                        job.context.task,
+                        job.id,
+                        job.seconds,
+                        job.context.attempts,
+                        self.worker_id,
+                        extra={"job_id": job.id, "worker_id": self.worker_id},
+                    )
             elif state is JobState.FAILING:
                 self.counts["retried"] += 1
                 logger.info(

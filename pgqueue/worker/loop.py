@@ -75,7 +75,7 @@ class WorkerLoop:
         self.id = config.worker_id
         self.services = services
         self.inbox: SimpleQueue[Any] = SimpleQueue()
-        self.ledger = Ledger(queue, self.id)
+        self.ledger = Ledger(queue, self.id, log_completions=config.log_completions)
         self.store = JobStore(queue, worker_id=self.id, lease=config.lease, queues=config.queues)
         self.executor = Executor(
             queue, self.id, concurrency=config.concurrency, deliver=self._deliver, clock=clock
