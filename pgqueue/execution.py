@@ -39,7 +39,10 @@ from pgqueue.job import JobState
 from pgqueue.retries import DEFAULT_RETRY, Retry, RetryPolicy
 
 if TYPE_CHECKING:
+    from sqlalchemy import Connection
+
     from pgqueue.queue import Queue
+    from pgqueue.worker.transaction import JobTransaction
 
 __all__ = ["HandlerPool", "JobContext", "LoopThread", "Outcome", "current_job"]
 
@@ -81,6 +84,27 @@ class JobContext:
     cancelled: threading.Event = field(default_factory=threading.Event, compare=False)
     #: The Queue the job was claimed from (for :meth:`dependency_results`).
     source: Queue | None = field(default=None, compare=False, repr=False)
+    #: The attempt's own transaction (see :meth:`transaction`).
+    job_transaction: JobTransaction | None = field(default=None, compare=False, repr=False)
+
+    def transaction(self) -> Connection:
+        """A SQLAlchemy Connection inside this job's own transaction: what the handler writes
+        on it commits together with the job's completion, or not at all (the handler raised,
+        timed out, or lost its lease: then nothing it wrote survives). Begun on the first call
+        (before the handler, for a task declared ``transactional=True``); the worker commits
+        it. Never commit, roll back or close it yourself. Covers writes to this database only,
+        and holds its locks until the job completes: see docs/workflows.md.
+
+        Example::
+
+            @queue.task(transactional=True)
+            def ship(order_id: int) -> None:
+                conn = pgqueue.current_job().transaction()
+                conn.execute(shipments.insert().values(order_id=order_id))
+        """
+        if self.job_transaction is None:
+            raise PgQueueError("this job context has no transaction (it is not run by a Worker)")
+        return self.job_transaction.connection()
 
     @property
     def last_attempt(self) -> bool:
@@ -175,6 +199,9 @@ class Outcome:
     result: Any = None
     error: dict[str, Any] | None = None
     retry_in: float | None = None
+    #: Already stored by the handler's own transaction: True (committed) or False (the lease
+    #: was lost and it rolled back); None: the worker stores it.
+    settled: bool | None = None
 
 
 def failed(

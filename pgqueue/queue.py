@@ -216,6 +216,7 @@ class Queue:
         result_ttl: int | timedelta | None = ...,
         timeout: float | timedelta | None = ...,
         retry: RetryPolicy | None = ...,
+        transactional: bool = ...,
     ) -> Callable[[Callable[P, R]], Task[P, R]]: ...
 
     def task(
@@ -229,12 +230,15 @@ class Queue:
         result_ttl: int | timedelta | None = None,
         timeout: float | timedelta | None = None,
         retry: RetryPolicy | None = None,
+        transactional: bool = False,
     ) -> Any:
         """Register a function as a task (usable bare or with options).
 
         ``name`` defaults to ``module.qualname``; ``max_attempts`` and ``result_ttl`` default to the
         Queue's; ``timeout`` (seconds) bounds one attempt; ``retry`` (a :class:`RetryPolicy` such
-        as :class:`Backoff`) says when a failed attempt runs again.
+        as :class:`Backoff`) says when a failed attempt runs again. ``transactional=True`` runs
+        the handler in the job's own transaction (``current_job().transaction()``): its writes
+        commit with the job's completion or not at all (see docs/workflows.md).
 
         Example::
 
@@ -250,6 +254,7 @@ class Queue:
         )
         ttl = self.result_ttl if result_ttl is None else config.check_result_ttl(result_ttl)
         seconds = None if timeout is None else config.check_positive_seconds("timeout", timeout)
+        transactional = config.check_bool("transactional", transactional)
         if retry is not None and not isinstance(retry, RetryPolicy):
             raise ConfigError(
                 f"retry must have a delay(attempt) method, e.g. pgqueue.Backoff(), not {retry!r}"
@@ -272,6 +277,7 @@ class Queue:
                 ttl,
                 seconds,
                 **({} if retry is None else {"retry": retry}),
+                transactional=transactional,
             )
             self.tasks[task_name] = registered
             return registered

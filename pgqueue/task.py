@@ -101,6 +101,8 @@ class Task(Generic[P, R]):
     timeout: float | None
     #: When a failed attempt runs again (see :mod:`pgqueue.retries`).
     retry: RetryPolicy = DEFAULT_RETRY
+    #: The handler runs in the job's own transaction (``current_job().transaction()``).
+    transactional: bool = False
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
         return self.function(*args, **kwargs)

@@ -16,6 +16,7 @@ import asyncio
 import heapq
 import inspect
 import itertools
+import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -35,6 +36,8 @@ if TYPE_CHECKING:
     from pgqueue.task import Task
 
 __all__ = ["Executor"]
+
+logger = logging.getLogger("pgqueue.worker")
 
 
 class Executor:
@@ -149,11 +152,16 @@ class Executor:
             with running(job.context, job.carrier) as span:
                 if previous:
                     args = results.with_previous_result(self.queue, job.id, args)
+                if task.transactional:
+                    job.context.transaction()
                 value = task.function(*args, **kwargs)
                 outcome = self._returned(job, value)
+                outcome = self._end_transaction(job, outcome)
                 span.set(outcome=str(outcome.state))
         except BaseException as exc:
             outcome = job.failure(exc)
+        finally:
+            self._abandon_transaction(job)
         self.deliver(job, outcome)
 
     async def _run_async(
@@ -171,18 +179,56 @@ class Executor:
                     args = await asyncio.to_thread(
                         results.with_previous_result, self.queue, job.id, args
                     )
+                if task.transactional:
+                    await asyncio.to_thread(job.context.transaction)
                 value = await task.function(*args, **kwargs)
                 outcome = self._returned(job, value)
+                outcome = await asyncio.to_thread(self._end_transaction, job, outcome)
                 span.set(outcome=str(outcome.state))
         except asyncio.CancelledError:
             # A timeout or a stop cancelled the task: its outcome is already decided.
+            self._abandon_transaction(job)
             raise
         except BaseException as exc:
             # SystemExit, KeyboardInterrupt and GeneratorExit too, as for a sync handler: left to
             # propagate, the first two would end the event loop's thread (and every later async
             # job with it) and leave this job heartbeated in `processing` for good.
+            self._abandon_transaction(job)
             return job.failure(exc)
         return outcome
+
+    def _end_transaction(self, job: Claimed, outcome: Outcome) -> Outcome:
+        """End the handler's own transaction, if it began one: commit it with the completion
+        (fenced), or roll it back when the attempt did not complete or was given up."""
+        transaction = job.context.job_transaction
+        if transaction is None or not transaction.open:
+            return outcome
+        if outcome.state is not JobState.COMPLETED:
+            transaction.rollback()
+            return outcome
+        if job.context.cancelled.is_set():
+            transaction.rollback()
+            logger.warning(
+                "the job's transaction rolled back: the attempt was given up (lease lost, timed "
+                "out or handed back) job_id=%s",
+                job.id,
+                extra={"job_id": job.id},
+            )
+            return outcome
+        try:
+            held = transaction.complete(outcome.result)
+        except Exception as exc:
+            # The commit itself failed (a serialization failure, a dropped connection): nothing
+            # was stored, so this attempt failed and is retried by the task's policy.
+            transaction.rollback()
+            return job.failure(exc)
+        return Outcome(JobState.COMPLETED, result=outcome.result, settled=held)
+
+    @staticmethod
+    def _abandon_transaction(job: Claimed) -> None:
+        transaction = job.context.job_transaction
+        if transaction is not None and transaction.open:
+            transaction.rollback()
 
     def _async_done(self, job: Claimed, future: Future[Outcome]) -> None:
         # A done callback, not the coroutine's own finally: a task cancelled before its first

@@ -30,6 +30,7 @@ from pgqueue.worker.ledger import Claimed, Ledger
 from pgqueue.worker.planner import Turn, TurnPlanner
 from pgqueue.worker.services import EmbeddedServices
 from pgqueue.worker.store import JobStore
+from pgqueue.worker.transaction import JobTransaction
 
 if TYPE_CHECKING:
     from pgqueue.queue import Queue
@@ -253,7 +254,7 @@ class WorkerLoop:
         self.ledger.settled(stored, lost)
         if kept is not None:
             for job in holding:
-                if job.id not in kept:
+                if job.id not in kept and not _committed_itself(job):
                     self.ledger.lose(job)
         if rows:
             self._dispatch(rows, lock_token)
@@ -298,6 +299,9 @@ class WorkerLoop:
                     worker_id=self.id,
                     created_at=row["created_at"],
                     source=self.queue,
+                    job_transaction=JobTransaction(
+                        self.queue, row["id"], lock_token, row["result_ttl"]
+                    ),
                 ),
                 lock_token,
                 row["result_ttl"],
@@ -357,3 +361,11 @@ class WorkerLoop:
             self.services.stop()
         except Exception:
             logger.exception("stopping maintenance failed worker_id=%s", self.id)
+
+
+def _committed_itself(job: Claimed) -> bool:
+    """Whether the job's handler ended its own transaction (see worker/transaction.py): then
+    its row left ``processing`` by that commit, not by a lost lease, and its outcome, on the
+    way to the loop, says which."""
+    transaction = job.context.job_transaction
+    return transaction is not None and transaction.ended

@@ -142,6 +142,14 @@ class JobStore:
         """Write outcomes, fenced; returns those stored (as written: see :meth:`_store_alone`)
         and the jobs whose lease was lost. ``one_by_one`` after a batch whose values could not
         be stored. Waiters of every job finished for good are notified in this transaction."""
+        # Outcomes the handler's own transaction stored already (see worker/transaction.py).
+        settled = [(job, outcome) for job, outcome in pending if outcome.settled is not None]
+        if settled:
+            pending = [(job, outcome) for job, outcome in pending if outcome.settled is None]
+            stored, lost = self.store(conn, pending, clock, one_by_one=one_by_one)
+            stored += [(job, outcome) for job, outcome in settled if outcome.settled]
+            lost += [job for job, outcome in settled if not outcome.settled]
+            return stored, lost
         if not pending:
             return [], []
         if one_by_one:

@@ -1,0 +1,128 @@
+"""Transactional completion: a handler's database writes and its job's completion in one
+transaction (``current_job().transaction()``, or ``@queue.task(transactional=True)``).
+
+The transaction is opened on first use (eagerly for a ``transactional`` task) on a connection of
+the handler's own, and ended by the worker when the handler is done: on success, the fenced
+completion (the same UPDATE matching ``id``, ``lock_token`` and ``processing`` as every
+outcome), the wake-ups and the release of dependent jobs run in it and it commits; if the lease
+was lost meanwhile the UPDATE matches no row and everything rolls back, the handler's writes
+included. A handler that raises, or times out, rolls back too.
+
+Example::
+
+    @queue.task(transactional=True)
+    def ship(order_id: int) -> None:
+        conn = pgqueue.current_job().transaction()
+        conn.execute(shipments.insert().values(order_id=order_id))
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import TYPE_CHECKING
+
+from sqlalchemy import Connection, RootTransaction
+
+from pgqueue.backends.base import Completion
+from pgqueue.job import JobState
+from pgqueue.notifications import FINISHED_CHANNEL, finished_payload
+from pgqueue.workflow import dependencies
+
+if TYPE_CHECKING:
+    from pgqueue.queue import Queue
+
+__all__ = ["JobTransaction"]
+
+logger = logging.getLogger("pgqueue.worker")
+
+
+class JobTransaction:
+    """The transaction of one attempt's handler (see the module docs). Used from the handler's
+    thread; :meth:`end` is called once, by the worker, after the handler returned or raised."""
+
+    def __init__(self, queue: Queue, job_id: str, lock_token: str, result_ttl: int) -> None:
+        self.queue = queue
+        self.job_id = job_id
+        self.lock_token = lock_token
+        self.result_ttl = result_ttl
+        self._connection: Connection | None = None
+        self._transaction: RootTransaction | None = None
+        self._ended = False
+        self._lock = threading.Lock()
+
+    @property
+    def ended(self) -> bool:
+        """Whether the transaction began and has ended (committed or rolled back)."""
+        return self._ended
+
+    @property
+    def open(self) -> bool:
+        """Whether the handler's transaction has begun (and not ended)."""
+        return self._transaction is not None and not self._ended
+
+    def connection(self) -> Connection:
+        """The handler's connection, inside the job's transaction (begun on the first call).
+
+        Without pgqueue's schema map: the handler's own unqualified tables stay where its
+        ``search_path`` puts them."""
+        with self._lock:
+            if self._ended:
+                raise RuntimeError("the job's transaction has ended: the handler returned")
+            if self._connection is None:
+                engine = self.queue.engine.execution_options(schema_translate_map=None)
+                connection = engine.connect()
+                try:
+                    self._transaction = connection.begin()
+                except BaseException:
+                    connection.close()
+                    raise
+                self._connection = connection
+            return self._connection
+
+    def complete(self, result: str | None) -> bool:
+        """Store the result (fenced), release dependents and commit, all in the handler's
+        transaction; returns False, having rolled everything back, when the lease was lost."""
+        connection, transaction = self._connection, self._transaction
+        assert connection is not None and transaction is not None
+        try:
+            with self.queue.connect(connection=connection) as conn:
+                backend = self.queue.backend
+                clock = backend.clock()
+                done = Completion(self.job_id, self.lock_token, result, self.result_ttl)
+                if not backend.complete(conn, [done], clock):
+                    transaction.rollback()
+                    logger.warning(
+                        "lease lost, the job's transaction rolled back job_id=%s",
+                        self.job_id,
+                        extra={"job_id": self.job_id},
+                    )
+                    return False
+                payload = finished_payload(str(JobState.COMPLETED), self.job_id)
+                backend.notify_many(conn, FINISHED_CHANNEL, [payload])
+                dependencies.settle(conn, backend, [self.job_id], clock)
+            transaction.commit()
+            return True
+        finally:
+            self._close()
+
+    def rollback(self) -> None:
+        """Undo everything the handler wrote (it raised, timed out, or was given up)."""
+        transaction = self._transaction
+        try:
+            if transaction is not None and transaction.is_active:
+                transaction.rollback()
+        except Exception:
+            logger.debug("rolling back a job's transaction failed", exc_info=True)
+        finally:
+            self._close()
+
+    def _close(self) -> None:
+        with self._lock:
+            self._ended = True
+            connection, self._connection = self._connection, None
+        if connection is not None:
+            try:
+                connection.close()
+            except Exception:
+                logger.debug("closing a job's connection failed", exc_info=True)
