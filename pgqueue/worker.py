@@ -62,6 +62,7 @@ from pgqueue.execution import (
     thread_stack,
 )
 from pgqueue.job import JobState
+from pgqueue.limits.claim import claim_limited
 from pgqueue.maintenance.presence import DEFAULT_CRASH_DETECTION, WorkerPresence
 from pgqueue.maintenance.pruner import Pruner
 from pgqueue.maintenance.reaper import Reaper
@@ -797,7 +798,20 @@ class Worker:
             ),
         )
         values = {statements.CLAIM_LIMIT: limit, statements.CLAIM_LOCK_TOKEN: lock_token}
-        return list(conn.execute(statement, values).mappings().all())
+        rows = list(conn.execute(statement, values).mappings().all())
+        if len(rows) < limit:
+            # Slots left over: jobs with flow limits have a claim of their own (pgqueue.limits).
+            rows += claim_limited(
+                conn,
+                self.queue.backend.insert,
+                worker_id=self.id,
+                lock_token=lock_token,
+                limit=limit - len(rows),
+                lease=self.lease,
+                queues=self.queues,
+                clock=clock,
+            )
+        return rows
 
     def _statement(self, name: str, clock: Clock, build: Callable[[], Any]) -> Any:
         """``build()``, kept for the next turns when it does not embed the time (the database

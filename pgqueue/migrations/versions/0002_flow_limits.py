@@ -1,0 +1,110 @@
+"""Flow control: rate limits, concurrency limits and unique keys (docs/limits.md).
+
+Revision ID: 0002
+Revises: 0001
+Create Date: 2026-11-24
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+from alembic import op
+from sqlalchemy.dialects import postgresql
+
+revision = "0002"
+down_revision = "0001"
+branch_labels = None
+depends_on = None
+
+# Frozen copies of the types and predicates at this revision.
+JSON_DOCUMENT = sa.JSON(none_as_null=True).with_variant(
+    postgresql.JSONB(none_as_null=True), "postgresql"
+)
+CLAIMABLE = "state IN ('queued', 'failing')"
+CLAIMABLE_UNLIMITED = sa.text(f"{CLAIMABLE} AND concurrency_key IS NULL AND rate_key IS NULL")
+CLAIMABLE_LIMITED = sa.text(
+    f"{CLAIMABLE} AND (concurrency_key IS NOT NULL OR rate_key IS NOT NULL)"
+)
+RUNNING_LIMITED = sa.text("state = 'processing' AND concurrency_key IS NOT NULL")
+UNIQUE = sa.text(
+    "unique_key IS NOT NULL AND (state IN ('queued', 'failing') "
+    "OR (state = 'processing' AND unique_until = 'finished'))"
+)
+COLUMNS = (
+    ("concurrency_key", sa.Text()),
+    ("max_running", sa.Integer()),
+    ("rate_key", sa.Text()),
+    ("rate_limit", sa.Integer()),
+    ("rate_period", sa.Float()),
+    ("unique_key", sa.Text()),
+    ("unique_until", sa.Text()),
+)
+CLAIM_INDEXES: tuple[tuple[str, list[str | sa.TextClause]], ...] = (
+    ("ix_pgqueue_jobs_claim", [sa.text("priority DESC"), "run_at", "id"]),
+    ("ix_pgqueue_jobs_claim_queue", ["queue", sa.text("priority DESC"), "run_at", "id"]),
+)
+
+
+def upgrade() -> None:
+    for name, kind in COLUMNS:
+        op.add_column("pgqueue_jobs", sa.Column(name, kind))
+    # The claim indexes leave limited jobs out: their claim has its own index below.
+    for name, columns in CLAIM_INDEXES:
+        op.drop_index(name, table_name="pgqueue_jobs")
+        op.create_index(
+            name,
+            "pgqueue_jobs",
+            columns,
+            postgresql_where=CLAIMABLE_UNLIMITED,
+            sqlite_where=CLAIMABLE_UNLIMITED,
+        )
+    op.create_index(
+        "ix_pgqueue_jobs_claim_limited",
+        "pgqueue_jobs",
+        ["concurrency_key", "rate_key", sa.text("priority DESC"), "run_at", "id"],
+        postgresql_where=CLAIMABLE_LIMITED,
+        sqlite_where=CLAIMABLE_LIMITED,
+    )
+    op.create_index(
+        "ix_pgqueue_jobs_running_limited",
+        "pgqueue_jobs",
+        ["concurrency_key"],
+        postgresql_where=RUNNING_LIMITED,
+        sqlite_where=RUNNING_LIMITED,
+    )
+    op.create_index(
+        "ux_pgqueue_jobs_unique",
+        "pgqueue_jobs",
+        ["unique_key"],
+        unique=True,
+        postgresql_where=UNIQUE,
+        sqlite_where=UNIQUE,
+    )
+    op.create_table(
+        "pgqueue_limits",
+        sa.Column("kind", sa.Text(), primary_key=True),
+        sa.Column("key", sa.Text(), primary_key=True),
+        sa.Column("starts", JSON_DOCUMENT),
+        sa.Column("open_at", sa.DateTime(timezone=True)),
+    )
+
+
+def downgrade() -> None:
+    op.drop_table("pgqueue_limits")
+    op.drop_index("ux_pgqueue_jobs_unique", table_name="pgqueue_jobs")
+    op.drop_index("ix_pgqueue_jobs_running_limited", table_name="pgqueue_jobs")
+    op.drop_index("ix_pgqueue_jobs_claim_limited", table_name="pgqueue_jobs")
+    # Jobs with limits would be claimed as if they had none: a downgrade drops the limits, not
+    # the jobs, and says so in docs/limits.md.
+    for name, columns in CLAIM_INDEXES:
+        op.drop_index(name, table_name="pgqueue_jobs")
+        op.create_index(
+            name,
+            "pgqueue_jobs",
+            columns,
+            postgresql_where=sa.text(CLAIMABLE),
+            sqlite_where=sa.text(CLAIMABLE),
+        )
+    with op.batch_alter_table("pgqueue_jobs") as batch:
+        for name, _ in reversed(COLUMNS):
+            batch.drop_column(name)

@@ -1,0 +1,326 @@
+"""Flow limits at the claim, on both databases, with an injected clock: concurrency per task and
+per key, rate windows that move with the clock, priorities, the reaper giving slots back, and
+unique keys at enqueue."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+import pgqueue
+import pgqueue.testing
+from pgqueue import statements
+from pgqueue.errors import ConfigError
+from pgqueue.limits.claim import claim_limited
+
+START = datetime.now(UTC) + timedelta(hours=1)
+
+
+def claim(
+    q: pgqueue.Queue, now: datetime, limit: int = 10, queues: Sequence[str] | None = None
+) -> list[Any]:
+    """What a worker's claim does in one transaction: unlimited jobs first, then limited ones."""
+    token = uuid.uuid4().hex
+    clock = q.backend.clock(now)
+    with q.connect() as conn:
+        rows = list(
+            conn.execute(
+                statements.job_claim(
+                    worker_id="w",
+                    lock_token=token,
+                    limit=limit,
+                    lease=30,
+                    queues=queues,
+                    clock=clock,
+                )
+            ).mappings()
+        )
+        rows += claim_limited(
+            conn,
+            q.backend.insert,
+            worker_id="w",
+            lock_token=token,
+            limit=limit - len(rows),
+            lease=30,
+            queues=queues,
+            clock=clock,
+        )
+    return rows
+
+
+def complete(q: pgqueue.Queue, rows: list[Any], now: datetime) -> None:
+    with q.connect() as conn:
+        for row in rows:
+            conn.execute(
+                statements.job_complete(
+                    row["id"], row["lock_token"], None, 60, q.backend.clock(now)
+                )
+            )
+
+
+def args_of(q: pgqueue.Queue, rows: list[Any]) -> list[Any]:
+    return [q.status(row["id"]).args[0] for row in rows]  # type: ignore[union-attr]
+
+
+def test_max_running_per_task_counts_across_claims(queue: pgqueue.Queue) -> None:
+    @queue.task(max_running=2)
+    def export(n: int) -> None: ...
+
+    @queue.task()
+    def free(n: int) -> None: ...
+
+    export.enqueue_many([(n,) for n in range(5)])
+    free.enqueue_many([(n,) for n in range(3)])
+    first = claim(queue, START)
+    assert sorted(row["task"] for row in first).count(export.name) == 2
+    assert len(first) == 5  # the three unlimited jobs are not held back
+    assert claim(queue, START) == []
+    complete(queue, [row for row in first if row["task"] == export.name][:1], START)
+    assert len(claim(queue, START)) == 1
+    assert claim(queue, START) == []
+
+
+def test_max_running_per_key_serialises_each_key_in_enqueue_order(queue: pgqueue.Queue) -> None:
+    @queue.task(max_running=1, concurrency_key="customer")
+    def sync(customer: str, n: int) -> None: ...
+
+    for n in range(3):
+        for customer in ("a", "b"):
+            sync.enqueue(customer, n)
+    seen: dict[str, list[int]] = {"a": [], "b": []}
+    for _ in range(3):
+        rows = claim(queue, START)
+        assert len(rows) == 2
+        for row in rows:
+            customer, n = queue.status(row["id"]).args  # type: ignore[union-attr]
+            seen[customer].append(n)
+        assert claim(queue, START) == []
+        complete(queue, rows, START)
+    assert seen == {"a": [0, 1, 2], "b": [0, 1, 2]}
+
+
+def test_concurrency_key_callable_and_per_enqueue_override(queue: pgqueue.Queue) -> None:
+    @queue.task(max_running=1, concurrency_key=lambda order: order["shop"])
+    def ship(order: dict[str, str]) -> None: ...
+
+    ship.enqueue({"shop": "x"})
+    ship.enqueue({"shop": "x"})
+    ship.using(concurrency_key="y").enqueue({"shop": "x"})
+    ship.using(max_running=2).enqueue({"shop": "z"})
+    ship.using(max_running=2).enqueue({"shop": "z"})
+    rows = claim(queue, START)
+    shops = sorted(
+        (queue.status(row["id"]).args[0]["shop"], row["id"])
+        for row in rows  # type: ignore[union-attr]
+    )
+    assert [shop for shop, _ in shops] == ["x", "x", "z", "z"]  # x once, y's override, z twice
+
+
+def test_priority_orders_jobs_within_a_limit(queue: pgqueue.Queue) -> None:
+    @queue.task(max_running=1)
+    def job(n: int) -> None: ...
+
+    job.enqueue(1)
+    job.using(priority=5).enqueue(2)
+    rows = claim(queue, START)
+    assert args_of(queue, rows) == [2]
+
+
+def test_rate_limit_window_moves_with_the_clock(queue: pgqueue.Queue) -> None:
+    @queue.task(rate_limit="3/s")
+    def call(n: int) -> None: ...
+
+    call.enqueue_many([(n,) for n in range(10)])
+    assert len(claim(queue, START)) == 3
+    assert claim(queue, START + timedelta(seconds=0.5)) == []
+    # Completions do not free a rate slot: only time does.
+    assert claim(queue, START + timedelta(seconds=0.999)) == []
+    assert len(claim(queue, START + timedelta(seconds=1.001))) == 3
+    assert len(claim(queue, START + timedelta(seconds=2.5))) == 3
+    assert len(claim(queue, START + timedelta(seconds=2.6))) == 0
+    assert len(claim(queue, START + timedelta(seconds=3.6))) == 1
+
+
+def test_rate_limit_per_key_and_minutes(queue: pgqueue.Queue) -> None:
+    @queue.task(rate_limit="2/m", rate_limit_key="customer")
+    def notify(customer: str) -> None: ...
+
+    for customer in ("a", "a", "a", "b", "b", "b"):
+        notify.enqueue(customer)
+    assert len(claim(queue, START)) == 4
+    assert claim(queue, START + timedelta(seconds=59)) == []
+    assert len(claim(queue, START + timedelta(seconds=61))) == 2
+
+
+def test_rate_and_concurrency_together(queue: pgqueue.Queue) -> None:
+    @queue.task(rate_limit="2/s", max_running=1)
+    def both(n: int) -> None: ...
+
+    both.enqueue_many([(n,) for n in range(4)])
+    rows = claim(queue, START)
+    assert len(rows) == 1
+    complete(queue, rows, START)
+    rows = claim(queue, START + timedelta(seconds=0.1))
+    assert len(rows) == 1
+    complete(queue, rows, START)
+    assert claim(queue, START + timedelta(seconds=0.2)) == []  # rate: 2 this second
+    assert len(claim(queue, START + timedelta(seconds=1.05))) == 1
+
+
+def test_delayed_limited_job_waits_for_its_time(queue: pgqueue.Queue) -> None:
+    @queue.task(max_running=5)
+    def later(n: int) -> None: ...
+
+    later.using(run_at=START + timedelta(seconds=30)).enqueue(1)
+    assert claim(queue, START) == []
+    assert len(claim(queue, START + timedelta(seconds=31))) == 1
+
+
+def test_reaper_release_gives_the_slot_back(queue: pgqueue.Queue) -> None:
+    @queue.task(max_running=1, concurrency_key="k")
+    def slow(k: str) -> None: ...
+
+    slow.enqueue("x")
+    slow.enqueue("x")
+    first = claim(queue, START)
+    assert len(first) == 1
+    assert claim(queue, START + timedelta(seconds=5)) == []
+    reaper = pgqueue.Reaper(queue, interval=1)
+    assert reaper.run_once(now=START + timedelta(seconds=60)) == 1
+    # The stalled job is failing (its retry later); the other job of the key now has the slot.
+    rows = claim(queue, START + timedelta(seconds=61))
+    assert len(rows) == 1 and rows[0]["id"] != first[0]["id"]
+
+
+def test_worker_stop_hand_back_frees_the_slot(queue: pgqueue.Queue) -> None:
+    @queue.task(max_running=1)
+    def one(n: int) -> None: ...
+
+    one.enqueue(1)
+    rows = claim(queue, START)
+    with queue.connect() as conn:
+        conn.execute(
+            statements.job_release(
+                [(rows[0]["id"], rows[0]["lock_token"])], queue.backend.clock(START)
+            )
+        )
+    assert len(claim(queue, START + timedelta(seconds=1))) == 1
+
+
+def test_queue_filter_applies_to_limited_jobs(queue: pgqueue.Queue) -> None:
+    @queue.task(max_running=3, queue="exports")
+    def export(n: int) -> None: ...
+
+    export.enqueue(1)
+    assert claim(queue, START, queues=["other"]) == []
+    assert len(claim(queue, START, queues=["exports"])) == 1
+
+
+def test_run_job_ignores_limits(queue: pgqueue.Queue) -> None:
+    ran: list[int] = []
+
+    @queue.task(max_running=1)
+    def one(n: int) -> None:
+        ran.append(n)
+
+    ids = [one.enqueue(n).id for n in range(2)]
+    claim(queue, START)
+    pgqueue.testing.run_job(queue, ids[1])
+    assert ran == [1]
+
+
+def test_unique_key_second_enqueue_is_the_holders_duplicate(queue: pgqueue.Queue) -> None:
+    @queue.task(unique_key="account")
+    def refresh(account: int) -> None: ...
+
+    first = refresh.enqueue(7)
+    second = refresh.enqueue(7)
+    other = refresh.enqueue(8)
+    assert first.status == "queued" and other.status == "queued"
+    assert second.status == "duplicate"
+    assert second.id == first.id and second.existing_state == pgqueue.JobState.QUEUED
+    # Waiting only (the default): once it runs, a new one may wait behind it.
+    rows = claim(queue, START)
+    assert {row["id"] for row in rows} == {first.id, other.id}
+    third = refresh.enqueue(7)
+    assert third.status == "queued" and third.id != first.id
+    assert refresh.enqueue(7).id == third.id
+
+
+def test_unique_until_finished_counts_running_jobs(queue: pgqueue.Queue) -> None:
+    @queue.task(unique_key="account", unique_until="finished")
+    def refresh(account: int) -> None: ...
+
+    first = refresh.enqueue(7)
+    rows = claim(queue, START)
+    running = refresh.enqueue(7)
+    assert running.status == "duplicate" and running.id == first.id
+    assert running.existing_state == pgqueue.JobState.PROCESSING
+    complete(queue, rows, START)
+    after = refresh.enqueue(7)
+    assert after.status == "queued" and after.id != first.id
+
+
+def test_unique_key_in_bulk_and_per_enqueue(queue: pgqueue.Queue) -> None:
+    @queue.task()
+    def sync(n: int) -> None: ...
+
+    results = sync.using(unique_key="nightly").enqueue_many([(1,), (2,)])
+    assert [r.status for r in results] == ["queued", "duplicate"]
+    assert results[1].id == results[0].id
+    spec = pgqueue.JobSpec(args=(3,), unique_key="other")
+    assert sync.enqueue_many([spec])[0].status == "queued"
+
+
+def test_unique_key_inside_the_callers_transaction(queue: pgqueue.Queue) -> None:
+    @queue.task(unique_key="n")
+    def job(n: int) -> None: ...
+
+    with queue.engine.connect() as conn:
+        with conn.begin():
+            first = job.using(connection=conn).enqueue(1)
+            again = job.using(connection=conn).enqueue(1)
+            assert again.id == first.id and again.status == "duplicate"
+            conn.rollback()
+    assert job.enqueue(1).status == "queued"
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"concurrency_key": "n"}, "concurrency_key needs max_running"),
+        ({"rate_limit_key": "n"}, "rate_limit_key needs rate_limit"),
+        ({"rate_limit": "ten a second"}, "rate_limit must look like"),
+        ({"rate_limit": "0/s"}, "rate_limit needs 1"),
+        ({"max_running": 0}, "max_running must be an int"),
+        ({"max_running": 1, "concurrency_key": "nope"}, "'nope' is not an argument"),
+        ({"unique_key": "n", "unique_until": "never"}, "unique_until must be"),
+    ],
+)
+def test_bad_declarations_fail_at_declaration(
+    queue: pgqueue.Queue, options: dict[str, Any], message: str
+) -> None:
+    def handler(n: int) -> None: ...
+
+    with pytest.raises(ConfigError, match=message):
+        queue.task(**options)(handler)
+
+
+def test_bad_per_enqueue_limits_fail_before_writing(queue: pgqueue.Queue) -> None:
+    @queue.task()
+    def plain(n: int) -> None: ...
+
+    @queue.task(max_running=1, concurrency_key="n")
+    def keyed(n: object) -> None: ...
+
+    with pytest.raises(ConfigError, match="concurrency_key needs max_running"):
+        plain.using(concurrency_key="x").enqueue(1)
+    with pytest.raises(ConfigError, match="max_running must be"):
+        plain.using(max_running=-1).enqueue(1)
+    with pytest.raises(ConfigError, match="concurrency_key must give a str or an int"):
+        keyed.enqueue([1, 2])
+    assert pgqueue.testing.enqueued(queue) == []
