@@ -281,11 +281,11 @@ def test_unique_key_inside_the_callers_transaction(queue: pgqueue.Queue) -> None
     def job(n: int) -> None: ...
 
     with queue.engine.connect() as conn:
-        with conn.begin():
-            first = job.using(connection=conn).enqueue(1)
-            again = job.using(connection=conn).enqueue(1)
-            assert again.id == first.id and again.status == "duplicate"
-            conn.rollback()
+        conn.begin()
+        first = job.using(connection=conn).enqueue(1)
+        again = job.using(connection=conn).enqueue(1)
+        assert again.id == first.id and again.status == "duplicate"
+        conn.rollback()
     assert job.enqueue(1).status == "queued"
 
 
