@@ -96,6 +96,9 @@ def claim_limited(
         return []
     now: datetime = locked[0].now
     epoch = now.timestamp()
+    # From here on "now" is the instant the locks were held, so the jobs' started_at is exactly
+    # the instant their rate window counted them.
+    clock = Clock(now)
     running_keys = [row.key for row in locked if row.kind == RUNNING]
     logs: dict[str, Starts] = {row.key: row.starts or [] for row in locked if row.kind == RATE}
     running: dict[str, int] = {}

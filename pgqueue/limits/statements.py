@@ -108,9 +108,10 @@ def limit_ensure(insert: Any) -> Any:
 def limit_lock(limits: Sequence[tuple[str, str]], clock: Clock) -> Select[Any]:
     """Lock the rows of these ``(kind, key)`` limits for this transaction, skipping rows another
     claimer holds (PostgreSQL; on SQLite the claim's write lock covers everything); returns each
-    limit locked with its recorded starts, and the clock's now."""
+    limit locked with its recorded starts, and the clock's current instant (on PostgreSQL the
+    moment the locks are held, not the transaction's start: a rate window counts real time)."""
     return (
-        select(LIMITS.c.kind, LIMITS.c.key, LIMITS.c.starts, clock.now().label("now"))
+        select(LIMITS.c.kind, LIMITS.c.key, LIMITS.c.starts, clock.current().label("now"))
         .where(tuple_(LIMITS.c.kind, LIMITS.c.key).in_(list(limits)))
         .order_by(LIMITS.c.kind, LIMITS.c.key)
         .with_for_update(skip_locked=True)

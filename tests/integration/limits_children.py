@@ -45,6 +45,12 @@ def make_queue(url: str, log: Path) -> pgqueue.Queue:
     def rated(n: int) -> None:
         run("rated", "-", n, 0)
 
+    @queue.task(name="limits.warm")
+    def warm(n: int) -> None:
+        # Long enough that one process cannot take every warm-up job alone.
+        note("start", "warm", str(os.getpid()), n)
+        time.sleep(0.3)
+
     @queue.task(name="limits.hold", max_running=1, retry=NO_DELAY)
     def hold(n: int) -> None:
         note("start", "hold", "-", n)

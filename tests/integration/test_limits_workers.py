@@ -18,7 +18,7 @@ import subprocess
 import sys
 import threading
 from collections import defaultdict
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -30,9 +30,6 @@ import pgqueue.testing
 
 HERE = Path(__file__).parent
 PROCESSES = 4
-# Scale with PGQUEUE_SOAK=1 for the issue's full sizes everywhere (the defaults are those sizes
-# already except where noted).
-SOAK = os.environ.get("PGQUEUE_SOAK") == "1"
 
 
 class Workers:
@@ -97,7 +94,7 @@ def producer(db_url: str, tmp_path: Path) -> Iterator[pgqueue.Queue]:
 def processing(queue: pgqueue.Queue, task: str, by: str | None = None) -> dict[str, int]:
     """Jobs of ``task`` processing now, per value of column ``by`` (or all under "")."""
     column = by or "''"
-    sql = f"SELECT {column}, count(*) FROM pgqueue_jobs WHERE state = 'processing' AND task = :t GROUP BY 1"  # noqa: S608
+    sql = f"SELECT {column}, count(*) FROM pgqueue_jobs WHERE state = 'processing' AND task = :t GROUP BY 1"
     with queue.engine.connect() as conn:
         return {str(k): int(n) for k, n in conn.execute(sa.text(sql), {"t": task})}
 
@@ -106,7 +103,9 @@ def completed(queue: pgqueue.Queue, task: str) -> int:
     with queue.engine.connect() as conn:
         return int(
             conn.scalar(
-                sa.text("SELECT count(*) FROM pgqueue_jobs WHERE state = 'completed' AND task = :t"),
+                sa.text(
+                    "SELECT count(*) FROM pgqueue_jobs WHERE state = 'completed' AND task = :t"
+                ),
                 {"t": task},
             )
             or 0
@@ -170,23 +169,48 @@ def test_concurrency_key_over_20_keys_in_order(workers: Workers, producer: pgque
 
 
 @pytest.mark.slow
-def test_rate_limit_20_per_second_over_200_jobs(
-    workers: Workers, producer: pgqueue.Queue
-) -> None:
+def test_rate_limit_20_per_second_over_200_jobs(workers: Workers, producer: pgqueue.Queue) -> None:
     total = 200
-    producer.enqueue_many("limits.rated", [(n,) for n in range(total)])
     workers.start()
+    # Warm: a fresh process's first jobs wait for its imports and threads, which would shift a
+    # whole batch of starts toward the next window.
+    producer.enqueue_many("limits.warm", [(n,) for n in range(64)])
+    wait_until(lambda: len({key for key, _, _ in workers.events("start", "warm")}) == PROCESSES)
+    producer.enqueue_many("limits.rated", [(n,) for n in range(total)])
     wait_until(lambda: completed(producer, "limits.rated") >= total, "rated jobs", timeout=120)
-    times = sorted(at for _, _, at in workers.events("end", "rated"))
-    assert len(times) == total
-    window = max(
-        sum(1 for other in times[index:] if other < at + 1.0) for index, at in enumerate(times)
+    claims = sorted(
+        status.started_at.timestamp()  # type: ignore[union-attr]
+        for status in pgqueue.testing.enqueued(
+            producer, "limits.rated", states=[pgqueue.JobState.COMPLETED]
+        )
     )
-    elapsed = times[-1] - times[0]
-    print(f"rate 20/s over {total} jobs: {elapsed:.2f}s, busiest 1-s window {window}")
-    assert window <= 21
-    # 200 starts at 20/s: the last burst starts 9 s after the first; polling adds a little.
+    starts = sorted(at for _, _, at in workers.events("start", "rated"))
+    ends = sorted(at for _, _, at in workers.events("end", "rated"))
+    assert len(claims) == len(starts) == len(ends) == total
+    busiest_claim, busiest_start, busiest_end = busiest(claims), busiest(starts), busiest(ends)
+    elapsed = ends[-1] - ends[0]
+    print(
+        f"rate 20/s over {total} jobs ({producer.backend.name}): {elapsed:.2f}s; busiest 1-s "
+        f"window: {busiest_claim} claims, {busiest_start} handler starts, {busiest_end} "
+        f"completions (load {os.getloadavg()[0]:.1f})"
+    )
+    # Exact where the limit is enforced: the claim, on the database's clock.
+    assert busiest_claim <= 20
+    # Handlers start and end a dispatch latency after their claim. A window reopens exactly one
+    # period after it filled, so a claim batch (up to 8 jobs per worker here) whose latency was
+    # a few milliseconds longer than the next one's lands in the same second on the handlers'
+    # clock: docs/limits.md says the limit is on claims.
+    assert busiest_start <= 20 + 8
+    assert busiest_end <= 20 + 8
+    # 200 starts at 20/s: the last window starts 9 s after the first; polling adds a little.
     assert 8.5 <= elapsed <= 20
+
+
+def busiest(times: list[float]) -> int:
+    """The most ``times`` in any window of one second (closed at both ends)."""
+    return max(
+        sum(1 for other in times[index:] if other <= at + 1.0) for index, at in enumerate(times)
+    )
 
 
 @pytest.mark.slow
@@ -243,5 +267,3 @@ def test_unique_key_eight_threads_one_job(db_url: str) -> None:
     again = refresh.enqueue(42)
     assert again.status == "queued" and again.id != queued[0].id
     queue.close()
-
-
