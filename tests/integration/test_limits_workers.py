@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 import signal
 import subprocess
@@ -164,7 +165,7 @@ def test_concurrency_key_over_20_keys_in_order(workers: Workers, producer: pgque
     for key, runs in by_key.items():
         runs.sort()
         assert [n for _, _, n in runs] == list(range(per_key)), key
-        for (_, end, _), (start, _, _) in zip(runs, runs[1:], strict=False):
+        for (_, end, _), (start, _, _) in itertools.pairwise(runs):
             assert start >= end, f"two jobs of {key} overlapped"
 
 
