@@ -252,16 +252,14 @@ SCHEDULES = Table(
 
 # Flow control's shared state, one row per limit: (kind "running", a concurrency key) or (kind
 # "rate", a rate key). Claimers of limited jobs lock the rows of the keys they claim from, so two
-# never count the same slots. A rate row keeps the starts of its current window; a concurrency row
-# keeps nothing (the running jobs are counted, so a crashed worker's slots come back as soon as
-# its jobs are released).
+# never count the same slots. A concurrency row keeps nothing (the running jobs are counted, so a
+# crashed worker's slots come back as soon as its jobs are released); a rate row keeps its next
+# start slot.
 LIMITS = Table(
     "pgqueue_limits",
     METADATA,
     Column("kind", Text, primary_key=True),
     Column("key", Text, primary_key=True),
-    # [[epoch seconds, jobs started], ...] within the longest rate period of the key's jobs.
-    Column("starts", Document),
-    # A rate key's window is full until then (None: it has room); claimers skip it till then.
+    # A rate key's next job may start at this instant, not before (None: now).
     Column("open_at", UTCDateTime),
 )

@@ -298,6 +298,7 @@ class Worker:
         self._unsubscribe: list[Any] = []
         self._coroutine_functions: dict[str, bool] = {}
         self._statements: dict[str, Any] = {}
+        self._rate_wake: float | None = None
 
     def __repr__(self) -> str:
         return (
@@ -642,6 +643,10 @@ class Worker:
                 # The first jobs after an idle spell: their claim is their first lease.
                 self._next_beat = now + self.heartbeat
             self._next_poll = now + self.poll_interval
+            if self._rate_wake is not None:
+                # A job held back by a rate limit may start then: claim at that moment.
+                self._next_poll = min(self._next_poll, now + self._rate_wake)
+                self._rate_wake = None
             # A full batch suggests more is waiting; a short one that the queue is drained.
             self._due = self._due or len(rows) >= claim
             self._dispatch(rows, lock_token)
@@ -801,7 +806,7 @@ class Worker:
         rows = list(conn.execute(statement, values).mappings().all())
         if len(rows) < limit:
             # Slots left over: jobs with flow limits have a claim of their own (pgqueue.limits).
-            rows += claim_limited(
+            limited = claim_limited(
                 conn,
                 self.queue.backend.insert,
                 worker_id=self.id,
@@ -811,6 +816,8 @@ class Worker:
                 queues=self.queues,
                 clock=clock,
             )
+            rows += limited.rows
+            self._rate_wake = limited.wake_in
         return rows
 
     def _statement(self, name: str, clock: Clock, build: Callable[[], Any]) -> Any:

@@ -38,8 +38,9 @@ __all__ = [
     "limit_ensure",
     "limit_heads",
     "limit_lock",
+    "limit_next_open",
     "limit_rate_rows",
-    "limit_record_starts",
+    "limit_record_slots",
     "limit_running",
     "limit_unique_holder",
     "limit_waiting",
@@ -67,8 +68,8 @@ def limit_heads(*, queues: Sequence[str] | None, limit: int, clock: Clock) -> Se
     """Up to ``limit`` distinct (concurrency key, rate key) pairs of due limited jobs that look
     claimable, the pair whose best job would be claimed first leading.
 
-    "Look": a concurrency key with as many running jobs as its limit, or a rate key whose window
-    is full (``open_at`` ahead), is left out, so full keys at the head of the queue do not hide
+    "Look": a concurrency key with as many running jobs as its limit, or a rate key whose next
+    slot is ahead (``open_at``), is left out, so full keys at the head of the queue do not hide
     the keys behind them. The look is a plain read; the claim decides under the keys' locks.
     """
     running = (
@@ -108,10 +109,10 @@ def limit_ensure(insert: Any) -> Any:
 def limit_lock(limits: Sequence[tuple[str, str]], clock: Clock) -> Select[Any]:
     """Lock the rows of these ``(kind, key)`` limits for this transaction, skipping rows another
     claimer holds (PostgreSQL; on SQLite the claim's write lock covers everything); returns each
-    limit locked with its recorded starts, and the clock's current instant (on PostgreSQL the
-    moment the locks are held, not the transaction's start: a rate window counts real time)."""
+    limit locked with its next slot, and the clock's current instant (on PostgreSQL the moment
+    the locks are held, not the transaction's start: a rate counts real time)."""
     return (
-        select(LIMITS.c.kind, LIMITS.c.key, LIMITS.c.starts, clock.current().label("now"))
+        select(LIMITS.c.kind, LIMITS.c.key, LIMITS.c.open_at, clock.current().label("now"))
         .where(tuple_(LIMITS.c.kind, LIMITS.c.key).in_(list(limits)))
         .order_by(LIMITS.c.kind, LIMITS.c.key)
         .with_for_update(skip_locked=True)
@@ -169,16 +170,20 @@ def limit_candidates(
     )
 
 
-def limit_record_starts() -> Update:
-    """Store a rate key's recent starts and when its window opens again (run with
-    ``limit_key``, ``limit_starts`` and ``limit_open_at`` per row)."""
+def limit_record_slots() -> Update:
+    """Move rate keys' next slots on (run with ``limit_key`` and ``limit_open_at`` per row)."""
     return (
         update(LIMITS)
         .where(LIMITS.c.kind == RATE, LIMITS.c.key == bindparam("limit_key"))
-        .values(
-            starts=bindparam("limit_starts", type_=LIMITS.c.starts.type),
-            open_at=bindparam("limit_open_at", type_=UTCDateTime),
-        )
+        .values(open_at=bindparam("limit_open_at", type_=UTCDateTime))
+    )
+
+
+def limit_next_open(clock: Clock) -> Select[Any, Any]:
+    """The earliest slot of any rate key still ahead (when a held-back job may start), and the
+    clock's current instant to measure it from."""
+    return select(func.min(LIMITS.c.open_at), clock.current()).where(
+        LIMITS.c.kind == RATE, LIMITS.c.open_at > clock.now()
     )
 
 
@@ -197,8 +202,8 @@ def limit_waiting(clock: Clock) -> Select[Any]:
 
 
 def limit_rate_rows(keys: Sequence[str]) -> Select[Any]:
-    """The recorded starts of these rate keys (a plain read, for statistics)."""
-    return select(LIMITS.c.key, LIMITS.c.starts).where(
+    """The next slots of these rate keys (a plain read, for statistics)."""
+    return select(LIMITS.c.key, LIMITS.c.open_at).where(
         LIMITS.c.kind == RATE, LIMITS.c.key.in_(list(keys))
     )
 

@@ -48,7 +48,7 @@ def claim(
             lease=30,
             queues=queues,
             clock=clock,
-        )
+        ).rows
     return rows
 
 
@@ -130,19 +130,55 @@ def test_priority_orders_jobs_within_a_limit(queue: pgqueue.Queue) -> None:
     assert args_of(queue, rows) == [2]
 
 
-def test_rate_limit_window_moves_with_the_clock(queue: pgqueue.Queue) -> None:
+def at(seconds: float) -> datetime:
+    return START + timedelta(seconds=seconds)
+
+
+def test_rate_limit_paces_starts_on_the_clock(queue: pgqueue.Queue) -> None:
     @queue.task(rate_limit="3/s")
     def call(n: int) -> None: ...
 
     call.enqueue_many([(n,) for n in range(10)])
-    assert len(claim(queue, START)) == 3
-    assert claim(queue, START + timedelta(seconds=0.5)) == []
-    # Completions do not free a rate slot: only time does.
-    assert claim(queue, START + timedelta(seconds=0.999)) == []
-    assert len(claim(queue, START + timedelta(seconds=1.001))) == 3
-    assert len(claim(queue, START + timedelta(seconds=2.5))) == 3
-    assert len(claim(queue, START + timedelta(seconds=2.6))) == 0
-    assert len(claim(queue, START + timedelta(seconds=3.6))) == 1
+    # One start per slot of 1/3 s, however many slots a claim has free.
+    assert len(claim(queue, at(0))) == 1
+    assert claim(queue, at(0.1)) == []
+    assert len(claim(queue, at(0.34))) == 1
+    assert claim(queue, at(0.5)) == []
+    assert len(claim(queue, at(0.7))) == 1
+    # Claimed 0.03 s late, the slot at 2/3 s still sets the rhythm: the next is at 1 s.
+    assert len(claim(queue, at(1.0))) == 1
+    # A quiet spell does not bank slots: still one at a time afterwards.
+    assert len(claim(queue, at(10))) == 1
+    assert claim(queue, at(10.2)) == []
+
+
+def test_rate_limit_started_at_is_the_slot_instant(queue: pgqueue.Queue) -> None:
+    @queue.task(rate_limit="2/s")
+    def call(n: int) -> None: ...
+
+    call.enqueue_many([(n,) for n in range(3)])
+    rows = claim(queue, at(0))
+    assert queue.status(rows[0]["id"]).started_at == at(0)  # type: ignore[union-attr]
+
+
+def test_claim_tells_when_the_next_slot_opens(queue: pgqueue.Queue) -> None:
+    @queue.task(rate_limit="4/s")
+    def call(n: int) -> None: ...
+
+    call.enqueue_many([(n,) for n in range(3)])
+    with queue.connect() as conn:
+        limited = claim_limited(
+            conn,
+            queue.backend.insert,
+            worker_id="w",
+            lock_token="t",
+            limit=5,
+            lease=30,
+            queues=None,
+            clock=queue.backend.clock(at(0)),
+        )
+    assert len(limited.rows) == 1
+    assert limited.wake_in == pytest.approx(0.25)
 
 
 def test_rate_limit_per_key_and_minutes(queue: pgqueue.Queue) -> None:
@@ -151,9 +187,9 @@ def test_rate_limit_per_key_and_minutes(queue: pgqueue.Queue) -> None:
 
     for customer in ("a", "a", "a", "b", "b", "b"):
         notify.enqueue(customer)
-    assert len(claim(queue, START)) == 4
-    assert claim(queue, START + timedelta(seconds=59)) == []
-    assert len(claim(queue, START + timedelta(seconds=61))) == 2
+    assert len(claim(queue, at(0))) == 2  # one per key
+    assert claim(queue, at(29)) == []
+    assert len(claim(queue, at(31))) == 2
 
 
 def test_rate_and_concurrency_together(queue: pgqueue.Queue) -> None:
@@ -161,14 +197,11 @@ def test_rate_and_concurrency_together(queue: pgqueue.Queue) -> None:
     def both(n: int) -> None: ...
 
     both.enqueue_many([(n,) for n in range(4)])
-    rows = claim(queue, START)
+    rows = claim(queue, at(0))
     assert len(rows) == 1
-    complete(queue, rows, START)
-    rows = claim(queue, START + timedelta(seconds=0.1))
-    assert len(rows) == 1
-    complete(queue, rows, START)
-    assert claim(queue, START + timedelta(seconds=0.2)) == []  # rate: 2 this second
-    assert len(claim(queue, START + timedelta(seconds=1.05))) == 1
+    assert claim(queue, at(0.6)) == []  # a slot, but the one running job fills max_running
+    complete(queue, rows, at(0.6))
+    assert len(claim(queue, at(0.7))) == 1
 
 
 def test_delayed_limited_job_waits_for_its_time(queue: pgqueue.Queue) -> None:
@@ -324,3 +357,11 @@ def test_bad_per_enqueue_limits_fail_before_writing(queue: pgqueue.Queue) -> Non
     with pytest.raises(ConfigError, match="concurrency_key must give a str or an int"):
         keyed.enqueue([1, 2])
     assert pgqueue.testing.enqueued(queue) == []
+
+
+def test_rate_next_slot_keeps_the_rhythm_unless_a_whole_slot_late() -> None:
+    from pgqueue.limits.claim import rate_next_slot
+
+    assert rate_next_slot(None, at(0), 4, 1.0) == at(0.25)
+    assert rate_next_slot(at(0.25), at(0.3), 4, 1.0) == at(0.5)  # late by 0.05: rhythm kept
+    assert rate_next_slot(at(0.25), at(0.5), 4, 1.0) == at(0.75)  # a whole slot late: anew

@@ -195,16 +195,15 @@ def test_rate_limit_20_per_second_over_200_jobs(workers: Workers, producer: pgqu
         f"window: {busiest_claim} claims, {busiest_start} handler starts, {busiest_end} "
         f"completions (load {os.getloadavg()[0]:.1f})"
     )
-    # Exact where the limit is enforced: the claim, on the database's clock.
-    assert busiest_claim <= 20
-    # Handlers start and end a dispatch latency after their claim. A window reopens exactly one
-    # period after it filled, so a claim batch (up to 8 jobs per worker here) whose latency was
-    # a few milliseconds longer than the next one's lands in the same second on the handlers'
-    # clock: docs/limits.md says the limit is on claims.
-    assert busiest_start <= 20 + 8
-    assert busiest_end <= 20 + 8
-    # 200 starts at 20/s: the last window starts 9 s after the first; polling adds a little.
-    assert 8.5 <= elapsed <= 20
+    # Exact where the limit is enforced: the claim, on the database's clock (one start per 50 ms
+    # slot; a window closed at both ends can hold 21 slot instants).
+    assert busiest_claim <= 21
+    # Handlers start and end a dispatch latency after their claim; its jitter on a loaded
+    # machine can move one more start across a window's edge.
+    assert busiest_start <= 22
+    assert busiest_end <= 22
+    # 200 starts one per 50 ms: 9.95 s from the first to the last; claims a little late add some.
+    assert 9.5 <= elapsed <= 15
 
 
 def busiest(times: list[float]) -> int:

@@ -9,17 +9,13 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 from alembic import op
-from sqlalchemy.dialects import postgresql
 
 revision = "0002"
 down_revision = "0001"
 branch_labels = None
 depends_on = None
 
-# Frozen copies of the types and predicates at this revision.
-JSON_DOCUMENT = sa.JSON(none_as_null=True).with_variant(
-    postgresql.JSONB(none_as_null=True), "postgresql"
-)
+# Frozen copies of the predicates at this revision.
 CLAIMABLE = "state IN ('queued', 'failing')"
 CLAIMABLE_UNLIMITED = sa.text(f"{CLAIMABLE} AND concurrency_key IS NULL AND rate_key IS NULL")
 CLAIMABLE_LIMITED = sa.text(
@@ -84,7 +80,6 @@ def upgrade() -> None:
         "pgqueue_limits",
         sa.Column("kind", sa.Text(), primary_key=True),
         sa.Column("key", sa.Text(), primary_key=True),
-        sa.Column("starts", JSON_DOCUMENT),
         sa.Column("open_at", sa.DateTime(timezone=True)),
     )
 
