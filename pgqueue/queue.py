@@ -21,6 +21,7 @@ from pgqueue.backends.base import Clock, iter_chunks
 from pgqueue.errors import BackendError, ConfigError, UnknownTaskError
 from pgqueue.job import CancelResult, EnqueueResult, JobState, JobStatus
 from pgqueue.limits import (
+    LIMIT_OPTIONS,
     NO_LIMITS,
     KeySource,
     Limits,
@@ -888,14 +889,6 @@ def _delay(value: float | timedelta) -> float:
     return config.check_positive_seconds("delay", value, allow_zero=True)
 
 
-LIMIT_OPTIONS = (
-    "max_running",
-    "concurrency_key",
-    "rate_limit",
-    "rate_limit_key",
-    "unique_key",
-    "unique_until",
-)
 _NO_LIMIT_COLUMNS: dict[str, Any] = dict.fromkeys(statements.LIMIT_COLUMNS)
 
 

@@ -28,7 +28,25 @@ from typing import Any
 
 from pgqueue.errors import ConfigError
 
-__all__ = ["NO_LIMITS", "UNIQUE_UNTIL", "KeySource", "Limits", "RateLimit", "check_limits"]
+__all__ = [
+    "LIMIT_OPTIONS",
+    "NO_LIMITS",
+    "UNIQUE_UNTIL",
+    "KeySource",
+    "Limits",
+    "RateLimit",
+    "check_limits",
+]
+
+#: The flow-limit options of ``@queue.task`` (and, per enqueue, of ``using()``).
+LIMIT_OPTIONS = (
+    "max_running",
+    "concurrency_key",
+    "rate_limit",
+    "rate_limit_key",
+    "unique_key",
+    "unique_until",
+)
 
 #: ``unique_until`` values: the key is free again once the holder starts (``"started"``, the
 #: default: one *waiting* job per key), or only once it finishes (``"finished"``: one waiting or

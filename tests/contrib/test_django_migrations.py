@@ -54,7 +54,7 @@ def test_django_migrate_matches_the_alembic_head_and_reverses(
             },
         )
         assert compare_metadata(context, METADATA) == []
-        assert context.get_current_heads() == ("0001",)
+        assert context.get_current_heads() == ("0002",)
 
     # The same schema as a database migrated by pgqueue itself.
     if alias == "default":

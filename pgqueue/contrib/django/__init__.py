@@ -29,11 +29,11 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from pgqueue.contrib.django.queues import DjangoQueue
-    from pgqueue.contrib.django.tasks import TasksBackend
+    from pgqueue.contrib.django.tasks import TasksBackend, limits
 
     queue: DjangoQueue
 
-__all__ = ["DjangoQueue", "TasksBackend", "get_queue", "queue"]
+__all__ = ["DjangoQueue", "TasksBackend", "get_queue", "limits", "queue"]
 
 
 def __getattr__(name: str) -> Any:
@@ -46,8 +46,8 @@ def __getattr__(name: str) -> Any:
         from pgqueue.contrib.django import queues as module
 
         return getattr(module, name)
-    if name == "TasksBackend":
-        from pgqueue.contrib.django.tasks import TasksBackend
+    if name in ("TasksBackend", "limits"):
+        from pgqueue.contrib.django import tasks
 
-        return TasksBackend
+        return getattr(tasks, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -41,16 +41,25 @@ CLAIM_INDEXES: tuple[tuple[str, list[str | sa.TextClause]], ...] = (
 )
 
 
+def _schema() -> str | None:
+    # Explicit: ALTER TABLE and DROP INDEX name their table as given, and the connection's
+    # schema translate map (which places 0001's CREATEs) does not reach them.
+    schema: str | None = op.get_context().version_table_schema
+    return schema
+
+
 def upgrade() -> None:
+    schema = _schema()
     for name, kind in COLUMNS:
-        op.add_column("pgqueue_jobs", sa.Column(name, kind))
+        op.add_column("pgqueue_jobs", sa.Column(name, kind), schema=schema)
     # The claim indexes leave limited jobs out: their claim has its own index below.
     for name, columns in CLAIM_INDEXES:
-        op.drop_index(name, table_name="pgqueue_jobs")
+        op.drop_index(name, table_name="pgqueue_jobs", schema=schema)
         op.create_index(
             name,
             "pgqueue_jobs",
             columns,
+            schema=schema,
             postgresql_where=CLAIMABLE_UNLIMITED,
             sqlite_where=CLAIMABLE_UNLIMITED,
         )
@@ -58,6 +67,7 @@ def upgrade() -> None:
         "ix_pgqueue_jobs_claim_limited",
         "pgqueue_jobs",
         ["concurrency_key", "rate_key", sa.text("priority DESC"), "run_at", "id"],
+        schema=schema,
         postgresql_where=CLAIMABLE_LIMITED,
         sqlite_where=CLAIMABLE_LIMITED,
     )
@@ -65,6 +75,7 @@ def upgrade() -> None:
         "ix_pgqueue_jobs_running_limited",
         "pgqueue_jobs",
         ["concurrency_key"],
+        schema=schema,
         postgresql_where=RUNNING_LIMITED,
         sqlite_where=RUNNING_LIMITED,
     )
@@ -73,6 +84,7 @@ def upgrade() -> None:
         "pgqueue_jobs",
         ["unique_key"],
         unique=True,
+        schema=schema,
         postgresql_where=UNIQUE,
         sqlite_where=UNIQUE,
     )
@@ -81,25 +93,31 @@ def upgrade() -> None:
         sa.Column("kind", sa.Text(), primary_key=True),
         sa.Column("key", sa.Text(), primary_key=True),
         sa.Column("open_at", sa.DateTime(timezone=True)),
+        schema=schema,
     )
 
 
 def downgrade() -> None:
-    op.drop_table("pgqueue_limits")
-    op.drop_index("ux_pgqueue_jobs_unique", table_name="pgqueue_jobs")
-    op.drop_index("ix_pgqueue_jobs_running_limited", table_name="pgqueue_jobs")
-    op.drop_index("ix_pgqueue_jobs_claim_limited", table_name="pgqueue_jobs")
+    schema = _schema()
+    op.drop_table("pgqueue_limits", schema=schema)
+    for name in (
+        "ux_pgqueue_jobs_unique",
+        "ix_pgqueue_jobs_running_limited",
+        "ix_pgqueue_jobs_claim_limited",
+    ):
+        op.drop_index(name, table_name="pgqueue_jobs", schema=schema)
     # Jobs with limits would be claimed as if they had none: a downgrade drops the limits, not
     # the jobs, and says so in docs/limits.md.
     for name, columns in CLAIM_INDEXES:
-        op.drop_index(name, table_name="pgqueue_jobs")
+        op.drop_index(name, table_name="pgqueue_jobs", schema=schema)
         op.create_index(
             name,
             "pgqueue_jobs",
             columns,
+            schema=schema,
             postgresql_where=sa.text(CLAIMABLE),
             sqlite_where=sa.text(CLAIMABLE),
         )
-    with op.batch_alter_table("pgqueue_jobs") as batch:
+    with op.batch_alter_table("pgqueue_jobs", schema=schema) as batch:
         for name, _ in reversed(COLUMNS):
             batch.drop_column(name)

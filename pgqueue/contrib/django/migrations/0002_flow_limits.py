@@ -1,0 +1,35 @@
+"""Flow limits (docs/limits.md): pgqueue's Alembic revision 0002 on Django's connection, and the
+read-only Job model's new fields (state only: the table is pgqueue's)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db import migrations, models
+
+from pgqueue.contrib.django.connection import downgrade_schema, upgrade_schema
+
+ALEMBIC_REVISION = "0002"
+
+
+def upgrade(apps: Any, schema_editor: Any) -> None:
+    upgrade_schema(schema_editor.connection.alias, ALEMBIC_REVISION)
+
+
+def downgrade(apps: Any, schema_editor: Any) -> None:
+    downgrade_schema(schema_editor.connection.alias, "0001")
+
+
+class Migration(migrations.Migration):  # type: ignore[misc]
+    dependencies = [("pgqueue", "0001_initial")]
+
+    operations = [
+        migrations.RunPython(upgrade, downgrade),
+        migrations.AddField("job", "concurrency_key", models.TextField(null=True)),
+        migrations.AddField("job", "max_running", models.IntegerField(null=True)),
+        migrations.AddField("job", "rate_key", models.TextField(null=True)),
+        migrations.AddField("job", "rate_limit", models.IntegerField(null=True)),
+        migrations.AddField("job", "rate_period", models.FloatField(null=True)),
+        migrations.AddField("job", "unique_key", models.TextField(null=True)),
+        migrations.AddField("job", "unique_until", models.TextField(null=True)),
+    ]
