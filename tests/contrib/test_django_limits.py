@@ -61,5 +61,5 @@ def test_bad_limits_fail_at_import() -> None:
         @limits(max_running=1, concurrency_key="nope")
         def handler(customer: str) -> None: ...
 
-    with pytest.raises(ConfigError, match="unknown|did you mean|not"):
+    with pytest.raises(ConfigError, match=r"unknown|did you mean|not"):
         limits(max_runing=1)
