@@ -24,10 +24,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from benchmarks import drain, enqueue, history, recovery, roundtrip
+from benchmarks import dashboard, drain, enqueue, history, recovery, roundtrip
 from benchmarks.common import BACKENDS, Databases, Figure, Interference
 
-BENCHMARKS = {module.NAME: module for module in (enqueue, drain, roundtrip, recovery, history)}
+BENCHMARKS = {
+    module.NAME: module for module in (enqueue, drain, roundtrip, recovery, history, dashboard)
+}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -32,6 +32,7 @@ from pgqueue.limits import Limits, RateLimit
 from pgqueue.maintenance.pruner import PruneCounts, Pruner
 from pgqueue.maintenance.reaper import Reaper, StalledJob
 from pgqueue.maintenance.scheduler import Scheduler
+from pgqueue.operations import count_jobs
 from pgqueue.periodic import Schedule
 from pgqueue.queue import Queue
 from pgqueue.retries import Backoff, Retry, RetryPolicy
@@ -76,5 +77,6 @@ __all__ = [
     "Worker",
     "WorkerStats",
     "__version__",
+    "count_jobs",
     "current_job",
 ]

@@ -482,6 +482,23 @@ class Queue:
         """
         return await asyncio.to_thread(self.enqueue, task, args, kwargs, **options)
 
+    async def aenqueue_many(
+        self,
+        task: str,
+        /,
+        items: Iterable[tuple[Any, ...] | list[Any] | JobSpec],
+        **options: Unpack[EnqueueOptions],
+    ) -> list[EnqueueResult]:
+        """:meth:`enqueue_many` for asyncio code: the same bulk statements, run in a worker
+        thread, so the event loop is never blocked.
+
+        Example::
+
+            results = await queue.aenqueue_many("tasks.add", [(1, 2), (3, 4)])
+        """
+        # Taken here, on the loop: a generator of items must not run on another thread.
+        return await asyncio.to_thread(self.enqueue_many, task, list(items), **options)
+
     async def aenqueue_and_wait(
         self,
         task: str,
@@ -600,7 +617,13 @@ class Queue:
         for row in rows:
             unique.setdefault(row["id"], row)
         ordered = sorted(unique.values(), key=lambda row: row["id"])
-        keyed = [row for row in ordered if row["unique_key"] is not None]
+        # Jobs with a unique key: the first of the call holds the key (taken in key order, so
+        # concurrent producers of overlapping keys lock them in the same order).
+        position = {job_id: index for index, job_id in enumerate(unique)}
+        keyed = sorted(
+            (row for row in ordered if row["unique_key"] is not None),
+            key=lambda row: (row["unique_key"], position[row["id"]]),
+        )
         plain = [row for row in ordered if row["unique_key"] is None] if keyed else ordered
         queued = set(self.backend.enqueue_rows(conn, plain, clock))
         holders: dict[str, EnqueueResult] = {}

@@ -77,6 +77,7 @@ __all__ = [
     "job_result",
     "job_retry",
     "job_stale",
+    "leader_current",
     "leader_elect",
     "leader_resign",
     "schedule_advance",
@@ -303,6 +304,7 @@ CLAIMED_COLUMNS = (
     JOBS.c.lock_token,
     JOBS.c.locked_by,
     JOBS.c.locked_until,
+    JOBS.c.created_at,
 )
 
 
@@ -681,9 +683,12 @@ def job_ids(*, state: JobState, queue: str | None, after: str, limit: int) -> Se
     return statement.order_by(JOBS.c.id).limit(limit)
 
 
-def job_count(*, state: JobState, queue: str | None) -> Select[Any]:
-    """How many jobs are in ``state`` (and ``queue``)."""
-    statement = select(func.count()).select_from(JOBS).where(JOBS.c.state == str(state))
+def job_count(*, state: JobState | Sequence[JobState], queue: str | None) -> Select[Any]:
+    """How many jobs are in ``state`` (one or several; and ``queue``)."""
+    states = [state] if isinstance(state, JobState) else list(state)
+    statement = (
+        select(func.count()).select_from(JOBS).where(JOBS.c.state.in_([str(s) for s in states]))
+    )
     if queue is not None:
         statement = statement.where(JOBS.c.queue == queue)
     return statement
@@ -706,6 +711,17 @@ def job_recent_errors(error_type: str, *, since: float, clock: Clock) -> Select[
 def job_prunable_count(state: JobState, older_than: float, clock: Clock) -> Select[Any]:
     """How many rows ``job_prune`` would delete, all batches together."""
     return select(func.count()).select_from(JOBS).where(*_prunable(state, older_than, clock))
+
+
+def job_ttl_kept(state: JobState, older_than: float, clock: Clock) -> Select[Any]:
+    """How many rows old enough for ``job_prune`` it keeps because their result's TTL has not
+    passed, and when the first of those expires."""
+    kept: Select[Any] = select(func.count()).add_columns(func.min(JOBS.c.result_expires_at))
+    return kept.where(
+        JOBS.c.state == literal_column(f"'{state}'"),
+        JOBS.c.finished_at < clock.after(-older_than),
+        JOBS.c.result_expires_at > clock.now(),
+    )
 
 
 def worker_live(seconds: float, clock: Clock) -> Select[Any]:
@@ -920,6 +936,11 @@ def leader_elect(insert: Any, *, name: str, holder: str, ttl: float, clock: Cloc
 def leader_resign(*, name: str, holder: str) -> Delete:
     """Give the lease row for ``name`` up, if ``holder`` still has it."""
     return delete(LEADERS).where(LEADERS.c.name == name, LEADERS.c.holder == holder)
+
+
+def leader_current(now: datetime) -> Select[Any]:
+    """Lease rows not yet expired at ``now``: ``name``, ``holder``, ``expires_at`` by name."""
+    return select(LEADERS).where(LEADERS.c.expires_at > now).order_by(LEADERS.c.name)
 
 
 def advisory_lock_try(key: int) -> Select[Any]:

@@ -275,6 +275,7 @@ class Worker:
         self._done = threading.Event()
         self._error: BaseException | None = None
         self._signals = 0
+        self._restore_signals: Callable[[], None] | None = None
         self._counts = dict.fromkeys((f.name for f in fields(WorkerStats)), 0)
         # Everything below belongs to the loop thread.
         self._burst = False
@@ -331,20 +332,80 @@ class Worker:
         if self._error is not None:
             raise self._error
 
-    def start(self) -> None:
+    def start(self, *, handle_signals: bool = False) -> None:
         """Start working in a background thread and return (a no-op if already started).
+
+        With ``handle_signals=True`` (main thread only) SIGTERM and SIGINT stop the worker as they
+        stop :meth:`run`: gracefully, then at once on a second signal; :meth:`stop` puts the
+        previous handlers back. :meth:`wait` blocks until the worker has stopped.
 
         Example::
 
-            worker.start()
+            worker.start(handle_signals=True)   # e.g. inside a harness that is sent SIGTERM
             add.enqueue(1, 2)
+            worker.wait()                       # returns once a signal has stopped it
         """
+        if self._thread is not None:
+            return
+        if handle_signals:
+            if threading.current_thread() is not threading.main_thread():
+                raise ConfigError(
+                    "start(handle_signals=True) needs the main thread: Python runs signal "
+                    "handlers only there"
+                )
+            self._restore_signals = self._handle_signals()
         self._start(burst=False)
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block until the worker has stopped (by :meth:`stop`, a handled signal, or the end of a
+        burst), at most ``timeout`` seconds; True when it has. Re-raises what crashed it.
+
+        Example::
+
+            if not worker.wait(timeout=60):
+                worker.stop(timeout=0)
+        """
+        if self._thread is None:
+            return True
+        stopped = self._done.wait(timeout)
+        if stopped:
+            self._restore()
+            if self._error is not None:
+                raise self._error
+        return stopped
+
+    def __enter__(self) -> Worker:
+        """``with Worker(queue) as worker:`` starts the worker in the background and stops it
+        (:meth:`stop` with the grace period) when the block ends, even on an exception.
+
+        Example::
+
+            with pgqueue.Worker(queue, concurrency=4):
+                add.enqueue(1, 2)
+        """
+        self.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+    def _restore(self) -> None:
+        # Put back the signal handlers start(handle_signals=True) replaced: only the main thread
+        # may; another thread's stop() or wait() leaves that to the main thread's.
+        if (
+            self._restore_signals is None
+            or threading.current_thread() is not threading.main_thread()
+        ):
+            return
+        restore, self._restore_signals = self._restore_signals, None
+        restore()
 
     def stop(self, timeout: float | None = None, *, force: bool = False) -> None:
         """Stop claiming, wait up to ``timeout`` seconds (default: ``grace_period``) for running
         jobs to finish, then hand every unfinished job straight back to ``queued`` without
-        spending an attempt, and return. Their handlers' ``cancelled`` events are set.
+        spending an attempt, and return. Their handlers' ``cancelled`` events are set. So
+        ``stop(timeout=0)`` returns within moments however long the handlers would run (their
+        jobs run again elsewhere: make handlers idempotent, or check ``cancelled``).
 
         ``force=True`` stops at once without touching the database: running jobs stay
         ``processing`` until their leases lapse and the reaper releases them. Idempotent.
@@ -364,6 +425,7 @@ class Worker:
         self._inbox.put(_Stop(grace=grace, force=force))
         if thread is not threading.current_thread():
             thread.join(1.0 if force else grace + _STOP_SLACK_SECONDS)
+        self._restore()
 
     def _start(self, *, burst: bool) -> None:
         if self._thread is not None:
@@ -901,6 +963,7 @@ class Worker:
                     attempts=row["attempts"],
                     max_attempts=row["max_attempts"],
                     worker_id=self.id,
+                    created_at=row["created_at"],
                 ),
                 lock_token,
                 row["result_ttl"],

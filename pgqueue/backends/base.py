@@ -15,6 +15,7 @@ from typing import Any, Protocol, TypeVar
 
 from sqlalchemy import ColumnElement, Connection, Engine, Table, func, literal
 from sqlalchemy.dialects.postgresql import INTERVAL
+from sqlalchemy.engine import URL
 from sqlalchemy.exc import DBAPIError
 
 from pgqueue.schema import UTCDateTime
@@ -123,6 +124,10 @@ class Backend(Protocol):
         """Send one wake-up per payload inside the caller's transaction, in one round trip."""
         ...
 
+    def leaders(self, connection: Connection, now: datetime) -> list[tuple[str, str, Any]]:
+        """Who leads each maintenance role now: ``(role, holder, lease end or None)``."""
+        ...
+
     def translate(self, error: DBAPIError) -> Exception:
         """Map a driver error to the pgqueue error tree (the caller raises it ``from`` error)."""
         ...
@@ -131,6 +136,11 @@ class Backend(Protocol):
         """Whether ``error`` says the database cannot be reached for now (a restart, a failover,
         a dropped connection) rather than refusing the statement or the login for good: a
         caller may retry it with backoff."""
+        ...
+
+    def missing_database(self, url: URL) -> str | None:
+        """Why ``url`` names no existing database, found without connecting (connecting to a
+        missing SQLite file creates it); None when it exists or only a connection can tell."""
         ...
 
 

@@ -44,6 +44,17 @@ _NOTIFY_MANY = select(
 _NOTIFY = select(func.pg_notify(bindparam("channel", type_=Text), bindparam("payload", type_=Text)))
 
 
+# Leaders hold a session advisory lock on a connection named "pgqueue leader ROLE" (see
+# maintenance/leadership.py); followers have the same name but no granted lock.
+_LEADERS = sa.text(
+    "SELECT DISTINCT substr(a.application_name, 16) AS role,"
+    " coalesce(host(a.client_addr), 'local') || ' pid ' || a.pid AS holder"
+    " FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid"
+    " WHERE l.locktype = 'advisory' AND l.granted"
+    " AND a.application_name LIKE 'pgqueue leader %' ORDER BY role"
+)
+
+
 @functools.cache
 def _enqueue_on_database_clock() -> Any:
     # Built once: building the statement costs more than running it for one job, and a single
@@ -176,6 +187,10 @@ class PostgresBackend:
                 _NOTIFY_MANY, {"channel": self.channel(channel), "payloads": list(payloads)}
             )
 
+    def missing_database(self, url: Any) -> str | None:
+        # Connecting never creates a database here; the server says what is missing.
+        return None
+
     def unreachable(self, error: DBAPIError) -> bool:
         # No answer from a server at all (refused, reset: no SQLSTATE), a connection exception
         # (class 08), or the server shutting down, starting up or ending the session (57P).
@@ -183,6 +198,9 @@ class PostgresBackend:
             return False
         sqlstate = getattr(error.orig, "sqlstate", None)
         return sqlstate is None or sqlstate.startswith(("08", "57P"))
+
+    def leaders(self, connection: Connection, now: datetime) -> list[tuple[str, str, Any]]:
+        return [(role, holder, None) for role, holder in connection.execute(_LEADERS)]
 
     def translate(self, error: DBAPIError) -> Exception:
         sqlstate = getattr(error.orig, "sqlstate", None)

@@ -9,6 +9,7 @@ readers proceed beside the writer.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
@@ -120,9 +121,22 @@ class SQLiteBackend:
     def notify_many(self, connection: Connection, channel: str, payloads: Sequence[str]) -> None:
         return None
 
+    def missing_database(self, url: Any) -> str | None:
+        database = url.database
+        # In-memory databases and sqlite3 "file:" URIs (whose mode may forbid creating) exist
+        # as far as a look at the file system can tell.
+        if not database or database == ":memory:" or database.startswith("file:"):
+            return None
+        if os.path.exists(database):
+            return None
+        return f"no SQLite database at {os.path.abspath(database)}"
+
     def unreachable(self, error: DBAPIError) -> bool:
         # A file has no outages; a busy database is already waited out by the busy timeout.
         return False
+
+    def leaders(self, connection: Connection, now: datetime) -> list[tuple[str, str, Any]]:
+        return [tuple(row) for row in connection.execute(statements.leader_current(now))]
 
     def translate(self, error: DBAPIError) -> Exception:
         message = str(error.orig)

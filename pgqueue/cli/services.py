@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from pgqueue import operations
+from pgqueue.cli import reload
 from pgqueue.cli._app import EXIT_OK, check_database, command, module_queue, queue_from_args
 from pgqueue.cli._output import (
     add_json_flag,
@@ -75,12 +76,13 @@ def _add_worker(parser: argparse.ArgumentParser) -> None:
         help="do not run the embedded scheduler of periodic jobs",
     )
     parser.add_argument("--burst", action="store_true", help="drain the due jobs, then exit")
+    reload.add_reload_options(parser)
     parser.add_argument(
         "--metrics-port",
         type=int,
         default=None,
         metavar="PORT",
-        help="serve this process's job counters for Prometheus on PORT (needs pgqueue[metrics])",
+        help="serve this process's job counters for Prometheus on PORT (needs pgqueue-sql[metrics])",
     )
 
 
@@ -92,6 +94,9 @@ def _add_worker(parser: argparse.ArgumentParser) -> None:
 def _worker(args: argparse.Namespace) -> int:
     from pgqueue.worker import Worker
 
+    if reload.wants_reload(args):
+        return reload.run_reloading(args)
+    reload.prepare_child()
     queue = module_queue(args)
     worker = Worker(
         queue,

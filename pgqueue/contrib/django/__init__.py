@@ -28,12 +28,21 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from pgqueue.contrib.django.options import TaskOptions, task_options
     from pgqueue.contrib.django.queues import DjangoQueue
     from pgqueue.contrib.django.tasks import TasksBackend, limits
 
     queue: DjangoQueue
 
-__all__ = ["DjangoQueue", "TasksBackend", "get_queue", "limits", "queue"]
+__all__ = [
+    "DjangoQueue",
+    "TaskOptions",
+    "TasksBackend",
+    "get_queue",
+    "limits",
+    "queue",
+    "task_options",
+]
 
 
 def __getattr__(name: str) -> Any:
@@ -46,6 +55,10 @@ def __getattr__(name: str) -> Any:
         from pgqueue.contrib.django import queues as module
 
         return getattr(module, name)
+    if name in ("TaskOptions", "task_options"):
+        from pgqueue.contrib.django import options
+
+        return getattr(options, name)
     if name in ("TasksBackend", "limits"):
         from pgqueue.contrib.django import tasks
 
