@@ -39,6 +39,7 @@ __all__ = [
     "limit_heads",
     "limit_lock",
     "limit_next_open",
+    "limit_prune",
     "limit_rate_rows",
     "limit_record_slots",
     "limit_running",
@@ -216,3 +217,26 @@ def limit_unique_holder(key: str) -> Select[Any]:
 def limit_delete_all() -> Delete:
     """Forget every limit's state (``pgqueue.testing.clear``): rate windows start empty."""
     return delete(LIMITS)
+
+
+#: Seconds after its last slot a rate row is kept (a recreated row has its next slot free now,
+#: which equals an old one whose slot passed).
+IDLE_LIMIT_SECONDS = 60.0
+
+
+def limit_prune(limit: int, clock: Clock) -> Delete:
+    """Delete up to ``limit`` rows of ``pgqueue_limits`` that hold nothing a claim needs (the
+    pruner, one batch): concurrency rows (the claim recreates a row when it needs one) and rate
+    rows whose last slot passed over a minute ago. Rows a claimer holds are skipped."""
+    idle = (
+        select(LIMITS.c.kind, LIMITS.c.key)
+        .where(
+            or_(
+                LIMITS.c.open_at.is_(None),
+                LIMITS.c.open_at < clock.after(-IDLE_LIMIT_SECONDS),
+            )
+        )
+        .limit(limit)
+        .with_for_update(skip_locked=True)
+    )
+    return delete(LIMITS).where(tuple_(LIMITS.c.kind, LIMITS.c.key).in_(idle))

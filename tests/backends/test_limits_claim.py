@@ -365,3 +365,30 @@ def test_rate_next_slot_keeps_the_rhythm_unless_a_whole_slot_late() -> None:
     assert rate_next_slot(None, at(0), 4, 1.0) == at(0.25)
     assert rate_next_slot(at(0.25), at(0.3), 4, 1.0) == at(0.5)  # late by 0.05: rhythm kept
     assert rate_next_slot(at(0.25), at(0.5), 4, 1.0) == at(0.75)  # a whole slot late: anew
+
+
+def test_pruner_deletes_idle_limit_rows_and_the_claim_recreates_them(
+    queue: pgqueue.Queue,
+) -> None:
+    from pgqueue.schema import LIMITS
+
+    @queue.task(max_running=1, concurrency_key="k", rate_limit="1/s")
+    def job(k: str) -> None: ...
+
+    job.enqueue("a")
+    job.enqueue("a")
+    rows = claim(queue, at(0))
+    complete(queue, rows, at(0))
+
+    def limit_rows() -> set[tuple[str, str]]:
+        with queue.engine.connect() as conn:
+            return {(row.kind, row.key) for row in conn.execute(LIMITS.select())}
+
+    assert len(limit_rows()) == 2
+    pruner = pgqueue.Pruner(queue)
+    # The rate slot (1 s after the claim) is recent: only the stateless concurrency row goes.
+    assert pruner.run_once(now=at(30)).limits == 1
+    assert pruner.run_once(now=at(120)).limits == 1
+    assert limit_rows() == set()
+    assert len(claim(queue, at(121))) == 1
+    assert len(limit_rows()) == 2
