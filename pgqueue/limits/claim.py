@@ -15,7 +15,7 @@
 
 A rate of ``count`` per ``period`` is paced: one start per ``period / count`` seconds (a slot),
 never two in one slot, so any window of ``period`` seconds holds at most ``count + 1`` starts
-and no burst piles up behind a quiet spell (see :func:`rate_next_slot`). Slots are measured on
+and no burst piles up behind a quiet spell (see :func:`rate_first_slot`). Slots are measured on
 the clock of the claim at the moment the locks are held (the database's own on PostgreSQL, an
 injected one in tests). The claim tells the worker when the next
 slot opens, so it claims then instead of at its next poll.
@@ -35,7 +35,7 @@ from pgqueue.backends.base import Clock
 from pgqueue.limits import statements as limit_statements
 from pgqueue.limits.statements import RATE, RUNNING
 
-__all__ = ["LimitedClaim", "claim_limited", "rate_next_slot"]
+__all__ = ["CATCH_UP_SECONDS", "LimitedClaim", "claim_limited", "rate_first_slot"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,18 +47,29 @@ class LimitedClaim:
     wake_in: float | None = None
 
 
-def rate_next_slot(open_at: datetime | None, now: datetime, count: int, period: float) -> datetime:
-    """The slot after a start at ``now`` of a rate key whose slot was ``open_at`` (<= now).
+#: How late a claim may take a rate key's slots and still keep its rhythm: one slot, or this many
+#: seconds for rates faster than 20 a second, so that one claim can take the few slots that
+#: passed since the last one instead of one per turn.
+CATCH_UP_SECONDS = 0.05
 
-    A start less than one slot late keeps the key's rhythm (the next slot counts from the one
-    it took), so a claim's own latency does not slow the rate down; a start a whole slot late or
-    more begins a new rhythm at ``now``: missed slots are not made up. Either way the slots the
-    starts belong to are at least ``period / count`` apart and each start lies less than one
-    slot after its own, so any window of ``period`` seconds holds at most ``count + 1`` starts.
+
+def rate_first_slot(
+    open_at: datetime | None, now: datetime, count: int, period: float
+) -> tuple[datetime, timedelta]:
+    """The first slot a claim at ``now`` may take for a rate key whose next slot is ``open_at``
+    (<= now), and the step between slots; the claim takes slots while they are not after now.
+
+    Slots not older than the catch-up (one slot, or ``CATCH_UP_SECONDS`` if longer) keep the
+    key's rhythm, so a claim's own latency does not slow the rate down; older ones are not made
+    up: the rhythm starts again at ``now``. Slots are ``period / count`` apart and each start
+    lies less than the catch-up after its slot, so any window of ``period`` seconds holds at most
+    ``count + 1`` starts (plus ``CATCH_UP_SECONDS`` worth of slots above 20 a second).
     """
     step = timedelta(seconds=period / count)
-    late = open_at is None or now - open_at >= step
-    return (now if late or open_at is None else open_at) + step
+    catch_up = max(step, timedelta(seconds=CATCH_UP_SECONDS))
+    if open_at is None or now - open_at >= catch_up:
+        return now, step
+    return open_at, step
 
 
 def claim_limited(
@@ -136,7 +147,8 @@ def _claim(
         )
     ).mappings()
     taken: dict[str, int] = {}
-    moved: dict[str, datetime] = {}
+    # A rate key's next free slot, as this claim takes them.
+    moved: dict[str, tuple[datetime, timedelta]] = {}
     picked: list[str] = []
     for job in candidates:
         key, rate_key = job["concurrency_key"], job["rate_key"]
@@ -144,9 +156,14 @@ def _claim(
             continue
         if rate_key is not None:
             slot = slots[rate_key]
-            if rate_key in moved or (slot is not None and slot > now):
+            if slot is not None and slot > now:
                 continue
-            moved[rate_key] = rate_next_slot(slot, now, job["rate_limit"], job["rate_period"])
+            if rate_key not in moved:
+                moved[rate_key] = rate_first_slot(slot, now, job["rate_limit"], job["rate_period"])
+            slot, step = moved[rate_key]
+            if slot > now:
+                continue
+            moved[rate_key] = (slot + step, step)
         picked.append(job["id"])
         if key is not None:
             taken[key] = taken.get(key, 0) + 1
@@ -169,6 +186,6 @@ def _claim(
         # erring on the slow side keeps the rate.
         conn.execute(
             limit_statements.limit_record_slots(),
-            [{"limit_key": key, "limit_open_at": at} for key, at in moved.items()],
+            [{"limit_key": key, "limit_open_at": at} for key, (at, _) in moved.items()],
         )
     return rows

@@ -359,12 +359,28 @@ def test_bad_per_enqueue_limits_fail_before_writing(queue: pgqueue.Queue) -> Non
     assert pgqueue.testing.enqueued(queue) == []
 
 
-def test_rate_next_slot_keeps_the_rhythm_unless_a_whole_slot_late() -> None:
-    from pgqueue.limits.claim import rate_next_slot
+def test_rate_first_slot_keeps_the_rhythm_within_the_catch_up() -> None:
+    from pgqueue.limits.claim import rate_first_slot
 
-    assert rate_next_slot(None, at(0), 4, 1.0) == at(0.25)
-    assert rate_next_slot(at(0.25), at(0.3), 4, 1.0) == at(0.5)  # late by 0.05: rhythm kept
-    assert rate_next_slot(at(0.25), at(0.5), 4, 1.0) == at(0.75)  # a whole slot late: anew
+    quarter = timedelta(seconds=0.25)
+    assert rate_first_slot(None, at(0), 4, 1.0) == (at(0), quarter)
+    assert rate_first_slot(at(0.25), at(0.3), 4, 1.0) == (at(0.25), quarter)  # 0.05 late: kept
+    assert rate_first_slot(at(0.25), at(0.5), 4, 1.0) == (at(0.5), quarter)  # a slot late: anew
+    # Fast rates catch up 50 ms of slots in one claim.
+    fast = timedelta(seconds=0.005)
+    assert rate_first_slot(at(0), at(0.03), 200, 1.0) == (at(0), fast)
+    assert rate_first_slot(at(0), at(0.06), 200, 1.0) == (at(0.06), fast)
+
+
+def test_a_fast_rate_takes_the_slots_that_passed_in_one_claim(queue: pgqueue.Queue) -> None:
+    @queue.task(rate_limit="100/s")
+    def fast(n: int) -> None: ...
+
+    fast.enqueue_many([(n,) for n in range(20)])
+    assert len(claim(queue, at(0))) == 1
+    # Slots at 0.01, 0.02, 0.03 and 0.04 have passed (within the 50 ms catch-up).
+    assert len(claim(queue, at(0.045))) == 4
+    assert claim(queue, at(0.046)) == []
 
 
 def test_pruner_deletes_idle_limit_rows_and_the_claim_recreates_them(
