@@ -202,8 +202,10 @@ def test_rate_limit_20_per_second_over_200_jobs(workers: Workers, producer: pgqu
     # machine can move one more start across a window's edge.
     assert busiest_start <= 22
     assert busiest_end <= 22
-    # 200 starts one per 50 ms: 9.95 s from the first to the last; claims a little late add some.
-    assert 9.5 <= elapsed <= 15
+    # 200 starts one per 50 ms: 9.95 s from the first to the last (10 s on a quiet machine).
+    # A claim more than a slot late loses that slot; on a machine loaded several times over its
+    # cores that happens often enough to stretch the run by half: far from 40 s or 2 s still.
+    assert 9.5 <= elapsed <= 20
 
 
 def busiest(times: list[float]) -> int:
