@@ -300,6 +300,8 @@ class Worker:
         self._coroutine_functions: dict[str, bool] = {}
         self._statements: dict[str, Any] = {}
         self._rate_wake: float | None = None
+        # Ids of running jobs claimed under a flow limit (pgqueue.limits).
+        self._limited: set[str] = set()
 
     def __repr__(self) -> str:
         return (
@@ -602,8 +604,12 @@ class Worker:
             else:
                 job.decided = True
                 self._pending.append((job, message.outcome))
-            if self._burst:
+            limited = job.id in self._limited
+            self._limited.discard(job.id)
+            if self._burst or limited:
                 # Whatever the handler enqueued is due work too: look once more before leaving.
+                # A job with a flow limit frees its key's slot: the next turn, which stores its
+                # outcome, can claim the key's next job in the same transaction.
                 self._due = True
         elif message is _WAKE:
             self._wake_posted = False
@@ -879,6 +885,7 @@ class Worker:
                 clock=clock,
             )
             rows += limited.rows
+            self._limited.update(row["id"] for row in limited.rows)
             self._rate_wake = limited.wake_in
         return rows
 

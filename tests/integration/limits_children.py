@@ -72,8 +72,8 @@ def main() -> None:
         lease=2.0,
         heartbeat=0.5,
         reaper=Reaper(queue, interval=0.5),
-        # Limited jobs that wait for a slot or a window are found by polling (docs/limits.md).
-        poll_interval=0.1,
+        # The default poll interval: a worker claims a key's next job when one of its limited
+        # jobs finishes, and a rate slot when the claim says it opens, not by polling faster.
     )
     worker.run()
 

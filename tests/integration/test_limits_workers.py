@@ -199,9 +199,9 @@ def test_rate_limit_20_per_second_over_200_jobs(workers: Workers, producer: pgqu
     # slot; a window closed at both ends can hold 21 slot instants).
     assert busiest_claim <= 21
     # Handlers start and end a dispatch latency after their claim; its jitter on a loaded
-    # machine can move one more start across a window's edge.
-    assert busiest_start <= 22
-    assert busiest_end <= 22
+    # machine (a process waiting a time slice) moves a start or two across a window's edge.
+    assert busiest_start <= 23
+    assert busiest_end <= 23
     # 200 starts one per 50 ms: 9.95 s from the first to the last (10 s on a quiet machine).
     # A claim more than a slot late loses that slot; on a machine loaded several times over its
     # cores that happens often enough to stretch the run by half: far from 40 s or 2 s still.
