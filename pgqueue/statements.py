@@ -48,8 +48,9 @@ from sqlalchemy.dialects.postgresql import INTERVAL, JSONB
 from sqlalchemy.sql.dml import ReturningInsert
 
 from pgqueue.backends.base import Clock
+from pgqueue.backends.expressions import BoundedAppend
 from pgqueue.job import CLAIMABLE_STATES, FINISHED_STATES, REQUEUEABLE_STATES, JobState
-from pgqueue.schema import JOBS, LEADERS, SCHEDULES, WORKERS, UTCDateTime
+from pgqueue.schema import JOBS, KEPT_ERRORS, LEADERS, SCHEDULES, WORKERS, UTCDateTime
 
 __all__ = [
     "advisory_lock_held",
@@ -186,6 +187,7 @@ def _insert_or_requeue(statement: Any) -> ReturningInsert[tuple[str]]:
         locked_until=null(),
         result=null(),
         error=null(),
+        errors=null(),
         result_expires_at=null(),
         started_at=null(),
         finished_at=null(),
@@ -456,9 +458,17 @@ def job_fail(
     clock: Clock,
 ) -> Update:
     """Record a failed attempt (fenced): ``failing`` due again in ``retry_in`` seconds, or, with
-    ``retry_in`` None, ``failed`` for good (the dead-letter set)."""
+    ``retry_in`` None, ``failed`` for good (the dead-letter set). The error is also appended
+    to the job's ``errors`` history (the last ``KEPT_ERRORS`` attempts), in the same UPDATE."""
     values: dict[str, Any] = {
         "error": literal(error, JOBS.c.error.type),
+        "errors": BoundedAppend(
+            JOBS.c.errors,
+            literal(error, JOBS.c.error.type),
+            JOBS.c.attempts,
+            clock.now(),
+            keep=KEPT_ERRORS,
+        ),
         "lock_token": null(),
         "locked_until": null(),
         "updated_at": clock.now(),
@@ -510,7 +520,13 @@ def job_expire_results(limit: int, clock: Clock) -> Update:
     return (
         update(JOBS)
         .where(JOBS.c.id.in_(expired))
-        .values(result=null(), error=null(), result_expires_at=null(), updated_at=clock.now())
+        .values(
+            result=null(),
+            error=null(),
+            errors=null(),
+            result_expires_at=null(),
+            updated_at=clock.now(),
+        )
     )
 
 
@@ -850,12 +866,15 @@ def worker_upsert(
     queues: Sequence[str] | None,
     lock_key: int | None,
     clock: Clock,
+    concurrency: int | None = None,
 ) -> Any:
-    """Register a worker or record its heartbeat (``last_beat_at``, its current lock key)."""
+    """Register a worker or record its heartbeat (``last_beat_at``, its current lock key);
+    ``concurrency`` is its number of handler slots."""
     statement = insert(WORKERS).values(
         id=worker_id,
         host=host,
         pid=pid,
+        concurrency=concurrency,
         queues=literal(list(queues), WORKERS.c.queues.type) if queues is not None else null(),
         lock_key=lock_key,
         started_at=clock.now(),
@@ -866,6 +885,9 @@ def worker_upsert(
         set_={
             "last_beat_at": statement.excluded.last_beat_at,
             "lock_key": statement.excluded.lock_key,
+            # A row the reaper pruned while the worker was silent comes back whole; an old row
+            # without the column gains it.
+            "concurrency": statement.excluded.concurrency,
         },
     )
 

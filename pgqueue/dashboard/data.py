@@ -30,6 +30,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "COUNT_CAP",
+    "AttemptError",
     "GROUP_CAP",
     "FailureGroup",
     "JobsPage",
@@ -43,6 +44,7 @@ __all__ = [
     "decode_cursor",
     "encode_cursor",
     "finished",
+    "read_attempt_errors",
     "read_failures",
     "read_jobs",
     "read_now",
@@ -111,6 +113,8 @@ class QueueRow:
     failed_day: int = 0
     oldest_due_seconds: float | None = None
     workers: int = 0
+    #: Handler slots of the live workers serving this queue (busy: running any job).
+    slots: int = 0
 
 
 @dataclass(slots=True)
@@ -132,6 +136,7 @@ class TaskRow:
     failed_hour: int = 0
     completed_day: int = 0
     failed_day: int = 0
+    oldest_due_seconds: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,6 +156,13 @@ class WorkerRow:
     last_beat_at: datetime
     beat_age_seconds: float
     busy: int
+    #: Handler slots (its concurrency); None for a worker of a version that did not record it.
+    slots: int | None = None
+
+    @property
+    def free(self) -> int | None:
+        """Slots not running a job (None when the slot count is unknown)."""
+        return None if self.slots is None else max(0, self.slots - self.busy)
 
 
 @dataclass(frozen=True, slots=True)
@@ -239,9 +251,12 @@ def read_overview(
             if wanted(name):
                 queue_row(name).processing += int(count)
                 task_row(name, task).processing += int(count)
-        for name, oldest in conn.execute(queries.oldest_due(current)):
+        for name, task, oldest in conn.execute(queries.oldest_due(current)):
             if wanted(name):
-                queue_row(name).oldest_due_seconds = max(0.0, (current - oldest).total_seconds())
+                waited = max(0.0, (current - _aware(oldest)).total_seconds())
+                task_row(name, task).oldest_due_seconds = waited
+                row = queue_row(name)
+                row.oldest_due_seconds = max(row.oldest_due_seconds or 0.0, waited)
         dead = 0
         for name, count in conn.execute(queries.failed_count(COUNT_CAP)):
             dead += int(count)
@@ -262,6 +277,7 @@ def read_overview(
                 last_beat_at=row["last_beat_at"],
                 beat_age_seconds=max(0.0, (current - row["last_beat_at"]).total_seconds()),
                 busy=busy.pop(row["id"], 0),
+                slots=row["concurrency"],
             )
             for row in live
         ]
@@ -273,6 +289,7 @@ def read_overview(
         for row in queues.values():
             if worker.queues is None or row.name in worker.queues:
                 row.workers += 1
+                row.slots += worker.slots or 0
     return Overview(
         now=current,
         queues=sorted(queues.values(), key=lambda r: r.name),
@@ -488,6 +505,56 @@ def read_failures(queue: Queue, *, cap: int = GROUP_CAP) -> tuple[list[FailureGr
         for state in (JobState.FAILED, JobState.FAILING)
     )
     return groups, capped
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptError:
+    """One attempt's stored error: what the job page lists, oldest attempt first.
+
+    Example::
+
+        [(e.attempt, e.type) for e in read_attempt_errors(queue, "job-1")]
+    """
+
+    attempt: int | None
+    at: datetime | None
+    type: str
+    message: str
+    traceback: str | None
+
+
+def read_attempt_errors(queue: Queue, job_id: str) -> list[AttemptError]:
+    """Every kept attempt's error of one job, oldest first (the last ``schema.KEPT_ERRORS``).
+
+    A job that failed before the history was kept (or whose history expired with its result)
+    shows its latest error alone. Empty for no such job or no error.
+
+    Example::
+
+        errors = read_attempt_errors(queue, "job-1")
+    """
+    with queue.connect(write=False) as conn:
+        row = conn.execute(queries.job_errors(job_id)).first()
+    if row is None:
+        return []
+    history, latest, attempts = row
+    entries: list[Any] = list(history) if isinstance(history, list) else []
+    if not entries and isinstance(latest, dict):
+        entries = [{**latest, "attempt": attempts}]
+    return [_attempt_error(entry) for entry in entries if isinstance(entry, dict)]
+
+
+def _attempt_error(entry: dict[str, Any]) -> AttemptError:
+    at = entry.get("at")
+    attempt = entry.get("attempt")
+    trace = entry.get("traceback")
+    return AttemptError(
+        attempt=attempt if isinstance(attempt, int) else None,
+        at=_aware(at) if isinstance(at, str) and at else None,
+        type=str(entry.get("type") or "error"),
+        message=str(entry.get("message") or ""),
+        traceback=trace if isinstance(trace, str) else None,
+    )
 
 
 def _aware(value: Any) -> datetime:

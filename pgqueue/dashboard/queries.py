@@ -40,6 +40,7 @@ __all__ = [
     "failed_groups",
     "finished_buckets",
     "job_delete_finished",
+    "job_errors",
     "job_page",
     "oldest_due",
     "processing_counts",
@@ -99,12 +100,19 @@ def processing_counts() -> Select[Any]:
 
 
 def oldest_due(now: datetime) -> Select[Any]:
-    """Per queue: the earliest ``run_at`` among claimable jobs already due."""
+    """Per queue and task: the earliest ``run_at`` among claimable jobs already due (a queue's is
+    the earliest of its tasks'). Read through the claimable partial index, like the depths: its
+    cost follows the backlog, never the finished history."""
     return (
-        select(JOBS.c.queue, func.min(JOBS.c.run_at))
+        select(JOBS.c.queue, JOBS.c.task, func.min(JOBS.c.run_at))
         .where(CLAIMABLE, JOBS.c.run_at <= now)
-        .group_by(JOBS.c.queue)
+        .group_by(JOBS.c.queue, JOBS.c.task)
     )
+
+
+def job_errors(job_id: str) -> Select[Any]:
+    """One job's error history (``errors``), its latest error and attempt count."""
+    return select(JOBS.c.errors, JOBS.c.error, JOBS.c.attempts).where(JOBS.c.id == job_id)
 
 
 def finished_buckets(edges: Sequence[datetime]) -> Select[Any]:

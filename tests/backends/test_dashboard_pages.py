@@ -20,6 +20,7 @@ from pgqueue.dashboard.app import CSRF_COOKIE
 from pgqueue.dashboard.data import read_jobs, read_overview
 from pgqueue.dashboard.throughput import Throughput
 from pgqueue.job import JobState
+from pgqueue.testing import run_job
 
 
 @pytest.fixture(autouse=True)
@@ -145,7 +146,7 @@ def test_the_job_page_shows_arguments_timings_and_a_highlighted_traceback(
 ) -> None:
     dashboard = Dashboard(queue)
     failed = get(dashboard, "/jobs/job-failed")
-    assert "order-42" in failed and "Error of attempt 1" in failed
+    assert "order-42" in failed and "Attempt 1" in failed
     assert '<span class="tb-exc-type">ConnectionError</span>' in failed
     assert 'class="tb-func">charge</span>' in failed
     assert "payment gateway timed out for order-42" in failed
@@ -155,6 +156,32 @@ def test_the_job_page_shows_arguments_timings_and_a_highlighted_traceback(
     assert "worker-test" in running and "so far" in running
     assert 'action="/jobs/job-failed/retry"' in failed
     assert 'action="/jobs/job-completed/retry"' not in done
+
+
+def test_the_job_page_lists_every_attempts_error(queue: pgqueue.Queue, filled: Filled) -> None:
+    run_job(queue, "job-failing")  # its second attempt fails too
+    page = get(Dashboard(queue), "/jobs/job-failing")
+    assert "Attempt 1" in page and "Attempt 2" in page
+    assert page.count('<pre class="traceback"') == 2
+    assert page.count('class="tb-func">parse</span>') == 2
+
+
+def test_the_overview_shows_slots_and_oldest_wait_per_task(
+    queue: pgqueue.Queue, filled: Filled
+) -> None:
+    overview = read_overview(queue)
+    (worker,) = overview.workers
+    assert (worker.slots, worker.busy, worker.free) == (4, 1, 3)
+    assert {q.name: q.slots for q in overview.queues}["default"] == 4
+    waits = {(t.queue, t.task): t.oldest_due_seconds for t in overview.tasks}
+    assert waits[("default", "shop.add")] is not None
+    assert waits[("payments", "shop.charge")] is None  # nothing of it waits
+    default = next(q for q in overview.queues if q.name == "default")
+    assert default.oldest_due_seconds == max(
+        w for (name, _), w in waits.items() if name == "default" and w is not None
+    )
+    page = get(Dashboard(queue), "/")
+    assert "Slots busy / free" in page and "1 / 3" in page
 
 
 def test_job_actions(queue: pgqueue.Queue, filled: Filled) -> None:
