@@ -20,6 +20,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from pgqueue import statements
+from pgqueue.backends.base import split_holder
 from pgqueue.dashboard import queries
 from pgqueue.dashboard.throughput import MINUTE, Counts, Throughput
 from pgqueue.job import FINISHED_STATES, JobState, JobStatus
@@ -30,8 +31,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "COUNT_CAP",
-    "AttemptError",
     "GROUP_CAP",
+    "AttemptError",
     "FailureGroup",
     "JobsPage",
     "LeaderRow",
@@ -177,6 +178,20 @@ class LeaderRow:
     role: str
     holder: str
     until: datetime | None
+    #: The live worker whose process leads (None: a process without a worker, e.g. ``pgqueue
+    #: reaper``, or a leader from a pgqueue that did not say which process it is).
+    worker: str | None = None
+    #: ``(pid, host)`` of the leading process, when it said.
+    process: tuple[int, str] | None = None
+
+    @property
+    def shown(self) -> str:
+        """The worker id, else ``pid N on HOST``, else the raw holder."""
+        if self.worker is not None:
+            return self.worker
+        if self.process is not None:
+            return f"pid {self.process[0]} on {self.process[1]}"
+        return self.holder
 
 
 @dataclass(slots=True)
@@ -282,7 +297,7 @@ def read_overview(
             for row in live
         ]
         leaders = [
-            LeaderRow(role=role, holder=holder, until=until)
+            _leader(role, holder, until, workers)
             for role, holder, until in queue.backend.leaders(conn, current)
         ]
     for worker in workers:
@@ -304,6 +319,20 @@ def read_overview(
         queue_filter=queue_name,
         pending_minutes=pending,
     )
+
+
+def _leader(role: str, holder: str, until: Any, workers: list[WorkerRow]) -> LeaderRow:
+    """A leader, named by the live worker running in its process when there is one."""
+    _, process = split_holder(holder)
+    worker = None
+    if process is not None:
+        pid, host = process
+        # PostgreSQL may have cut a long host name short (63 bytes of connection name).
+        worker = next(
+            (w.id for w in workers if w.pid == pid and w.host.startswith(host)),
+            None,
+        )
+    return LeaderRow(role=role, holder=holder, until=until, worker=worker, process=process)
 
 
 def _throughput(

@@ -88,7 +88,9 @@ class WorkerPresence:
         self.queues = None if queues is None else list(queues)
         #: Handler slots advertised in the registry (the dashboard's busy/free slots).
         self.concurrency = (
-            None if concurrency is None else config.check_int("concurrency", concurrency, low=1, high=2**31 - 1)
+            None
+            if concurrency is None
+            else config.check_int("concurrency", concurrency, low=1, high=2**31 - 1)
         )
         self.crash_detection = (
             config.check_bool("crash_detection", crash_detection)

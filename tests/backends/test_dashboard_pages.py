@@ -4,7 +4,9 @@
 from __future__ import annotations
 
 import io
+import os
 import re
+import socket
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -15,6 +17,7 @@ import pytest
 from dashboard_support import Filled, fill, page_text, request
 
 import pgqueue
+from pgqueue.backends.base import split_holder
 from pgqueue.dashboard import Dashboard
 from pgqueue.dashboard.app import CSRF_COOKIE
 from pgqueue.dashboard.data import read_jobs, read_overview
@@ -182,6 +185,28 @@ def test_the_overview_shows_slots_and_oldest_wait_per_task(
     )
     page = get(Dashboard(queue), "/")
     assert "Slots busy / free" in page and "1 / 3" in page
+
+
+def test_leaders_are_named_by_their_worker(queue: pgqueue.Queue, filled: Filled) -> None:
+    # fill() registers worker-test and elects the leader in this process.
+    (leader,) = read_overview(queue).leaders
+    assert (leader.role, leader.worker, leader.shown) == (
+        "maintenance",
+        "worker-test",
+        "worker-test",
+    )
+    assert leader.process == (os.getpid(), socket.gethostname()[: len(leader.process[1])])
+    assert '<span class="leader-worker">worker-test</span>' in get(Dashboard(queue), "/")
+    filled.presence.unregister()  # a leader without a worker: its process
+    (leader,) = read_overview(queue).leaders
+    assert leader.worker is None and leader.shown.startswith(f"pid {os.getpid()} on ")
+
+
+def test_split_holder() -> None:
+    assert split_holder("reaper 4242@web-1") == ("reaper", (4242, "web-1"))
+    assert split_holder("4242@web-1") == ("", (4242, "web-1"))
+    assert split_holder("10.0.0.1 pid 77") == ("10.0.0.1 pid 77", None)
+    assert split_holder("maintenance") == ("maintenance", None)
 
 
 def test_job_actions(queue: pgqueue.Queue, filled: Filled) -> None:
