@@ -120,6 +120,16 @@ class Backend(Protocol):
         """A connection inside a transaction, committed on success, rolled back on error."""
         ...
 
+    def lock_migrations(
+        self, connection: Connection, key: int, *, tables: Sequence[str] = ()
+    ) -> None:
+        """Inside ``connection``'s transaction, wait until no other migration runs on this
+        database and hold that until the transaction ends (PostgreSQL: the advisory lock ``key``;
+        SQLite: the write lock that ``BEGIN IMMEDIATE`` took already); then lock ``tables``
+        (existing ones) against every reader and writer, so that what the migration counts in
+        them cannot change before it commits."""
+        ...
+
     def notify(self, connection: Connection, channel: str, payload: str) -> None:
         """Send a wake-up inside the caller's transaction (delivered on commit)."""
         ...

@@ -188,6 +188,21 @@ class PostgresBackend:
         with engine.begin() as connection:
             yield connection
 
+    def lock_migrations(
+        self, connection: Connection, key: int, *, tables: Sequence[str] = ()
+    ) -> None:
+        # Before anything else, the version table's creation included: two migrators that both
+        # see no table would both CREATE it (duplicate key in pg_type). Transaction-scoped, so
+        # the lock goes with the commit of the whole upgrade, or with its rollback.
+        connection.execute(statements.advisory_xact_lock(key))
+        quote = connection.dialect.identifier_preparer.quote
+        for name in tables:
+            # LOCK TABLE is text, which schema_translate_map does not reach: qualify it here.
+            qualified = (
+                quote(name) if self.schema is None else f"{quote(self.schema)}.{quote(name)}"
+            )
+            connection.execute(statements.table_lock_exclusive(qualified))
+
     def notify(self, connection: Connection, channel: str, payload: str) -> None:
         connection.execute(_NOTIFY, {"channel": self.channel(channel), "payload": payload})
 

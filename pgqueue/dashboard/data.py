@@ -465,6 +465,7 @@ def read_jobs(
                 until=until,
                 before=before,
                 limit=limit + 1,
+                clock=queue.backend.clock(now),
             )
             for row in conn.execute(statement).mappings():
                 rows.append((row["changed"], row["id"], row))

@@ -27,8 +27,10 @@ from sqlalchemy import (
     text,
 )
 
+from pgqueue.backends.base import Clock
 from pgqueue.job import CLAIMABLE_STATES, FINISHED_STATES, JobState
 from pgqueue.schema import JOBS, SCHEDULES, WORKERS
+from pgqueue.statements import result_expired
 
 __all__ = [
     "FINISHED",
@@ -224,11 +226,13 @@ def job_page(
     until: datetime | None,
     before: tuple[datetime, str] | None,
     limit: int,
+    clock: Clock,
 ) -> Select[Any]:
-    """One page of whole job rows from ``segment``, newest change first, strictly after the
-    keyset cursor ``before`` (the last row of the previous page: its change time and id)."""
+    """One page of whole job rows from ``segment`` with ``result_expired`` (by ``clock``), newest
+    change first, strictly after the keyset cursor ``before`` (the last row of the previous page:
+    its change time and id)."""
     key = segment.key
-    statement = select(JOBS, key.label("changed")).where(segment.predicate)
+    statement = select(JOBS, result_expired(clock), key.label("changed")).where(segment.predicate)
     if set(states) != set(segment.states):
         statement = statement.where(JOBS.c.state.in_([str(s) for s in states]))
     if queue is not None:
