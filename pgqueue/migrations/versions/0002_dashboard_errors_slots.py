@@ -23,14 +23,24 @@ JSON_DOCUMENT = sa.JSON(none_as_null=True).with_variant(
 )
 
 
+def _schema() -> str | None:
+    # ALTER TABLE names its table as given, without the live connection's schema translate map:
+    # qualify it with the schema pgqueue's tables live in (a Queue's schema=), as the version
+    # table is.
+    schema: str | None = op.get_context().version_table_schema
+    return schema
+
+
 def upgrade() -> None:
     # Nullable columns without defaults: on both databases adding them rewrites no row and
     # holds the table's lock only for a catalog change.
-    op.add_column("pgqueue_jobs", sa.Column("errors", JSON_DOCUMENT))
-    op.add_column("pgqueue_workers", sa.Column("concurrency", sa.Integer()))
+    schema = _schema()
+    op.add_column("pgqueue_jobs", sa.Column("errors", JSON_DOCUMENT), schema=schema)
+    op.add_column("pgqueue_workers", sa.Column("concurrency", sa.Integer()), schema=schema)
 
 
 def downgrade() -> None:
     # SQLite 3.35+ drops a column in place (no table copy, so the partial indexes stay as built).
-    op.drop_column("pgqueue_workers", "concurrency")
-    op.drop_column("pgqueue_jobs", "errors")
+    schema = _schema()
+    op.drop_column("pgqueue_workers", "concurrency", schema=schema)
+    op.drop_column("pgqueue_jobs", "errors", schema=schema)
