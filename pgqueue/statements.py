@@ -55,6 +55,7 @@ from pgqueue.job import CLAIMABLE_STATES, FINISHED_STATES, REQUEUEABLE_STATES, J
 from pgqueue.schema import JOBS, KEPT_ERRORS, LEADERS, SCHEDULES, WORKERS, UTCDateTime
 
 __all__ = [
+    "JOB_COLUMNS",
     "advisory_lock_held",
     "advisory_lock_try",
     "advisory_unlock",
@@ -229,9 +230,15 @@ def job_outcomes(ids: Sequence[str], clock: Clock) -> Select[tuple[str, str, Any
     )
 
 
+#: A job row's columns but its error history (``errors``: up to ``KEPT_ERRORS`` tracebacks,
+#: read on its own where it is shown), for the reads that return whole jobs.
+JOB_COLUMNS = tuple(column for column in JOBS.c if column.name != "errors")
+
+
 def job_get(job_id: str, clock: Clock | None = None) -> Select[Any]:
-    """One whole job row; with ``clock``, also ``result_expired`` (see :func:`result_expired`)."""
-    columns: list[Any] = [JOBS] if clock is None else [JOBS, result_expired(clock)]
+    """One whole job row (``JOB_COLUMNS``); with ``clock``, also ``result_expired`` (see
+    :func:`result_expired`)."""
+    columns: list[Any] = [*JOB_COLUMNS] if clock is None else [*JOB_COLUMNS, result_expired(clock)]
     return select(*columns).where(JOBS.c.id == job_id)
 
 
@@ -675,9 +682,9 @@ def job_list(
     limit: int,
     clock: Clock,
 ) -> Select[Any]:
-    """Whole job rows with ``result_expired``, most recently changed first, filtered by state,
-    queue and task."""
-    statement = select(JOBS, result_expired(clock))
+    """Whole job rows (``JOB_COLUMNS``) with ``result_expired``, most recently changed first,
+    filtered by state, queue and task."""
+    statement = select(*JOB_COLUMNS, result_expired(clock))
     if states:
         statement = statement.where(JOBS.c.state.in_(list(states)))
     if queue is not None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import ColumnElement
+from sqlalchemy import ColumnElement, literal_column
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.expression import FunctionElement
@@ -30,7 +30,8 @@ class BoundedAppend(FunctionElement[Any]):
     """
 
     type = Document()
-    inherit_cache = False
+    # Cacheable: ``keep`` travels as a literal clause, so it is part of the cache key.
+    inherit_cache = True
     name = "pgqueue_bounded_append"
 
     def __init__(
@@ -42,10 +43,9 @@ class BoundedAppend(FunctionElement[Any]):
         *,
         keep: int,
     ) -> None:
-        if keep < 1:
-            raise ValueError("keep must be at least 1")
-        self.keep = keep
-        super().__init__(history, entry, attempt, at)
+        if not isinstance(keep, int) or keep < 1:
+            raise ValueError("keep must be an int of at least 1")
+        super().__init__(history, entry, attempt, at, literal_column(str(keep)))
 
 
 def _parts(element: BoundedAppend, compiler: SQLCompiler, **kw: Any) -> list[str]:
@@ -54,24 +54,24 @@ def _parts(element: BoundedAppend, compiler: SQLCompiler, **kw: Any) -> list[str
 
 @compiles(BoundedAppend, "postgresql")
 def _postgresql(element: BoundedAppend, compiler: SQLCompiler, **kw: Any) -> str:
-    history, entry, attempt, at = _parts(element, compiler, **kw)
+    history, entry, attempt, at, keep = _parts(element, compiler, **kw)
     held = f"COALESCE({history}, '[]'::jsonb)"
     stamped = (
         f"CAST({entry} AS jsonb) || jsonb_build_object('attempt', {attempt}, "
         f"'at', to_jsonb(CAST({at} AS timestamptz)))"
     )
     return (
-        f"((CASE WHEN jsonb_array_length({held}) >= {int(element.keep)} THEN {held} - 0 "
+        f"((CASE WHEN jsonb_array_length({held}) >= {keep} THEN {held} - 0 "
         f"ELSE {held} END) || jsonb_build_array({stamped}))"
     )
 
 
 @compiles(BoundedAppend, "sqlite")
 def _sqlite(element: BoundedAppend, compiler: SQLCompiler, **kw: Any) -> str:
-    history, entry, attempt, at = _parts(element, compiler, **kw)
+    history, entry, attempt, at, keep = _parts(element, compiler, **kw)
     held = f"COALESCE({history}, '[]')"
     return (
-        f"json_insert(CASE WHEN json_array_length({held}) >= {int(element.keep)} "
+        f"json_insert(CASE WHEN json_array_length({held}) >= {keep} "
         f"THEN json_remove({held}, '$[0]') ELSE {held} END, '$[#]', "
         f"json_set(json({entry}), '$.attempt', {attempt}, '$.at', {at}))"
     )

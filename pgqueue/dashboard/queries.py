@@ -30,7 +30,7 @@ from sqlalchemy import (
 from pgqueue.backends.base import Clock
 from pgqueue.job import CLAIMABLE_STATES, FINISHED_STATES, JobState
 from pgqueue.schema import JOBS, SCHEDULES, WORKERS
-from pgqueue.statements import result_expired
+from pgqueue.statements import JOB_COLUMNS, result_expired
 
 __all__ = [
     "FINISHED",
@@ -232,7 +232,9 @@ def job_page(
     change first, strictly after the keyset cursor ``before`` (the last row of the previous page:
     its change time and id)."""
     key = segment.key
-    statement = select(JOBS, result_expired(clock), key.label("changed")).where(segment.predicate)
+    statement = select(*JOB_COLUMNS, result_expired(clock), key.label("changed")).where(
+        segment.predicate
+    )
     if set(states) != set(segment.states):
         statement = statement.where(JOBS.c.state.in_([str(s) for s in states]))
     if queue is not None:
