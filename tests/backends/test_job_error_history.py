@@ -100,3 +100,14 @@ def test_history_goes_with_the_job_and_restarts_on_requeue(queue: pgqueue.Queue)
     with queue.connect() as conn:
         conn.execute(statements.job_delete([job.id]))
     assert read_attempt_errors(queue, job.id) == []
+
+
+def test_history_expires_with_the_result(queue: pgqueue.Queue) -> None:
+    queue.task(name="flaky", max_attempts=1, result_ttl=60)(flaky)
+    job = queue.enqueue("flaky", args=["e"], id="hist-e")
+    run_job(queue, job.id)
+    assert len(read_attempt_errors(queue, job.id)) == 1
+    later = queue.backend.clock(datetime.now(UTC) + timedelta(hours=1))
+    with queue.connect() as conn:
+        conn.execute(statements.job_expire_results(100, later))
+    assert read_attempt_errors(queue, job.id) == []
