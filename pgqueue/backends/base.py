@@ -6,12 +6,13 @@ Statements (``pgqueue.statements``) are written once; a backend supplies the dia
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from itertools import islice
-from typing import Any, Protocol, TypeVar
+from typing import Any, NamedTuple, Protocol, TypeVar
 
 from sqlalchemy import ColumnElement, Connection, Engine, Table, func, literal
 from sqlalchemy.dialects.postgresql import INTERVAL
@@ -20,7 +21,7 @@ from sqlalchemy.exc import DBAPIError
 
 from pgqueue.schema import UTCDateTime
 
-__all__ = ["Backend", "Clock"]
+__all__ = ["Backend", "Clock", "Completion", "split_holder"]
 
 T = TypeVar("T")
 
@@ -62,6 +63,19 @@ class Clock:
         return func.now() + func.make_interval(0, 0, 0, 0, 0, 0, seconds)
 
 
+class Completion(NamedTuple):
+    """A handler's result to store on a job this worker holds under ``lock_token``.
+
+    ``result`` is the document's JSON text, made once where it was checked
+    (``serde.encode_document``), or None for no result (SQL NULL); ``result_ttl`` is in seconds.
+    """
+
+    id: str
+    lock_token: str
+    result: str | None
+    result_ttl: int
+
+
 class Backend(Protocol):
     """One database family. Implementations: ``postgres.PostgresBackend``, ``sqlite.SQLiteBackend``."""
 
@@ -74,9 +88,6 @@ class Backend(Protocol):
     session_locks: bool
     #: The database schema holding pgqueue's tables (None: the connection's default).
     schema: str | None
-    #: True when one fenced UPDATE can settle many jobs (``statements.job_complete_many``);
-    #: False: one fenced UPDATE per job, all in one transaction (cheap on SQLite).
-    batch_updates: bool
 
     def create_engine(self, url: Any, **options: Any) -> Engine:
         """An Engine configured for pgqueue's use of this database."""
@@ -116,12 +127,36 @@ class Backend(Protocol):
         """A connection inside a transaction, committed on success, rolled back on error."""
         ...
 
+    def lock_migrations(
+        self, connection: Connection, key: int, *, tables: Sequence[str] = ()
+    ) -> None:
+        """Inside ``connection``'s transaction, wait until no other migration runs on this
+        database and hold that until the transaction ends (PostgreSQL: the advisory lock ``key``;
+        SQLite: the write lock that ``BEGIN IMMEDIATE`` took already); then lock ``tables``
+        (existing ones) against every reader and writer, so that what the migration counts in
+        them cannot change before it commits."""
+        ...
+
     def notify(self, connection: Connection, channel: str, payload: str) -> None:
         """Send a wake-up inside the caller's transaction (delivered on commit)."""
         ...
 
     def notify_many(self, connection: Connection, channel: str, payloads: Sequence[str]) -> None:
         """Send one wake-up per payload inside the caller's transaction, in one round trip."""
+        ...
+
+    def complete(
+        self, connection: Connection, jobs: Sequence[Completion], clock: Clock
+    ) -> set[str]:
+        """Store these results, fenced on id + lock token + ``processing``, in as few statements
+        as the database allows, binding each result's text as it is (never encoding it again);
+        return the ids stored (a missing id lost its lease)."""
+        ...
+
+    def refuses_value(self, error: DBAPIError) -> bool:
+        """Whether ``error`` says the database refused a value the statement carried (a data
+        exception, a size or nesting limit): the same write can never succeed, unlike one that
+        met a dropped connection, a lock timeout or a restart."""
         ...
 
     def leaders(self, connection: Connection, now: datetime) -> list[tuple[str, str, Any]]:
@@ -142,6 +177,26 @@ class Backend(Protocol):
         """Why ``url`` names no existing database, found without connecting (connecting to a
         missing SQLite file creates it); None when it exists or only a connection can tell."""
         ...
+
+
+_PROCESS_LABEL = re.compile(r"^(\d+)@(.+)$")
+
+
+def split_holder(text: str) -> tuple[str, tuple[int, str] | None]:
+    """Split a leader's label whose last word is a process label (``PID@HOST``, see
+    ``maintenance.leadership.process_label``) into the words before it and ``(pid, host)``;
+    ``(text, None)`` for a label without one (e.g. from an older pgqueue). On PostgreSQL the host
+    may be cut short: the server keeps 63 bytes of a connection's name.
+
+    Example::
+
+        split_holder("reaper 4242@web-1")  # ("reaper", (4242, "web-1"))
+    """
+    rest, _, last = text.rpartition(" ")
+    found = _PROCESS_LABEL.match(last)
+    if found is None:
+        return text, None
+    return rest, (int(found.group(1)), found.group(2))
 
 
 def iter_chunks(items: Iterable[T], size: int) -> Iterator[list[T]]:

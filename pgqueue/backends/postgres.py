@@ -17,7 +17,7 @@ from sqlalchemy.dialects import postgresql
 from sqlalchemy.exc import DBAPIError, OperationalError
 
 from pgqueue import statements
-from pgqueue.backends.base import Clock, iter_chunks
+from pgqueue.backends.base import Clock, Completion, iter_chunks, split_holder
 from pgqueue.config import check_name
 from pgqueue.errors import BackendError, ConfigError, SchemaMissingError
 
@@ -44,14 +44,14 @@ _NOTIFY_MANY = select(
 _NOTIFY = select(func.pg_notify(bindparam("channel", type_=Text), bindparam("payload", type_=Text)))
 
 
-# Leaders hold a session advisory lock on a connection named "pgqueue leader ROLE" (see
+# Leaders hold a session advisory lock on a connection named "pgqueue leader ROLE PID@HOST" (see
 # maintenance/leadership.py); followers have the same name but no granted lock.
 _LEADERS = sa.text(
-    "SELECT DISTINCT substr(a.application_name, 16) AS role,"
+    "SELECT DISTINCT substr(a.application_name, 16) AS label,"
     " coalesce(host(a.client_addr), 'local') || ' pid ' || a.pid AS holder"
     " FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid"
     " WHERE l.locktype = 'advisory' AND l.granted"
-    " AND a.application_name LIKE 'pgqueue leader %' ORDER BY role"
+    " AND a.application_name LIKE 'pgqueue leader %' ORDER BY label"
 )
 
 
@@ -60,6 +60,17 @@ def _enqueue_on_database_clock() -> Any:
     # Built once: building the statement costs more than running it for one job, and a single
     # enqueue is on the hot path of enqueue_and_wait's round trip.
     return statements.job_enqueue_many(postgresql.insert, Clock(None))
+
+
+@functools.cache
+def _complete_on_database_clock() -> Any:
+    # Built once, like the enqueue: a busy worker completes a batch every turn.
+    return statements.job_complete_many(Clock(None))
+
+
+# SQLSTATE classes of a value the server refuses: 22 data exception (e.g. a lone surrogate in
+# JSON), 54 program limit exceeded (a document nested past the stack, an index row too large).
+_REFUSED_VALUE_CLASSES = ("22", "54")
 
 
 class PostgresBackend:
@@ -73,7 +84,6 @@ class PostgresBackend:
     """
 
     name = "postgresql"
-    batch_updates = True
 
     def __init__(
         self, *, schema: str | None = None, pooler: str | None = None, sessions: bool = True
@@ -178,6 +188,21 @@ class PostgresBackend:
         with engine.begin() as connection:
             yield connection
 
+    def lock_migrations(
+        self, connection: Connection, key: int, *, tables: Sequence[str] = ()
+    ) -> None:
+        # Before anything else, the version table's creation included: two migrators that both
+        # see no table would both CREATE it (duplicate key in pg_type). Transaction-scoped, so
+        # the lock goes with the commit of the whole upgrade, or with its rollback.
+        connection.execute(statements.advisory_xact_lock(key))
+        quote = connection.dialect.identifier_preparer.quote
+        for name in tables:
+            # LOCK TABLE is text, which schema_translate_map does not reach: qualify it here.
+            qualified = (
+                quote(name) if self.schema is None else f"{quote(self.schema)}.{quote(name)}"
+            )
+            connection.execute(statements.table_lock_exclusive(qualified))
+
     def notify(self, connection: Connection, channel: str, payload: str) -> None:
         connection.execute(_NOTIFY, {"channel": self.channel(channel), "payload": payload})
 
@@ -186,6 +211,22 @@ class PostgresBackend:
             connection.execute(
                 _NOTIFY_MANY, {"channel": self.channel(channel), "payloads": list(payloads)}
             )
+
+    def complete(
+        self, connection: Connection, jobs: Sequence[Completion], clock: Clock
+    ) -> set[str]:
+        if not jobs:
+            return set()
+        statement = (
+            _complete_on_database_clock()
+            if clock.fixed is None
+            else statements.job_complete_many(clock)
+        )
+        return set(connection.scalars(statement, {"done": _complete_document(jobs)}))
+
+    def refuses_value(self, error: DBAPIError) -> bool:
+        sqlstate = getattr(error.orig, "sqlstate", None)
+        return sqlstate is not None and sqlstate.startswith(_REFUSED_VALUE_CLASSES)
 
     def missing_database(self, url: Any) -> str | None:
         # Connecting never creates a database here; the server says what is missing.
@@ -200,13 +241,33 @@ class PostgresBackend:
         return sqlstate is None or sqlstate.startswith(("08", "57P"))
 
     def leaders(self, connection: Connection, now: datetime) -> list[tuple[str, str, Any]]:
-        return [(role, holder, None) for role, holder in connection.execute(_LEADERS)]
+        leaders = []
+        for label, address in connection.execute(_LEADERS):
+            role, process = split_holder(label)
+            holder = address if process is None else f"{process[0]}@{process[1]}"
+            leaders.append((role, holder, None))
+        return leaders
 
     def translate(self, error: DBAPIError) -> Exception:
         sqlstate = getattr(error.orig, "sqlstate", None)
         if sqlstate == _UNDEFINED_TABLE and "pgqueue_" in str(error.orig):
             return SchemaMissingError()
         return BackendError(f"PostgreSQL error: {str(error.orig).strip()}")
+
+
+def _complete_document(jobs: Sequence[Completion]) -> str:
+    """The JSON document of ``statements.job_complete_many``: each result's text is spliced in as
+    it is, so a result is never encoded twice (only ids and tokens, flat strings, are)."""
+    dumps = json.dumps
+    return (
+        "["
+        + ",".join(
+            f'{{"id":{dumps(job.id)},"lock_token":{dumps(job.lock_token)},'
+            f'"result":{"null" if job.result is None else job.result}}}'
+            for job in jobs
+        )
+        + "]"
+    )
 
 
 def _enqueue_document(rows: list[dict[str, Any]]) -> str:

@@ -24,57 +24,16 @@ from pgqueue.errors import PgQueueError
 if TYPE_CHECKING:
     from pgqueue.maintenance.service import MaintenanceService
 
+#: Where metrics listen unless told otherwise: this host only, like ``metrics.serve()``.
+DEFAULT_METRICS_HOST = "127.0.0.1"
+
 
 def _add_worker(parser: argparse.ArgumentParser) -> None:
-    from pgqueue import worker
+    from pgqueue.worker import config
 
     parser.add_argument("queue", metavar="MODULE[:ATTR]", help="where the Queue and its tasks live")
-    parser.add_argument(
-        "--queues",
-        type=lambda text: [name.strip() for name in text.split(",") if name.strip()],
-        default=None,
-        metavar="NAME[,NAME...]",
-        help="work only on these queues (default: all)",
-    )
-    parser.add_argument(
-        "--concurrency",
-        type=int,
-        default=worker.DEFAULT_CONCURRENCY,
-        help="jobs run at once (default: %(default)s)",
-    )
-    parser.add_argument(
-        "--lease",
-        type=float,
-        default=worker.DEFAULT_LEASE,
-        help="seconds a claim holds without a heartbeat (default: %(default)s)",
-    )
-    parser.add_argument(
-        "--heartbeat", type=float, default=None, help="seconds between beats (default: lease / 3)"
-    )
-    parser.add_argument(
-        "--poll-interval",
-        type=float,
-        default=None,
-        help="seconds between looks for due jobs when idle (default: 1 on PostgreSQL, 0.1 on "
-        "SQLite)",
-    )
-    parser.add_argument(
-        "--grace-period",
-        type=float,
-        default=worker.DEFAULT_GRACE_PERIOD,
-        help="seconds a stopping worker waits for running jobs before handing them back "
-        "(default: %(default)s)",
-    )
-    parser.add_argument("--worker-id", default=None, help="default: host-pid-random")
-    parser.add_argument(
-        "--no-reaper", dest="reaper", action="store_false", help="do not run the embedded reaper"
-    )
-    parser.add_argument(
-        "--no-scheduler",
-        dest="scheduler",
-        action="store_false",
-        help="do not run the embedded scheduler of periodic jobs",
-    )
+    # One flag per WorkerConfig field, so the command cannot drift from the constructor.
+    config.add_arguments(parser)
     parser.add_argument("--burst", action="store_true", help="drain the due jobs, then exit")
     reload.add_reload_options(parser)
     parser.add_argument(
@@ -84,6 +43,13 @@ def _add_worker(parser: argparse.ArgumentParser) -> None:
         metavar="PORT",
         help="serve this process's job counters for Prometheus on PORT (needs pgqueue-sql[metrics])",
     )
+    parser.add_argument(
+        "--metrics-host",
+        default=DEFAULT_METRICS_HOST,
+        metavar="HOST",
+        help="address --metrics-port listens on (default: %(default)s; 0.0.0.0 for every "
+        "interface, e.g. inside a container scraped from outside)",
+    )
 
 
 @command(
@@ -92,24 +58,13 @@ def _add_worker(parser: argparse.ArgumentParser) -> None:
     _add_worker,
 )
 def _worker(args: argparse.Namespace) -> int:
-    from pgqueue.worker import Worker
+    from pgqueue.worker import Worker, config
 
     if reload.wants_reload(args):
         return reload.run_reloading(args)
     reload.prepare_child()
     queue = module_queue(args)
-    worker = Worker(
-        queue,
-        queues=args.queues,
-        concurrency=args.concurrency,
-        lease=args.lease,
-        heartbeat=args.heartbeat,
-        reaper=args.reaper,
-        worker_id=args.worker_id,
-        scheduler=args.scheduler,
-        poll_interval=args.poll_interval,
-        grace_period=args.grace_period,
-    )
+    worker = Worker.from_config(queue, config.from_arguments(args))
     log_to_stderr()
     server = None
     if args.metrics_port is not None:
@@ -117,7 +72,7 @@ def _worker(args: argparse.Namespace) -> int:
 
         # Counters only: the database gauges are the same from every process, so one
         # `pgqueue metrics` exporter serves them instead of every worker querying for them.
-        server = metrics.serve(port=args.metrics_port, host="0.0.0.0")
+        server = metrics.serve(port=args.metrics_port, host=args.metrics_host)
         print(f"serving metrics on {server.url}", file=sys.stderr, flush=True)
     try:
         check_database(queue)
@@ -131,7 +86,10 @@ def _worker(args: argparse.Namespace) -> int:
 def _add_metrics(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--port", type=int, default=9400, help="port to serve on (default: 9400)")
     parser.add_argument(
-        "--host", default="0.0.0.0", help="address to listen on (default: all interfaces)"
+        "--host",
+        default=DEFAULT_METRICS_HOST,
+        help="address to listen on (default: %(default)s, this host only; 0.0.0.0 for every "
+        "interface)",
     )
 
 

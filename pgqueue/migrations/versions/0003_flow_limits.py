@@ -1,7 +1,7 @@
 """Flow control: rate limits, concurrency limits and unique keys (docs/limits.md).
 
-Revision ID: 0002
-Revises: 0001
+Revision ID: 0003_limits
+Revises: 0002_dashboard
 Create Date: 2026-11-24
 """
 
@@ -10,8 +10,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0002"
-down_revision = "0001"
+revision = "0003_limits"
+down_revision = "0002_dashboard"
 branch_labels = None
 depends_on = None
 

@@ -1,4 +1,4 @@
-"""Flow limits (docs/limits.md): pgqueue's Alembic revision 0002 on Django's connection, and the
+"""Flow limits (docs/limits.md): pgqueue's Alembic revision 0003_limits on Django's connection, and the
 read-only Job model's new fields (state only: the table is pgqueue's)."""
 
 from __future__ import annotations
@@ -9,7 +9,8 @@ from django.db import migrations, models
 
 from pgqueue.contrib.django.connection import downgrade_schema, upgrade_schema
 
-ALEMBIC_REVISION = "0002"
+ALEMBIC_REVISION = "0003_limits"
+PREVIOUS_REVISION = "0002_dashboard"
 
 
 def upgrade(apps: Any, schema_editor: Any) -> None:
@@ -17,11 +18,11 @@ def upgrade(apps: Any, schema_editor: Any) -> None:
 
 
 def downgrade(apps: Any, schema_editor: Any) -> None:
-    downgrade_schema(schema_editor.connection.alias, "0001")
+    downgrade_schema(schema_editor.connection.alias, PREVIOUS_REVISION)
 
 
 class Migration(migrations.Migration):  # type: ignore[misc]
-    dependencies = [("pgqueue", "0001_initial")]
+    dependencies = [("pgqueue", "0002_dashboard_errors_slots")]
 
     operations = [
         migrations.RunPython(upgrade, downgrade),
