@@ -408,3 +408,20 @@ def test_pruner_deletes_idle_limit_rows_and_the_claim_recreates_them(
     assert limit_rows() == set()
     assert len(claim(queue, at(121))) == 1
     assert len(limit_rows()) == 2
+
+
+def test_enqueue_and_wait_on_a_held_unique_key_waits_for_the_holder(
+    queue: pgqueue.Queue,
+) -> None:
+    @queue.task(name="t.unique_add", unique_key="key")
+    def add(key: str, n: int) -> int:
+        return n
+
+    first = add.enqueue("k", 1)
+    # The second enqueue is the holder's duplicate: the wait is for the holder, by its id.
+    with pytest.raises(pgqueue.JobTimeoutError) as timed_out:
+        add.enqueue_and_wait("k", 2, timeout=0.3)
+    assert timed_out.value.job_id == first.id
+    pgqueue.testing.run_job(queue, first.id)
+    # Completed, the holder no longer holds the key: a new job runs on its own.
+    assert add.using(id="again").enqueue("k", 3).status == "queued"
