@@ -78,7 +78,12 @@ class RateLimit:
 
     @classmethod
     def parse(cls, value: object, *, field: str = "rate_limit") -> RateLimit:
-        """``"N/s"``, ``"N/m"``, ``"N/h"``, ``"N/d"`` (or ``"N/10s"`` …), or a RateLimit."""
+        """``"N/s"``, ``"N/m"``, ``"N/h"``, ``"N/d"`` (or ``"N/10s"`` …), or a RateLimit.
+
+        Example::
+
+            RateLimit.parse("600/m").period   # 60.0
+        """
         if isinstance(value, RateLimit):
             return value
         match = _RATE.match(value) if isinstance(value, str) else None
@@ -127,7 +132,12 @@ class Limits:
         options: Mapping[str, Any],
     ) -> dict[str, Any]:
         """The job row's limit columns for one enqueue (``options``: the per-call overrides,
-        already checked). Keys are scoped by task: ``"tasks.sync:42"``."""
+        already checked). Keys are scoped by task: ``"tasks.sync:42"``.
+
+        Example::
+
+            limits.columns("tasks.sync", sync, (42,), {}, {})["concurrency_key"]  # "tasks.sync:42"
+        """
         max_running = options.get("max_running", self.max_running)
         rate = options.get("rate_limit", self.rate_limit)
         if max_running is None and "concurrency_key" in options:
@@ -214,7 +224,12 @@ def _argument(
 
 
 def check_key_value(field: str, value: object) -> str:
-    """A key's value as text: a non-empty str or an int, at most ``MAX_KEY_LENGTH`` characters."""
+    """A key's value as text: a non-empty str or an int, at most ``MAX_KEY_LENGTH`` characters.
+
+    Example::
+
+        check_key_value("concurrency_key", 42)   # "42"
+    """
     if isinstance(value, bool) or not isinstance(value, str | int):
         raise ConfigError(f"{field} must give a str or an int, not {type(value).__name__}")
     text = str(value)
@@ -224,7 +239,12 @@ def check_key_value(field: str, value: object) -> str:
 
 
 def check_max_running(value: object) -> int:
-    """A positive whole number of jobs."""
+    """A positive whole number of jobs.
+
+    Example::
+
+        check_max_running(3)   # 3; 0, -1, 1.5 and True raise ConfigError
+    """
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_RUNNING_LIMIT:
         raise ConfigError(
             f"max_running must be an int from 1 to {MAX_RUNNING_LIMIT}, not {value!r}"
@@ -233,7 +253,12 @@ def check_max_running(value: object) -> int:
 
 
 def check_unique_until(value: object) -> str:
-    """``"started"`` or ``"finished"``."""
+    """``"started"`` or ``"finished"``.
+
+    Example::
+
+        check_unique_until("finished")
+    """
     if value not in UNIQUE_UNTIL:
         raise ConfigError(f"unique_until must be 'started' or 'finished', not {value!r}")
     return str(value)
@@ -271,7 +296,12 @@ def check_limits(
     unique_until: object = "started",
 ) -> Limits:
     """Validate a task's declared limits against its function (an argument name must be one of
-    its parameters), at declaration time."""
+    its parameters), at declaration time.
+
+    Example::
+
+        check_limits(sync, max_running=1, concurrency_key="customer_id")   # Limits(...)
+    """
     running = None if max_running is None else check_max_running(max_running)
     rate = None if rate_limit is None else RateLimit.parse(rate_limit)
     return Limits(

@@ -41,7 +41,12 @@ __all__ = ["CATCH_UP_SECONDS", "LimitedClaim", "claim_limited", "rate_first_slot
 @dataclass(frozen=True, slots=True)
 class LimitedClaim:
     """What :func:`claim_limited` claimed, and in how many seconds a rate slot opens next
-    (None: no rate key is waiting for one)."""
+    (None: no rate key is waiting for one).
+
+    Example::
+
+        LimitedClaim(rows=[], wake_in=0.05)
+    """
 
     rows: list[RowMapping] = field(default_factory=list)
     wake_in: float | None = None
@@ -64,6 +69,10 @@ def rate_first_slot(
     up: the rhythm starts again at ``now``. Slots are ``period / count`` apart and each start
     lies less than the catch-up after its slot, so any window of ``period`` seconds holds at most
     ``count + 1`` starts (plus ``CATCH_UP_SECONDS`` worth of slots above 20 a second).
+
+    Example::
+
+        rate_first_slot(None, now, 4, 1.0)   # (now, timedelta(seconds=0.25))
     """
     step = timedelta(seconds=period / count)
     catch_up = max(step, timedelta(seconds=CATCH_UP_SECONDS))
@@ -84,7 +93,14 @@ def claim_limited(
     clock: Clock,
 ) -> LimitedClaim:
     """Claim up to ``limit`` due jobs with flow limits, as many as their limits allow now (see
-    the module docstring). Runs inside the caller's transaction."""
+    the module docstring). Runs inside the caller's transaction.
+
+    Example::
+
+        with queue.connect() as conn:
+            claimed = claim_limited(conn, queue.backend.insert, worker_id="w", lock_token=token,
+                                    limit=8, lease=30, queues=None, clock=queue.backend.clock())
+    """
     rows = _claim(
         conn,
         insert,

@@ -28,7 +28,12 @@ Held = dict[str, dict[str, dict[str, int]]]
 
 
 def held_back(conn: Connection, clock: Clock, current: datetime) -> Held:
-    """Due jobs held back by each limit, per queue and task (only non-zero counts)."""
+    """Due jobs held back by each limit, per queue and task (only non-zero counts).
+
+    Example::
+
+        held_back(conn, clock, now)   # {"default": {"app.export": {"concurrency": 8}}}
+    """
     groups = conn.execute(limit_statements.limit_waiting(clock)).all()
     if not groups:
         return {}
