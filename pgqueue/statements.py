@@ -50,10 +50,20 @@ from sqlalchemy.sql.dml import ReturningInsert
 from sqlalchemy.sql.elements import TextClause
 
 from pgqueue.backends.base import Clock
+from pgqueue.backends.expressions import BoundedAppend
 from pgqueue.job import CLAIMABLE_STATES, FINISHED_STATES, REQUEUEABLE_STATES, JobState
-from pgqueue.schema import DEPENDENCIES, JOBS, LEADERS, SCHEDULES, WORKERS, UTCDateTime
+from pgqueue.schema import (
+    DEPENDENCIES,
+    JOBS,
+    KEPT_ERRORS,
+    LEADERS,
+    SCHEDULES,
+    WORKERS,
+    UTCDateTime,
+)
 
 __all__ = [
+    "JOB_COLUMNS",
     "advisory_lock_held",
     "advisory_lock_try",
     "advisory_unlock",
@@ -97,8 +107,27 @@ __all__ = [
     "worker_upsert",
 ]
 
+#: A job's flow-limit columns (pgqueue.limits); None for a job without limits.
+LIMIT_COLUMNS = (
+    "concurrency_key",
+    "max_running",
+    "rate_key",
+    "rate_limit",
+    "rate_period",
+    "unique_key",
+    "unique_until",
+)
 #: Columns a producer supplies per job (plus ``explicit_run_at`` / ``delay``; see job_enqueue).
-ENQUEUE_COLUMNS = ("id", "task", "queue", "payload", "priority", "max_attempts", "result_ttl")
+ENQUEUE_COLUMNS = (
+    "id",
+    "task",
+    "queue",
+    "payload",
+    "priority",
+    "max_attempts",
+    "result_ttl",
+    *LIMIT_COLUMNS,
+)
 
 
 def job_enqueue(insert: Any, clock: Clock) -> ReturningInsert[tuple[str]]:
@@ -143,6 +172,14 @@ ENQUEUE_FIELDS: tuple[tuple[str, Any], ...] = (
     ("result_ttl", Integer),
     ("run_at", DateTime(timezone=True)),
     ("delay", Float),
+    # Flow limits: absent from a job's object when it has none (json_to_recordset reads null).
+    ("concurrency_key", Text),
+    ("max_running", Integer),
+    ("rate_key", Text),
+    ("rate_limit", Integer),
+    ("rate_period", Float),
+    ("unique_key", Text),
+    ("unique_until", Text),
 )
 
 
@@ -192,6 +229,7 @@ def _insert_or_requeue(statement: Any) -> ReturningInsert[tuple[str]]:
         locked_until=null(),
         result=null(),
         error=null(),
+        errors=null(),
         result_expires_at=null(),
         started_at=null(),
         finished_at=null(),
@@ -227,9 +265,15 @@ def job_outcomes(ids: Sequence[str], clock: Clock) -> Select[tuple[str, str, Any
     )
 
 
+#: A job row's columns but its error history (``errors``: up to ``KEPT_ERRORS`` tracebacks,
+#: read on its own where it is shown), for the reads that return whole jobs.
+JOB_COLUMNS = tuple(column for column in JOBS.c if column.name != "errors")
+
+
 def job_get(job_id: str, clock: Clock | None = None) -> Select[Any]:
-    """One whole job row; with ``clock``, also ``result_expired`` (see :func:`result_expired`)."""
-    columns: list[Any] = [JOBS] if clock is None else [JOBS, result_expired(clock)]
+    """One whole job row (``JOB_COLUMNS``); with ``clock``, also ``result_expired`` (see
+    :func:`result_expired`)."""
+    columns: list[Any] = [*JOB_COLUMNS] if clock is None else [*JOB_COLUMNS, result_expired(clock)]
     return select(*columns).where(JOBS.c.id == job_id)
 
 
@@ -333,6 +377,10 @@ def job_claim(
         conditions.append(JOBS.c.queue.in_(list(queues)))
     if ids is not None:
         conditions.append(JOBS.c.id.in_(list(ids)))
+    else:
+        # Jobs with flow limits have a claim of their own (pgqueue.limits); the same terms as
+        # the claim indexes' predicate, so the planner can prove they cover this query.
+        conditions += [JOBS.c.concurrency_key.is_(None), JOBS.c.rate_key.is_(None)]
     picked = (
         select(JOBS.c.id)
         .where(*conditions)
@@ -480,9 +528,17 @@ def job_fail(
     clock: Clock,
 ) -> Update:
     """Record a failed attempt (fenced): ``failing`` due again in ``retry_in`` seconds, or, with
-    ``retry_in`` None, ``failed`` for good (the dead-letter set)."""
+    ``retry_in`` None, ``failed`` for good (the dead-letter set). The error is also appended
+    to the job's ``errors`` history (the last ``KEPT_ERRORS`` attempts), in the same UPDATE."""
     values: dict[str, Any] = {
         "error": literal(error, JOBS.c.error.type),
+        "errors": BoundedAppend(
+            JOBS.c.errors,
+            literal(error, JOBS.c.error.type),
+            JOBS.c.attempts,
+            clock.now(),
+            keep=KEPT_ERRORS,
+        ),
         "lock_token": null(),
         "locked_until": null(),
         "updated_at": clock.now(),
@@ -534,7 +590,13 @@ def job_expire_results(limit: int, clock: Clock) -> Update:
     return (
         update(JOBS)
         .where(JOBS.c.id.in_(expired))
-        .values(result=null(), error=null(), result_expires_at=null(), updated_at=clock.now())
+        .values(
+            result=null(),
+            error=null(),
+            errors=null(),
+            result_expires_at=null(),
+            updated_at=clock.now(),
+        )
     )
 
 
@@ -689,9 +751,9 @@ def job_list(
     limit: int,
     clock: Clock,
 ) -> Select[Any]:
-    """Whole job rows with ``result_expired``, most recently changed first, filtered by state,
-    queue and task."""
-    statement = select(JOBS, result_expired(clock))
+    """Whole job rows (``JOB_COLUMNS``) with ``result_expired``, most recently changed first,
+    filtered by state, queue and task."""
+    statement = select(*JOB_COLUMNS, result_expired(clock))
     if states:
         statement = statement.where(JOBS.c.state.in_(list(states)))
     if queue is not None:
@@ -911,12 +973,15 @@ def worker_upsert(
     queues: Sequence[str] | None,
     lock_key: int | None,
     clock: Clock,
+    concurrency: int | None = None,
 ) -> Any:
-    """Register a worker or record its heartbeat (``last_beat_at``, its current lock key)."""
+    """Register a worker or record its heartbeat (``last_beat_at``, its current lock key);
+    ``concurrency`` is its number of handler slots."""
     statement = insert(WORKERS).values(
         id=worker_id,
         host=host,
         pid=pid,
+        concurrency=concurrency,
         queues=literal(list(queues), WORKERS.c.queues.type) if queues is not None else null(),
         lock_key=lock_key,
         started_at=clock.now(),
@@ -927,6 +992,9 @@ def worker_upsert(
         set_={
             "last_beat_at": statement.excluded.last_beat_at,
             "lock_key": statement.excluded.lock_key,
+            # A row the reaper pruned while the worker was silent comes back whole; an old row
+            # without the column gains it.
+            "concurrency": statement.excluded.concurrency,
         },
     )
 

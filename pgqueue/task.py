@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypedDict, TypeVar, U
 
 from pgqueue.errors import ConfigError
 from pgqueue.job import EnqueueResult
+from pgqueue.limits import NO_LIMITS, Limits, RateLimit
 from pgqueue.retries import DEFAULT_RETRY, RetryPolicy
 from pgqueue.workflow.compose import Signature
 
@@ -33,6 +34,9 @@ class EnqueueOptions(TypedDict, total=False):
     ``max_attempts`` and ``result_ttl`` override the task's; ``connection`` (SQLAlchemy Connection) or
     ``session`` (ORM Session) make the enqueue part of the caller's transaction.
 
+    Flow limits (docs/limits.md) override the task's for this job: ``max_running`` and
+    ``concurrency_key`` (the key's value, e.g. ``"acme"``), ``rate_limit`` (``"10/s"``) and
+    ``rate_limit_key``, ``unique_key`` and ``unique_until`` (``"started"`` or ``"finished"``).
     ``depends_on`` (job ids or EnqueueResults) makes the job ``waiting`` until every one of them
     has finished; ``on_dependency_failure`` is ``"cancel"`` (default: the job is cancelled when
     one of them fails or is cancelled, and so are its own dependents) or ``"run"`` (it runs
@@ -49,6 +53,12 @@ class EnqueueOptions(TypedDict, total=False):
     result_ttl: int | timedelta
     connection: Connection
     session: Session
+    max_running: int
+    concurrency_key: str | int
+    rate_limit: str | RateLimit
+    rate_limit_key: str | int
+    unique_key: str | int
+    unique_until: str
     depends_on: Iterable[str | EnqueueResult]
     on_dependency_failure: str
     workflow_id: str
@@ -72,6 +82,10 @@ class JobSpec:
     queue: str | None = None
     max_attempts: int | None = None
     result_ttl: int | timedelta | None = None
+    #: This job's key values for the task's flow limits (see :class:`EnqueueOptions`).
+    concurrency_key: str | int | None = None
+    rate_limit_key: str | int | None = None
+    unique_key: str | int | None = None
     depends_on: Iterable[str | EnqueueResult] | None = None
     on_dependency_failure: str | None = None
     workflow_id: str | None = None
@@ -101,6 +115,8 @@ class Task(Generic[P, R]):
     timeout: float | None
     #: When a failed attempt runs again (see :mod:`pgqueue.retries`).
     retry: RetryPolicy = DEFAULT_RETRY
+    #: Rate, concurrency and uniqueness limits (see :mod:`pgqueue.limits`).
+    limits: Limits = NO_LIMITS
     #: The handler runs in the job's own transaction (``current_job().transaction()``).
     transactional: bool = False
 

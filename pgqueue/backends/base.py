@@ -6,6 +6,7 @@ Statements (``pgqueue.statements``) are written once; a backend supplies the dia
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
@@ -20,7 +21,7 @@ from sqlalchemy.exc import DBAPIError
 
 from pgqueue.schema import UTCDateTime
 
-__all__ = ["Backend", "Clock", "Completion"]
+__all__ = ["Backend", "Clock", "Completion", "split_holder"]
 
 T = TypeVar("T")
 
@@ -41,6 +42,13 @@ class Clock:
         if self.fixed is not None:
             return literal(self.fixed, UTCDateTime)
         return func.now()
+
+    def current(self) -> ColumnElement[datetime]:
+        """The instant this expression is evaluated (not the transaction's start, which ``now``
+        is on PostgreSQL): for decisions taken under a lock that may have been waited for."""
+        if self.fixed is not None:
+            return literal(self.fixed, UTCDateTime)
+        return func.clock_timestamp()
 
     def after(self, seconds: float) -> ColumnElement[datetime]:
         """``now + seconds`` as a SQL expression."""
@@ -169,6 +177,26 @@ class Backend(Protocol):
         """Why ``url`` names no existing database, found without connecting (connecting to a
         missing SQLite file creates it); None when it exists or only a connection can tell."""
         ...
+
+
+_PROCESS_LABEL = re.compile(r"^(\d+)@(.+)$")
+
+
+def split_holder(text: str) -> tuple[str, tuple[int, str] | None]:
+    """Split a leader's label whose last word is a process label (``PID@HOST``, see
+    ``maintenance.leadership.process_label``) into the words before it and ``(pid, host)``;
+    ``(text, None)`` for a label without one (e.g. from an older pgqueue). On PostgreSQL the host
+    may be cut short: the server keeps 63 bytes of a connection's name.
+
+    Example::
+
+        split_holder("reaper 4242@web-1")  # ("reaper", (4242, "web-1"))
+    """
+    rest, _, last = text.rpartition(" ")
+    found = _PROCESS_LABEL.match(last)
+    if found is None:
+        return text, None
+    return rest, (int(found.group(1)), found.group(2))
 
 
 def iter_chunks(items: Iterable[T], size: int) -> Iterator[list[T]]:

@@ -17,7 +17,7 @@ from sqlalchemy.dialects import postgresql
 from sqlalchemy.exc import DBAPIError, OperationalError
 
 from pgqueue import statements
-from pgqueue.backends.base import Clock, Completion, iter_chunks
+from pgqueue.backends.base import Clock, Completion, iter_chunks, split_holder
 from pgqueue.config import check_name
 from pgqueue.errors import BackendError, ConfigError, SchemaMissingError
 
@@ -44,14 +44,14 @@ _NOTIFY_MANY = select(
 _NOTIFY = select(func.pg_notify(bindparam("channel", type_=Text), bindparam("payload", type_=Text)))
 
 
-# Leaders hold a session advisory lock on a connection named "pgqueue leader ROLE" (see
+# Leaders hold a session advisory lock on a connection named "pgqueue leader ROLE PID@HOST" (see
 # maintenance/leadership.py); followers have the same name but no granted lock.
 _LEADERS = sa.text(
-    "SELECT DISTINCT substr(a.application_name, 16) AS role,"
+    "SELECT DISTINCT substr(a.application_name, 16) AS label,"
     " coalesce(host(a.client_addr), 'local') || ' pid ' || a.pid AS holder"
     " FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid"
     " WHERE l.locktype = 'advisory' AND l.granted"
-    " AND a.application_name LIKE 'pgqueue leader %' ORDER BY role"
+    " AND a.application_name LIKE 'pgqueue leader %' ORDER BY label"
 )
 
 
@@ -241,7 +241,12 @@ class PostgresBackend:
         return sqlstate is None or sqlstate.startswith(("08", "57P"))
 
     def leaders(self, connection: Connection, now: datetime) -> list[tuple[str, str, Any]]:
-        return [(role, holder, None) for role, holder in connection.execute(_LEADERS)]
+        leaders = []
+        for label, address in connection.execute(_LEADERS):
+            role, process = split_holder(label)
+            holder = address if process is None else f"{process[0]}@{process[1]}"
+            leaders.append((role, holder, None))
+        return leaders
 
     def translate(self, error: DBAPIError) -> Exception:
         sqlstate = getattr(error.orig, "sqlstate", None)
@@ -273,8 +278,13 @@ def _enqueue_document(rows: list[dict[str, Any]]) -> str:
 def _enqueue_fields(row: dict[str, Any]) -> dict[str, Any]:
     """One job as an object in ``statements.job_enqueue_many``'s JSON document."""
     run_at = row["run_at"]
-    return {
+    fields = {
         **row,
         "run_at": None if run_at is None else run_at.isoformat(),
         "delay": row["delay"].total_seconds(),
     }
+    # A field left out reads as null: a job without limits sends none of theirs.
+    for name in statements.LIMIT_COLUMNS:
+        if fields[name] is None:
+            del fields[name]
+    return fields

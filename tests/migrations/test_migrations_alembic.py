@@ -51,6 +51,7 @@ def test_upgrade_matches_metadata_then_downgrade_and_upgrade_again(empty_url: st
         "pgqueue_workers",
         "pgqueue_leaders",
         "pgqueue_schedules",
+        "pgqueue_limits",
         "pgqueue_dependencies",
         migrate.VERSION_TABLE,
     }
@@ -63,6 +64,9 @@ def test_upgrade_matches_metadata_then_downgrade_and_upgrade_again(empty_url: st
         "ix_pgqueue_jobs_claim_queue",
         "ix_pgqueue_jobs_stale",
         "ix_pgqueue_jobs_finished",
+        "ix_pgqueue_jobs_claim_limited",
+        "ix_pgqueue_jobs_running_limited",
+        "ux_pgqueue_jobs_unique",
     } <= set(migrated_indexes)
 
     migrate.downgrade(engine)

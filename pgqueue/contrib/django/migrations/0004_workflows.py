@@ -1,4 +1,4 @@
-"""Workflows: pgqueue's Alembic revision 0002_workflows (the ``waiting`` state, the
+"""Workflows: pgqueue's Alembic revision 0004_workflows (the ``waiting`` state, the
 dependencies table, ``workflow_id``) on Django's connection, and the Job model's state to match."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from django.db import migrations, models
 
 from pgqueue.contrib.django.connection import downgrade_schema, upgrade_schema
 
-ALEMBIC_REVISION = "0002_workflows"
+ALEMBIC_REVISION = "0004_workflows"
 
 
 def upgrade(apps: Any, schema_editor: Any) -> None:
@@ -17,11 +17,11 @@ def upgrade(apps: Any, schema_editor: Any) -> None:
 
 
 def downgrade(apps: Any, schema_editor: Any) -> None:
-    downgrade_schema(schema_editor.connection.alias, "0001")
+    downgrade_schema(schema_editor.connection.alias, "0003_limits")
 
 
 class Migration(migrations.Migration):  # type: ignore[misc]
-    dependencies = [("pgqueue", "0001_initial")]
+    dependencies = [("pgqueue", "0003_flow_limits")]
 
     operations = [
         migrations.RunPython(upgrade, downgrade),

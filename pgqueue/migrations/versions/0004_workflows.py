@@ -1,23 +1,22 @@
 """Workflows: the ``waiting`` state, job dependencies and workflow ids.
 
-Revision ID: 0002_workflows
-Revises: 0001
+Revision ID: 0004_workflows
+Revises: 0003_limits
 Create Date: 2026-11-24
 
-Other branches add their own 0002/0003 revisions; the lead re-chains ``down_revision`` at merge.
+Other branches may add revisions concurrently; the lead re-chains ``down_revision`` at merge.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 import sqlalchemy as sa
 from alembic import op
 from alembic.operations import BatchOperations
 
-revision = "0002_workflows"
-down_revision = "0001"
+revision = "0004_workflows"
+down_revision = "0003_limits"
 branch_labels = None
 depends_on = None
 
@@ -25,50 +24,43 @@ depends_on = None
 STATES_BEFORE = "'queued', 'processing', 'failing', 'completed', 'failed', 'cancelled'"
 STATES = "'queued', 'waiting', 'processing', 'failing', 'completed', 'failed', 'cancelled'"
 HAS_WORKFLOW = sa.text("workflow_id IS NOT NULL")
-CLAIMABLE = sa.text("state IN ('queued', 'failing')")
-FINISHED = sa.text("state IN ('completed', 'failed', 'cancelled')")
-PROCESSING = sa.text("state = 'processing'")
-EXPIRING = sa.text("result_expires_at IS NOT NULL")
-# The jobs table's indexes at this revision, as 0001 made them.
-INDEXES: tuple[tuple[str, list[sa.TextClause | str], sa.TextClause], ...] = (
-    ("ix_pgqueue_jobs_claim", [sa.text("priority DESC"), "run_at", "id"], CLAIMABLE),
-    ("ix_pgqueue_jobs_claim_queue", ["queue", sa.text("priority DESC"), "run_at", "id"], CLAIMABLE),
-    ("ix_pgqueue_jobs_stale", ["locked_until"], PROCESSING),
-    ("ix_pgqueue_jobs_finished", ["finished_at"], FINISHED),
-    ("ix_pgqueue_jobs_result_expiry", ["result_expires_at"], EXPIRING),
-)
+
+
+def _jobs_indexes(offline: bool) -> list[str]:
+    """The CREATE INDEX statements of pgqueue_jobs as they stand (SQLite), to make them again
+    exactly after batch mode copied the table: its reflected copies lose DESC and the partial
+    WHERE. Offline (``pgqueue migrate --sql``) nothing can be read, and they come from the
+    package's metadata instead."""
+    if offline:
+        from pgqueue.schema import JOBS
+
+        return [
+            str(sa.schema.CreateIndex(index).compile(dialect=op.get_context().dialect))
+            for index in JOBS.indexes
+            if index.name != "ix_pgqueue_jobs_workflow"
+        ]
+    rows = op.get_bind().execute(
+        sa.text(
+            "SELECT sql FROM sqlite_master"
+            " WHERE type = 'index' AND tbl_name = 'pgqueue_jobs' AND sql IS NOT NULL"
+        )
+    )
+    return [row.sql for row in rows]
 
 
 def _jobs_table(states: str, *, workflow: bool) -> sa.Table:
-    """pgqueue_jobs as it stands before the change: batch mode copies from it instead of
-    reflecting the database, so ``pgqueue migrate --sql`` works offline too."""
-    document = sa.JSON(none_as_null=True)
-    moment = sa.DateTime(timezone=True)
-    columns: list[sa.Column[Any]] = [
-        sa.Column("id", sa.Text(), primary_key=True),
-        sa.Column("task", sa.Text(), nullable=False),
-        sa.Column("queue", sa.Text(), nullable=False),
-        sa.Column("state", sa.Text(), nullable=False),
-        sa.Column("payload", document, nullable=False),
-        sa.Column("priority", sa.Integer(), nullable=False, server_default=sa.text("0")),
-        sa.Column("run_at", moment, nullable=False),
-        sa.Column("attempts", sa.Integer(), nullable=False, server_default=sa.text("0")),
-        sa.Column("max_attempts", sa.Integer(), nullable=False),
-        sa.Column("stall_count", sa.Integer(), nullable=False, server_default=sa.text("0")),
-        sa.Column("lock_token", sa.Text()),
-        sa.Column("locked_by", sa.Text()),
-        sa.Column("locked_until", moment),
-        sa.Column("result", document),
-        sa.Column("error", document),
-        sa.Column("result_ttl", sa.Integer(), nullable=False),
-        sa.Column("result_expires_at", moment),
-        sa.Column("created_at", moment, nullable=False),
-        sa.Column("updated_at", moment, nullable=False),
-        sa.Column("started_at", moment),
-        sa.Column("finished_at", moment),
+    """pgqueue_jobs as it stands before the change, for batch mode to copy offline (it cannot
+    reflect the database then)."""
+    from pgqueue.schema import JOBS
+
+    columns = [
+        sa.Column(c.name, c.type, nullable=c.nullable, server_default=c.server_default)
+        for c in JOBS.columns
+        if workflow or c.name != "workflow_id"
     ]
-    if workflow:
-        columns.append(sa.Column("workflow_id", sa.Text()))
+    for column in columns:
+        if column.name == "id":
+            column.primary_key = True
     return sa.Table(
         "pgqueue_jobs",
         sa.MetaData(),
@@ -79,24 +71,27 @@ def _jobs_table(states: str, *, workflow: bool) -> sa.Table:
 
 def _alter_jobs(change: Callable[[BatchOperations], None], before: sa.Table) -> None:
     """Alter pgqueue_jobs. SQLite cannot alter a CHECK constraint in place: Alembic's batch mode
-    copies the table there, and its reflected copy of an index loses DESC and the partial
-    WHERE, so the indexes are dropped first and made again exactly. PostgreSQL alters in
-    place and keeps its indexes (rebuilding them would lock a large table for long)."""
+    copies the table there, so its indexes are dropped first and made again exactly after.
+    PostgreSQL alters in place and keeps its indexes (rebuilding them would lock a large table
+    for long)."""
     context = op.get_context()
     copies = context.dialect.name == "sqlite"
     # ALTER TABLE names its table as given (a schema_translate_map does not reach it): a Queue's
     # schema= is named here explicitly, as env.py passes it for the version table.
     schema = context.opts.get("version_table_schema")
+    indexes: list[str] = []
     if copies:
-        for name, _, _ in INDEXES:
+        offline = context.as_sql
+        indexes = _jobs_indexes(offline)
+        for ddl in indexes:
+            name = ddl.split("INDEX", 1)[1].split("ON", 1)[0].strip().strip('"')
             op.drop_index(name, table_name="pgqueue_jobs")
-    with op.batch_alter_table("pgqueue_jobs", schema=schema, copy_from=before) as batch:
+    with op.batch_alter_table(
+        "pgqueue_jobs", schema=schema, copy_from=before if context.as_sql else None
+    ) as batch:
         change(batch)
-    if copies:
-        for name, columns, where in INDEXES:
-            op.create_index(
-                name, "pgqueue_jobs", columns, postgresql_where=where, sqlite_where=where
-            )
+    for ddl in indexes:
+        op.execute(ddl)
 
 
 def upgrade() -> None:
