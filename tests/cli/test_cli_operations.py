@@ -103,6 +103,7 @@ def test_stats_json_and_table(
     assert default["queue"] == "default" and emails["queue"] == "emails"
     assert default["counts"] == {
         "queued": 1,
+        "waiting": 0,
         "processing": 0,
         "failing": 0,
         "completed": 1,
@@ -129,7 +130,7 @@ def test_stats_json_and_table(
     assert default["held_back"] == {}  # no flow limits here (tests/backends/test_limits_stats.py)
     code, out, _ = run(capsys, "stats", "--url", db_url)
     header, first, second = out.splitlines()
-    assert header.split()[:3] == ["queue", "queued", "processing"]
+    assert header.split()[:4] == ["queue", "queued", "waiting", "processing"]
     assert first.split()[0] == "default" and second.split()[0] == "emails"
 
 
