@@ -324,7 +324,11 @@ class Queue:
             def build(item: tuple[Any, ...] | list[Any] | JobSpec) -> dict[str, Any]:
                 return self._row(task, defaults, options, item, span.carrier)
 
-            if connection is None and session is None and not _chosen_ids(items, options):
+            own = connection is None and session is None
+            if own and len(items) <= self.backend.committed_enqueue_limit:
+                # Few enough jobs for one statement that commits itself (with its wake-up).
+                return self._insert_committed([build(item) for item in items])
+            if own and not _chosen_ids(items, options):
                 # Fresh ids in pgqueue's own transaction: the rows are built while the first
                 # ones are written. A bad item still fails the call and rolls everything back.
                 with self.connect() as conn:
@@ -486,21 +490,30 @@ class Queue:
         outcomes = self._outcomes(conn, [i for i in unique if i not in queued])
         for queue_name in {row["queue"] for row in unique.values() if row["id"] in queued}:
             self.backend.notify(conn, ENQUEUED_CHANNEL, queue_name)
-        results: list[EnqueueResult] = []
-        seen: set[str] = set()
+        return _results(rows, queued, outcomes)
+
+    def _insert_committed(self, rows: list[dict[str, Any]]) -> list[EnqueueResult]:
+        """:meth:`_insert` as one statement that commits itself, wake-up included (see
+        ``Backend.enqueue_committed``). Existing ids are looked up afterwards: under READ
+        COMMITTED a second statement in the same transaction would take a new snapshot too."""
+        unique: dict[str, dict[str, Any]] = {}
         for row in rows:
-            job_id = row["id"]
-            if job_id in queued and job_id not in seen:
-                result = EnqueueResult(id=job_id, status="queued")
-            elif job_id in queued:
-                result = EnqueueResult(
-                    id=job_id, status="duplicate", existing_state=JobState.QUEUED
+            unique.setdefault(row["id"], row)
+        ordered = sorted(unique.values(), key=lambda row: row["id"])
+        try:
+            queued = set(
+                self.backend.enqueue_committed(
+                    self.engine, ordered, self.backend.clock(), ENQUEUED_CHANNEL
                 )
-            else:
-                result = outcomes[job_id]
-            seen.add(job_id)
-            results.append(result)
-        return results
+            )
+        except DBAPIError as exc:
+            raise self.backend.translate(exc) from exc
+        existing = [i for i in unique if i not in queued]
+        outcomes: dict[str, EnqueueResult] = {}
+        if existing:
+            with self.connect(write=False) as conn:
+                outcomes = self._outcomes(conn, existing)
+        return _results(rows, queued, outcomes)
 
     def _insert_new(self, conn: Connection, rows: Iterable[dict[str, Any]]) -> list[EnqueueResult]:
         """:meth:`_insert` for jobs whose ids pgqueue generates (no duplicates among them, no
@@ -693,6 +706,26 @@ class Queue:
                     yield conn
         except DBAPIError as exc:
             raise self.backend.translate(exc) from exc
+
+
+def _results(
+    rows: list[dict[str, Any]], queued: set[str], outcomes: Mapping[str, EnqueueResult]
+) -> list[EnqueueResult]:
+    """One result per row, in order: an id repeated in one call is queued once, then reported
+    as a duplicate of that queued job."""
+    results: list[EnqueueResult] = []
+    seen: set[str] = set()
+    for row in rows:
+        job_id = row["id"]
+        if job_id in queued and job_id not in seen:
+            result = EnqueueResult(id=job_id, status="queued")
+        elif job_id in queued:
+            result = EnqueueResult(id=job_id, status="duplicate", existing_state=JobState.QUEUED)
+        else:
+            result = outcomes[job_id]
+        seen.add(job_id)
+        results.append(result)
+    return results
 
 
 def _chosen_ids(items: list[Any], options: Mapping[str, Any]) -> bool:

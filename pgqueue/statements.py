@@ -62,6 +62,7 @@ __all__ = [
     "job_complete_many",
     "job_enqueue",
     "job_enqueue_many",
+    "job_enqueue_notify",
     "job_expire_results",
     "job_extend_leases",
     "job_fail",
@@ -168,6 +169,18 @@ def job_enqueue_many(insert: Any, clock: Clock) -> ReturningInsert[tuple[str]]:
     )
     statement = insert(JOBS).from_select(list(values), select(*values.values()))
     return _insert_or_requeue(statement)
+
+
+def job_enqueue_notify(insert: Any, clock: Clock, channel: str) -> Select[tuple[str, Any]]:
+    """PostgreSQL: :func:`job_enqueue_many` and its wake-up in one statement, so that a producer
+    outside any transaction commits both in one round trip (no ``BEGIN``/``COMMIT`` of its own).
+
+    Returns one row per id queued; ``pg_notify(channel, queue)`` runs once per such row (the
+    server folds identical notifications of one transaction into one), so nothing is sent when
+    every id already existed.
+    """
+    queued = job_enqueue_many(insert, clock).returning(JOBS.c.queue).cte("queued")
+    return select(queued.c.id, func.pg_notify(literal(channel, Text), queued.c.queue))
 
 
 def _insert_or_requeue(statement: Any) -> ReturningInsert[tuple[str]]:

@@ -89,6 +89,19 @@ class Backend(Protocol):
         first ones are being written (an exception from the iterator propagates)."""
         ...
 
+    #: Most jobs :meth:`enqueue_committed` takes in one call (0: it never does).
+    committed_enqueue_limit: int
+
+    def enqueue_committed(
+        self, engine: Engine, rows: Sequence[dict[str, Any]], clock: Clock, channel: str
+    ) -> list[str]:
+        """:meth:`enqueue_rows` and the wake-up on ``channel`` (payload: the queue) as one
+        statement that commits itself, outside any transaction (at most
+        ``committed_enqueue_limit`` rows): one round trip for a producer that leaves the
+        transaction to pgqueue. A connection found dead on its first statement (it died while
+        idle in the pool) is replaced and the statement sent once more."""
+        ...
+
     def begin(self, engine: Engine, *, write: bool = True) -> AbstractContextManager[Connection]:
         """A connection inside a transaction, committed on success, rolled back on error."""
         ...

@@ -85,6 +85,16 @@ class SQLiteBackend:
             queued.extend(connection.scalars(statement, chunk))
         return queued
 
+    # Every SQLite write takes the file's write lock with BEGIN IMMEDIATE first (see above).
+    committed_enqueue_limit = 0
+
+    def enqueue_committed(
+        self, engine: Engine, rows: Sequence[dict[str, Any]], clock: Clock, channel: str
+    ) -> list[str]:
+        raise NotImplementedError(
+            "SQLite enqueues inside a transaction (committed_enqueue_limit 0)"
+        )
+
     @contextmanager
     def begin(self, engine: Engine, *, write: bool = True) -> Iterator[Connection]:
         with engine.connect() as connection:
