@@ -63,6 +63,18 @@ def main(argv: list[str] | None = None) -> int:
         help=f"--compare: the backlogs to drain (default {','.join(map(str, compare.DRAIN_SIZES))})",
     )
     parser.add_argument(
+        "--libraries",
+        type=lambda text: [name.strip() for name in text.split(",") if name.strip()],
+        default=None,
+        help="--compare: only these (pgqueue, pgqueuer, procrastinate)",
+    )
+    parser.add_argument(
+        "--steps",
+        type=lambda text: [name.strip() for name in text.split(",") if name.strip()],
+        default=None,
+        help="--compare: only these measurements (drain, bulk, single, pickup)",
+    )
+    parser.add_argument(
         "--repeats", type=int, default=None, help="--compare: runs per library (default 3)"
     )
     args = parser.parse_args(argv)
@@ -83,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
                 sizes = replace(sizes, drain=args.drain_sizes)
             if args.repeats is not None:
                 sizes = replace(sizes, repeats=args.repeats)
-            figures, notes = compare.run(databases, sizes)
+            figures, notes = compare.run(databases, sizes, args.libraries, args.steps)
             comparison = compare.side_by_side(figures, sizes)
         for backend in [] if args.compare else args.backend or BACKENDS:
             for name in args.only:

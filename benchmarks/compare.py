@@ -82,37 +82,51 @@ def metrics(sizes: Sizes) -> list[Metric]:
     ]
 
 
-def run(databases: Databases, sizes: Sizes) -> tuple[list[Figure], list[str]]:
-    """Every measurement for every installed library; the figures, and notes on what was left
-    out."""
-    libraries = [library for library in LIBRARIES if library.available()]
+def run(
+    databases: Databases,
+    sizes: Sizes,
+    only: Sequence[str] | None = None,
+    steps_only: Sequence[str] | None = None,
+) -> tuple[list[Figure], list[str]]:
+    """Every measurement for every installed library (or those named in ``only``; the steps
+    named in ``steps_only``: drain, bulk, single, pickup); the figures, and notes on what was
+    left out."""
+    libraries = [
+        library
+        for library in LIBRARIES
+        if library.available() and (only is None or library.name in only)
+    ]
     notes = [
         f"{library.name} is not installed (pip install 'pgqueue-sql[bench]'): left out"
         for library in LIBRARIES
         if not library.available()
     ]
-    steps: list[Callable[[Library, str], list[tuple[str, float]]]] = [
-        *(_drain_step(databases, n) for n in sizes.drain),
-        lambda library, url: [
-            (
-                "bulk per call",
-                sizes.bulk_calls / library.enqueue_calls(url, sizes.bulk_calls, PER_CALL),
-            )
-        ],
-        lambda library, url: [
-            (
-                "bulk one call",
-                sizes.bulk_one_call
-                / library.enqueue_calls(url, sizes.bulk_one_call, sizes.bulk_one_call),
-            )
-        ],
-        _single_step(sizes.single),
-        _pickup_step(databases, sizes.pickup),
+    steps: list[tuple[str, Callable[[Library, str], list[tuple[str, float]]]]] = [
+        *(("drain", _drain_step(databases, n)) for n in sizes.drain),
+        (
+            "bulk",
+            lambda library, url: [
+                (
+                    "bulk per call",
+                    sizes.bulk_calls / library.enqueue_calls(url, sizes.bulk_calls, PER_CALL),
+                )
+            ],
+            lambda library, url: [
+                (
+                    "bulk one call",
+                    sizes.bulk_one_call
+                    / library.enqueue_calls(url, sizes.bulk_one_call, sizes.bulk_one_call),
+                )
+            ],
+        ),
+        ("single", _single_step(sizes.single)),
+        ("pickup", _pickup_step(databases, sizes.pickup)),
     ]
+    steps = [(kind, step) for kind, step in steps if steps_only is None or kind in steps_only]
     units = {metric.key: metric.unit for metric in metrics(sizes)}
     figures: list[Figure] = []
     for repeat in range(sizes.repeats):
-        for index, step in enumerate(steps):
+        for index, (_kind, step) in enumerate(steps):
             shift = (repeat + index) % len(libraries)
             for library in libraries[shift:] + libraries[:shift]:
                 print(

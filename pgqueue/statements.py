@@ -85,6 +85,7 @@ __all__ = [
     "schedule_start",
     "schedule_states",
     "session_setting",
+    "transaction_setting",
     "worker_delete",
     "worker_list",
     "worker_prune",
@@ -918,6 +919,12 @@ def advisory_lock_held(key: int) -> Select[Any]:
     it fails outright when the connection is gone)."""
     held = _advisory_locks_held().where(_PG_LOCKS.c.pid == func.pg_backend_pid()).subquery()
     return select(exists().where(held.c[0] == key))
+
+
+def transaction_setting(name: str, value: str) -> Select[Any]:
+    """PostgreSQL: set a run-time parameter until the end of this transaction (``SET LOCAL``):
+    safe behind a transaction-pooling pgbouncer, where a session setting would leak to others."""
+    return select(func.set_config(name, value, True))
 
 
 def session_setting(name: str, value: str) -> Select[Any]:

@@ -797,7 +797,7 @@ class Worker:
             ),
         )
         values = {statements.CLAIM_LIMIT: limit, statements.CLAIM_LOCK_TOKEN: lock_token}
-        return list(conn.execute(statement, values).mappings().all())
+        return self.queue.backend.claim(conn, statement, values)
 
     def _statement(self, name: str, clock: Clock, build: Callable[[], Any]) -> Any:
         """``build()``, kept for the next turns when it does not embed the time (the database

@@ -102,6 +102,11 @@ class Backend(Protocol):
         idle in the pool) is replaced and the statement sent once more."""
         ...
 
+    def claim(self, connection: Connection, statement: Any, values: dict[str, Any]) -> list[Any]:
+        """Run a worker's claim (``statements.job_claim``) in the caller's transaction; its rows
+        as mappings."""
+        ...
+
     def begin(self, engine: Engine, *, write: bool = True) -> AbstractContextManager[Connection]:
         """A connection inside a transaction, committed on success, rolled back on error."""
         ...

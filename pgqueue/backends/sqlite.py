@@ -95,6 +95,9 @@ class SQLiteBackend:
             "SQLite enqueues inside a transaction (committed_enqueue_limit 0)"
         )
 
+    def claim(self, connection: Connection, statement: Any, values: dict[str, Any]) -> list[Any]:
+        return list(connection.execute(statement, values).mappings().all())
+
     @contextmanager
     def begin(self, engine: Engine, *, write: bool = True) -> Iterator[Connection]:
         with engine.connect() as connection:

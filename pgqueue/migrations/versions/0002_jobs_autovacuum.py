@@ -1,0 +1,43 @@
+"""PostgreSQL: vacuum and analyze pgqueue_jobs after a fixed share of changes, not a tenth of it.
+
+A queue table churns: every job is inserted, claimed (an UPDATE that leaves a dead entry at the
+head of the claim index) and finished. With the server's defaults autovacuum waits for a fifth of
+the table to be dead and analyze for a tenth to change, so a large backlog drains over dead
+index entries and on statistics from before it arrived. Per-table storage parameters; SQLite has
+no autovacuum of this kind, and nothing changes there.
+
+Revision ID: 0002
+Revises: 0001
+Create Date: 2026-11-24
+"""
+
+from __future__ import annotations
+
+from alembic import op
+
+revision = "0002"
+down_revision = "0001"
+branch_labels = None
+depends_on = None
+
+SETTINGS = {
+    "autovacuum_vacuum_scale_factor": "0.02",
+    "autovacuum_vacuum_threshold": "1000",
+    "autovacuum_vacuum_insert_scale_factor": "0.02",
+    "autovacuum_vacuum_insert_threshold": "1000",
+    "autovacuum_analyze_scale_factor": "0.02",
+    "autovacuum_analyze_threshold": "1000",
+}
+
+
+def upgrade() -> None:
+    if op.get_context().dialect.name != "postgresql":
+        return
+    values = ", ".join(f"{name} = {value}" for name, value in SETTINGS.items())
+    op.execute(f"ALTER TABLE pgqueue_jobs SET ({values})")
+
+
+def downgrade() -> None:
+    if op.get_context().dialect.name != "postgresql":
+        return
+    op.execute(f"ALTER TABLE pgqueue_jobs RESET ({', '.join(SETTINGS)})")
