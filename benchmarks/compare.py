@@ -103,22 +103,8 @@ def run(
     ]
     steps: list[tuple[str, Callable[[Library, str], list[tuple[str, float]]]]] = [
         *(("drain", _drain_step(databases, n)) for n in sizes.drain),
-        (
-            "bulk",
-            lambda library, url: [
-                (
-                    "bulk per call",
-                    sizes.bulk_calls / library.enqueue_calls(url, sizes.bulk_calls, PER_CALL),
-                )
-            ],
-            lambda library, url: [
-                (
-                    "bulk one call",
-                    sizes.bulk_one_call
-                    / library.enqueue_calls(url, sizes.bulk_one_call, sizes.bulk_one_call),
-                )
-            ],
-        ),
+        ("bulk", _bulk_step(sizes.bulk_calls, PER_CALL, "bulk per call")),
+        ("bulk", _bulk_step(sizes.bulk_one_call, sizes.bulk_one_call, "bulk one call")),
         ("single", _single_step(sizes.single)),
         ("pickup", _pickup_step(databases, sizes.pickup)),
     ]
@@ -173,6 +159,15 @@ def _drain_step(
             stop(processes)
         first, last = library.span(url)
         return [(f"drain {jobs}", jobs / (instant(last) - instant(first)).total_seconds())]
+
+    return step
+
+
+def _bulk_step(
+    jobs: int, per_call: int, key: str
+) -> Callable[[Library, str], list[tuple[str, float]]]:
+    def step(library: Library, url: str) -> list[tuple[str, float]]:
+        return [(key, jobs / library.enqueue_calls(url, jobs, per_call))]
 
     return step
 

@@ -22,7 +22,7 @@ from pgqueue.job import CancelResult, EnqueueResult, JobState, JobStatus
 from pgqueue.notifications import (
     ENQUEUED_CHANNEL,
     FINISHED_CHANNEL,
-    Listener,
+    WakeUps,
     finished_payload,
 )
 from pgqueue.periodic import (
@@ -94,19 +94,21 @@ class Queue:
         self.tasks: dict[str, Task[Any, Any]] = {}
         #: Periodic schedules by name (see :meth:`periodic`).
         self.schedules: dict[str, Schedule] = {}
-        self._listener: Listener | None = None
+        self._listener: WakeUps | None = None
+        self._listener_made = False
         self._listener_lock = threading.Lock()
         self._finished_listeners: list[Callable[[str, str], None]] = []
         self._waiters = Waiters(self)
 
     @property
-    def listener(self) -> Listener | None:
-        """The shared LISTEN connection (PostgreSQL only; None on SQLite), started on first use."""
-        if not self.backend.supports_notify:
-            return None
+    def listener(self) -> WakeUps | None:
+        """Wake-ups from other processes, started on first use and shared by every waiter and
+        worker of this Queue: the LISTEN connection on PostgreSQL, a watch on the database
+        file on SQLite (see ``Backend.listener``); None where there are none."""
         with self._listener_lock:
-            if self._listener is None:
-                self._listener = Listener(self.engine)
+            if not self._listener_made:
+                self._listener = self.backend.listener(self.engine)
+                self._listener_made = True
             return self._listener
 
     def add_finished_listener(self, callback: Callable[[str, str], None]) -> Callable[[], None]:

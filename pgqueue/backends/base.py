@@ -11,13 +11,16 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from itertools import islice
-from typing import Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from sqlalchemy import ColumnElement, Connection, Engine, Table, func, literal
 from sqlalchemy.dialects.postgresql import INTERVAL
 from sqlalchemy.exc import DBAPIError
 
 from pgqueue.schema import UTCDateTime
+
+if TYPE_CHECKING:
+    from pgqueue.notifications import WakeUps
 
 __all__ = ["Backend", "Clock"]
 
@@ -109,6 +112,11 @@ class Backend(Protocol):
 
     def begin(self, engine: Engine, *, write: bool = True) -> AbstractContextManager[Connection]:
         """A connection inside a transaction, committed on success, rolled back on error."""
+        ...
+
+    def listener(self, engine: Engine) -> WakeUps | None:
+        """Wake-ups from other processes for ``engine``'s database (started on first
+        subscription), or None where there are none (the workers' and waiters' polls remain)."""
         ...
 
     def notify(self, connection: Connection, channel: str, payload: str) -> None:

@@ -20,6 +20,7 @@ from sqlalchemy.exc import DBAPIError, DisconnectionError, OperationalError
 from pgqueue import statements
 from pgqueue.backends.base import Clock, iter_chunks
 from pgqueue.errors import BackendError, SchemaMissingError
+from pgqueue.notifications import Listener
 
 __all__ = ["PostgresBackend"]
 
@@ -170,6 +171,9 @@ class PostgresBackend:
     def begin(self, engine: Engine, *, write: bool = True) -> Iterator[Connection]:
         with engine.begin() as connection:
             yield connection
+
+    def listener(self, engine: Engine) -> Listener:
+        return Listener(engine)
 
     def notify(self, connection: Connection, channel: str, payload: str) -> None:
         connection.execute(_NOTIFY, {"channel": channel, "payload": payload})

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 import sqlalchemy as sa
@@ -21,6 +22,7 @@ from sqlalchemy.exc import DBAPIError
 
 from pgqueue import statements
 from pgqueue.backends.base import Clock, iter_chunks
+from pgqueue.backends.sqlite_watch import FileWatcher
 from pgqueue.config import utc_now
 from pgqueue.errors import BackendError, SchemaMissingError
 
@@ -105,6 +107,13 @@ class SQLiteBackend:
                 connection = connection.execution_options(**{READ_ONLY: True})
             with connection.begin():
                 yield connection
+
+    def listener(self, engine: Engine) -> FileWatcher | None:
+        # An in-memory or URI-named database has no file of its own to watch.
+        database = engine.url.database
+        if not database or database == ":memory:" or database.startswith("file:"):
+            return None
+        return FileWatcher(Path(database).resolve())
 
     def notify(self, connection: Connection, channel: str, payload: str) -> None:
         # No server to push through; waiters poll (and in-process waiters are woken directly).
