@@ -86,10 +86,11 @@ logger = logging.getLogger("pgqueue.worker")
 DEFAULT_CONCURRENCY = 4
 #: Seconds a claim is good for without a heartbeat (the visibility timeout).
 DEFAULT_LEASE = 30.0
-#: PostgreSQL: LISTEN/NOTIFY wakes an idle worker at once; polling only catches what NOTIFY cannot
-#: announce (a delayed job or a retry becoming due) and a LISTEN connection that is down.
+#: With wake-ups (LISTEN/NOTIFY on PostgreSQL, the watch on the database file on SQLite) an idle
+#: worker is woken at once; polling only catches what they cannot announce (a delayed job or a
+#: retry becoming due) and a listener that is down.
 DEFAULT_POLL_INTERVAL = 1.0
-#: SQLite has no push: an idle worker looks this often, so a new job starts within ~0.1 s.
+#: Without wake-ups (an in-memory SQLite database): an idle worker looks this often.
 DEFAULT_SQLITE_POLL_INTERVAL = 0.1
 #: Seconds a stopping worker waits for running jobs before handing them back to the queue.
 DEFAULT_GRACE_PERIOD = 30.0
@@ -185,8 +186,9 @@ class Worker:
     ``pruner`` runs the pruner (expired results, old finished jobs; see docs/results.md) under the
     reaper's leader: None (the default) runs one with the default settings whenever the embedded
     reaper runs, True even without it, a :class:`~pgqueue.Pruner` for other settings, False none.
-    ``poll_interval`` (default 1 s on PostgreSQL, 0.1 s on SQLite) is how often an idle worker looks
-    for due jobs without being woken; ``grace_period`` how long a stop waits for running jobs.
+    ``poll_interval`` (default 1 s; 0.1 s on an in-memory SQLite database, which has no wake-ups)
+    is how often an idle worker looks for due jobs without being woken; ``grace_period`` how long
+    a stop waits for running jobs.
 
     Example::
 
@@ -261,7 +263,7 @@ class Worker:
         if poll_interval is None:
             poll_interval = (
                 DEFAULT_POLL_INTERVAL
-                if queue.backend.supports_notify
+                if queue.listener is not None
                 else DEFAULT_SQLITE_POLL_INTERVAL
             )
         self.poll_interval = config.check_positive_seconds("poll_interval", poll_interval)
