@@ -14,8 +14,8 @@ Why these choices (measured on Linux, see docs/benchmarks.md): inotify costs not
 nothing is written, and wakes a waiter within a fraction of a millisecond; ``data_version`` alone
 costs a query per poll, on every process holding a Queue, and its interval bounds the latency. A
 kernel event can come a moment before the commit that caused it is visible (the WAL frame is
-written before the WAL index says it is committed), so the thread checks ``data_version`` once
-more :data:`SETTLE_SECONDS` after an event. The workers' and waiters' own polls stay as the
+written before the WAL index says it is committed), so after an event the thread keeps looking,
+at growing intervals (:data:`SETTLE_SECONDS`), until ``data_version`` moves. The workers' and waiters' own polls stay as the
 fallback for anything this misses (a database on a network file system, where inotify sees only
 local writes).
 
@@ -43,8 +43,9 @@ logger = logging.getLogger("pgqueue.backends.sqlite_watch")
 
 #: Without inotify: how often the thread asks SQLite whether another connection committed.
 POLL_SECONDS = 0.005
-#: After a kernel event: when to ask again, for a commit not yet visible at the first look.
-SETTLE_SECONDS = 0.002
+#: After a kernel event: when to look again (each delay after the last look) while the commit
+#: is not yet visible: the WAL frames reach the file before the WAL index marks them committed.
+SETTLE_SECONDS = (0.0005, 0.001, 0.002, 0.004, 0.008, 0.016, 0.032, 0.064)
 #: With inotify: how often to ask anyway (a write the kernel did not report, e.g. from another
 #: host on a shared file system).
 SAFETY_SECONDS = 1.0
@@ -150,21 +151,24 @@ class FileWatcher:
         self.listening.set()
         self._fire()  # whoever subscribed before the watch began looks once
         names = {self.database.name, f"{self.database.name}-wal"}
-        timeout = SAFETY_SECONDS if events is not None else POLL_SECONDS
+        idle = SAFETY_SECONDS if events is not None else POLL_SECONDS
         sources: list[int | socket.socket] = [woken] if events is None else [woken, events]
-        settle = False
+        settling: list[float] = []  # the next looks after a kernel event, soonest first
         while not self._stopping.is_set():
-            ready, _, _ = select.select(sources, [], [], SETTLE_SECONDS if settle else timeout)
+            timeout = settling.pop(0) if settling else idle
+            ready, _, _ = select.select(sources, [], [], timeout)
             if woken in ready:
                 woken.recv(64)
                 continue
-            if events is not None and events in ready and not _relevant(events, names):
-                continue
-            # A kernel event, a settle check or a poll: has anyone committed since we looked?
-            settle = events is not None and events in ready
+            if events is not None and events in ready:
+                if not _relevant(events, names):
+                    continue
+                settling = list(SETTLE_SECONDS)
+            # A kernel event, a settle look or a poll: has anyone committed since we looked?
             current = _data_version(connection)
             if current != version:
                 version = current
+                settling = []
                 self._fire()
 
     def _fire(self) -> None:
@@ -182,7 +186,7 @@ def _data_version(connection: sqlite3.Connection | None) -> int | None:
     if connection is None:
         return None
     try:
-        row = connection.execute("PRAGMA data_version").fetchone()
+        row = connection.execute("PRAGMA data_version").fetchall()[0]
     except sqlite3.Error:
         return None
     return int(row[0])
