@@ -15,9 +15,9 @@ nothing is written, and wakes a waiter within a fraction of a millisecond; ``dat
 costs a query per poll, on every process holding a Queue, and its interval bounds the latency. A
 kernel event can come a moment before the commit that caused it is visible (the WAL frame is
 written before the WAL index says it is committed), so after an event the thread keeps looking,
-at growing intervals (:data:`SETTLE_SECONDS`), until ``data_version`` moves. The workers' and waiters' own polls stay as the
-fallback for anything this misses (a database on a network file system, where inotify sees only
-local writes).
+at growing intervals (:data:`SETTLE_SECONDS`), until ``data_version`` moves. The workers' and
+waiters' own polls stay as the fallback for anything this misses (a database on a network file
+system, where inotify sees only local writes).
 
 ``subscribe`` callbacks, which take a payload, never run: SQLite cannot say what changed.
 """
