@@ -1,7 +1,9 @@
 """Alembic, driven from Python: upgrade a database, or print the DDL for a DBA.
 
 pgqueue keeps its own Alembic lineage with its own version table (``pgqueue_alembic_version``) so
-it never collides with the host application's ``alembic_version``. The scripts ship inside the
+it never collides with the host application's ``alembic_version``. With a ``schema`` the tables
+and the version table go into that schema (created if missing), so each schema of a database
+has its own lineage. The scripts ship inside the
 package, so this works from an installed wheel as well as from a checkout.
 """
 
@@ -34,30 +36,39 @@ def alembic_config(**attributes: Any) -> Config:
     return cfg
 
 
-def upgrade(engine: Engine, revision: str = "head") -> None:
-    """Upgrade ``engine``'s database to ``revision`` (idempotent)."""
-    _run(engine, command.upgrade, revision)
+def upgrade(engine: Engine, revision: str = "head", *, schema: str | None = None) -> None:
+    """Upgrade ``engine``'s database (pgqueue's tables in ``schema``) to ``revision``
+    (idempotent)."""
+    _run(engine, command.upgrade, revision, schema)
 
 
-def downgrade(engine: Engine, revision: str = "base") -> None:
+def downgrade(engine: Engine, revision: str = "base", *, schema: str | None = None) -> None:
     """Downgrade ``engine``'s database to ``revision`` (``base`` drops every pgqueue table)."""
-    _run(engine, command.downgrade, revision)
+    _run(engine, command.downgrade, revision, schema)
 
 
-def upgrade_sql(url: str | URL | None = None, revision: str = "head") -> str:
+def upgrade_sql(
+    url: str | URL | None = None, revision: str = "head", *, schema: str | None = None
+) -> str:
     """The DDL that ``upgrade`` would run, as a SQL script for the host's own migration tool."""
     resolved = resolve_url(url)
+    schema = backend_for(resolved, schema=schema).schema
     buffer = io.StringIO()
-    cfg = alembic_config(url=resolved, output_buffer=buffer)
+    cfg = alembic_config(url=resolved, output_buffer=buffer, schema=schema)
     cfg.output_buffer = buffer
     command.upgrade(cfg, revision, sql=True)
     return buffer.getvalue()
 
 
-def _run(engine: Engine, action: Any, revision: str) -> None:
-    backend = backend_for(resolve_url(engine.url))
+def _run(engine: Engine, action: Any, revision: str, schema: str | None = None) -> None:
+    backend = backend_for(resolve_url(engine.url), schema=schema)
+    schema = backend.schema
     try:
         with backend.begin(engine) as connection:
-            action(alembic_config(connection=connection), revision)
+            if schema is not None:
+                backend.ensure_schema(connection)
+                # The revisions name their tables unqualified, as Queue's statements do.
+                connection.execution_options(schema_translate_map={None: schema})
+            action(alembic_config(connection=connection, schema=schema), revision)
     except DBAPIError as exc:
         raise backend.translate(exc) from exc

@@ -75,8 +75,11 @@ class Listener:
         unsubscribe = listener.subscribe(FINISHED_CHANNEL, lambda payload: print(payload))
     """
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Engine, *, channel: Callable[[str], str] | None = None) -> None:
         self._engine = engine
+        # pgqueue's channel names -> the names on the server (a Queue's schema suffixes them).
+        self._names = {name: name if channel is None else channel(name) for name in CHANNELS}
+        self._by_name = {server: name for name, server in self._names.items()}
         self._lock = threading.Lock()
         self._callbacks: dict[str, list[Callable[[str], None]]] = defaultdict(list)
         self._reconnect_callbacks: list[Callable[[], None]] = []
@@ -166,7 +169,7 @@ class Listener:
         with self._lock:
             missing = self._channels - self._listened
         for channel in sorted(missing):
-            connection.execute(f"LISTEN {channel}")
+            connection.execute(f"LISTEN {self._names[channel]}")
         with self._lock:
             self._listened |= missing
             self._listened_changed.notify_all()
@@ -226,7 +229,7 @@ class Listener:
                 connection.execute("SELECT 1")
             # timeout=0 reads what has arrived, including what psycopg queued during the ping.
             for notify in connection.notifies(timeout=0):
-                self._dispatch(notify.channel, notify.payload)
+                self._dispatch(self._by_name.get(notify.channel, ""), notify.payload)
 
     def _dispatch(self, channel: str, payload: str) -> None:
         with self._lock:

@@ -13,6 +13,7 @@ from typing import Any, ParamSpec, TypeVar, Unpack, overload
 from sqlalchemy import Connection, Engine, select
 from sqlalchemy.engine import URL
 from sqlalchemy.exc import DBAPIError
+from sqlalchemy.pool import NullPool
 
 from pgqueue import config, statements, tracing
 from pgqueue.backends import Backend, backend_for
@@ -54,9 +55,27 @@ class Queue:
     ``url_or_engine`` is a SQLAlchemy URL or Engine; None means ``$PGQUEUE_URL``, else
     ``sqlite:///pgqueue.db``. Creating a Queue does not connect.
 
+    ``schema`` names the PostgreSQL schema that holds pgqueue's tables (None: the first on the
+    connection's ``search_path``, usually ``public``); queues in different schemas of one
+    database are fully separate, each with its own jobs, workers and maintenance leader. SQLite
+    accepts only None or ``"main"``.
+
+    ``pooler="transaction"`` says the URL goes through a transaction-pooling pgbouncer: pgqueue
+    then never prepares statements, and uses ``session_url`` (a URL straight to PostgreSQL, or
+    to a session-pooling pgbouncer) for what needs a session of its own: LISTEN wake-ups, the
+    maintenance leader's lock and workers' crash-detection locks. Without ``session_url`` it
+    polls, elects leaders by lease rows and finds dead workers by their leases alone (see
+    docs/operations.md).
+
     Example::
 
         queue = pgqueue.Queue("postgresql://app@db/app")
+        billing = pgqueue.Queue("postgresql://app@db/app", schema="billing")
+        pooled = pgqueue.Queue(
+            "postgresql://app@pgbouncer:6432/app",
+            pooler="transaction",
+            session_url="postgresql://app@db:5432/app",
+        )
 
         @queue.task()
         def add(a: int, b: int) -> int:
@@ -74,6 +93,9 @@ class Queue:
         serializer: Serializer | None = None,
         allow_unknown_tasks: bool = False,
         engine_options: Mapping[str, Any] | None = None,
+        schema: str | None = None,
+        pooler: str | None = None,
+        session_url: str | URL | None = None,
     ) -> None:
         self.result_ttl = config.check_result_ttl(result_ttl)
         self.max_attempts = config.check_max_attempts(max_attempts)
@@ -81,16 +103,34 @@ class Queue:
         if not isinstance(self.serializer, Serializer):
             raise ConfigError("serializer must have encode() and decode() methods")
         self.allow_unknown_tasks = allow_unknown_tasks
+        direct = None if session_url is None else config.resolve_url(session_url)
         if isinstance(url_or_engine, Engine):
             if engine_options:
                 raise ConfigError("engine_options apply only when pgqueue creates the engine")
-            self.backend: Backend = backend_for(config.resolve_url(url_or_engine.url))
+            url = config.resolve_url(url_or_engine.url)
+            self.backend: Backend = self._backend(url, schema, pooler, direct)
             self.backend.prepare_engine(url_or_engine)
-            self.engine = url_or_engine
+            engine = url_or_engine
         else:
             url = config.resolve_url(url_or_engine)
-            self.backend = backend_for(url)
-            self.engine = self.backend.create_engine(url, **dict(engine_options or {}))
+            self.backend = self._backend(url, schema, pooler, direct)
+            engine = self.backend.create_engine(url, **dict(engine_options or {}))
+        #: The schema holding pgqueue's tables (None: the connection's default).
+        self.schema = self.backend.schema
+        # Every statement pgqueue builds names its tables unqualified; the map qualifies them
+        # at execution (compiled statements stay cached across schemas).
+        self._schema_map = None if self.schema is None else {None: self.schema}
+        self.engine: Engine = self._in_schema(engine)
+        #: The engine for connections that hold a session: LISTEN, leader and liveness locks
+        #: (``session_url``'s, else :attr:`engine`; None when there is none to be had).
+        self.session_engine: Engine | None = None
+        if direct is not None:
+            # Each such connection is long-lived and detached from any pool.
+            self.session_engine = self._in_schema(
+                self.backend.create_engine(direct, poolclass=NullPool)
+            )
+        elif self.backend.session_locks:
+            self.session_engine = self.engine
         self.tasks: dict[str, Task[Any, Any]] = {}
         #: Periodic schedules by name (see :meth:`periodic`).
         self.schedules: dict[str, Schedule] = {}
@@ -100,14 +140,31 @@ class Queue:
         self._finished_listeners: list[Callable[[str, str], None]] = []
         self._waiters = Waiters(self)
 
+    @staticmethod
+    def _backend(url: URL, schema: str | None, pooler: str | None, direct: URL | None) -> Backend:
+        backend = backend_for(url, schema=schema, pooler=pooler, sessions=direct is not None)
+        if direct is not None and backend_for(direct).name != backend.name:
+            raise ConfigError("session_url must name the same kind of database as the URL")
+        if direct is not None and not backend.session_locks:
+            raise ConfigError(f"session_url does not apply to {backend.name}")
+        return backend
+
+    def _in_schema(self, engine: Engine) -> Engine:
+        if self._schema_map is None:
+            return engine
+        return engine.execution_options(schema_translate_map=self._schema_map)
+
     @property
     def listener(self) -> WakeUps | None:
         """Wake-ups from other processes, started on first use and shared by every waiter and
-        worker of this Queue: the LISTEN connection on PostgreSQL, a watch on the database
-        file on SQLite (see ``Backend.listener``); None where there are none."""
+        worker of this Queue: the LISTEN connection on PostgreSQL (on ``session_url`` when
+        given), a watch on the database file on SQLite (see ``Backend.listener``); None where
+        there are none (transaction pooling without ``session_url``, an in-memory SQLite
+        database), and waiters and workers poll."""
         with self._listener_lock:
             if not self._listener_made:
-                self._listener = self.backend.listener(self.engine)
+                engine = self.session_engine if self.session_engine is not None else self.engine
+                self._listener = self.backend.listener(engine)
                 self._listener_made = True
             return self._listener
 
@@ -129,9 +186,14 @@ class Queue:
         if self._listener is not None:
             self._listener.stop()
         self.engine.dispose()
+        if self.session_engine is not None and self.session_engine is not self.engine:
+            self.session_engine.dispose()
 
     def __repr__(self) -> str:
-        return f"Queue({self.engine.url.render_as_string(hide_password=True)!r})"
+        url = self.engine.url.render_as_string(hide_password=True)
+        return (
+            f"Queue({url!r})" if self.schema is None else f"Queue({url!r}, schema={self.schema!r})"
+        )
 
     # -- tasks ---------------------------------------------------------------------------------
 
@@ -683,7 +745,7 @@ class Queue:
         """
         from pgqueue.migrate import upgrade
 
-        upgrade(self.engine)
+        upgrade(self.engine, schema=self.schema)
 
     @contextmanager
     def connect(
@@ -700,14 +762,31 @@ class Queue:
         """
         try:
             if connection is not None:
-                yield connection
+                with self._schema_on(connection):
+                    yield connection
             elif session is not None:
-                yield session.connection()
+                borrowed = session.connection()
+                with self._schema_on(borrowed):
+                    yield borrowed
             else:
                 with self.backend.begin(self.engine, write=write) as conn:
                     yield conn
         except DBAPIError as exc:
             raise self.backend.translate(exc) from exc
+
+    @contextmanager
+    def _schema_on(self, connection: Connection) -> Iterator[None]:
+        """pgqueue's schema on the caller's connection, for pgqueue's statements only: the
+        caller's own unqualified tables must not move into it afterwards."""
+        if self._schema_map is None:
+            yield
+            return
+        before = connection.get_execution_options().get("schema_translate_map")
+        connection.execution_options(schema_translate_map={**(before or {}), **self._schema_map})
+        try:
+            yield
+        finally:
+            connection.execution_options(schema_translate_map=before)
 
 
 def _results(

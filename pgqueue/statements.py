@@ -748,7 +748,8 @@ def job_stale(*, grace: float, limit: int, clock: Clock) -> Select[Any]:
     )
 
 
-# pg_locks and pg_database, as far as crash detection reads them (PostgreSQL only).
+# pg_locks and pg_database, as far as crash detection reads them (PostgreSQL only). Qualified:
+# a Queue's schema= maps unqualified tables into its schema.
 _PG_LOCKS = table(
     "pg_locks",
     column("locktype"),
@@ -758,8 +759,9 @@ _PG_LOCKS = table(
     column("objsubid", Integer),
     column("pid", Integer),
     column("granted", Boolean),
+    schema="pg_catalog",
 )
-_PG_DATABASE = table("pg_database", column("oid"), column("datname"))
+_PG_DATABASE = table("pg_database", column("oid"), column("datname"), schema="pg_catalog")
 
 
 def _advisory_locks_held() -> Select[Any]:

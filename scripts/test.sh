@@ -13,13 +13,30 @@ fi
 "$VENV/bin/python" -m pip install --quiet --upgrade pip
 "$VENV/bin/python" -m pip install --quiet -e '.[dev]'
 
+# Debian packages the tests use, installed when running as root (CI) and missing; the package
+# lists are fetched once, before the first install.
+apt_updated=
+apt_install() {
+    [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null || return 1
+    echo "== apt-get install $*"
+    if [ -z "$apt_updated" ]; then
+        apt-get update -qq || return 1
+        apt_updated=1
+    fi
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >/dev/null
+}
+
 # The PostgreSQL JDBC driver, for read_jobs' JDBC path in the Spark tests. Without it those tests
 # cover the Python data source path only, so failing to install it is not fatal.
-if [ ! -f /usr/share/java/postgresql.jar ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-    echo "== apt-get install libpostgresql-jdbc-java"
-    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
-        libpostgresql-jdbc-java >/dev/null; } ||
+if [ ! -f /usr/share/java/postgresql.jar ]; then
+    apt_install libpostgresql-jdbc-java ||
         echo "warning: no PostgreSQL JDBC driver; Spark tests read over the Python data source" >&2
+fi
+
+# pgbouncer, for the transaction-pooling tests (tests/backends/test_pgbouncer.py); with CI=true
+# they fail rather than skip without it, so a failed install shows up there.
+if ! command -v pgbouncer >/dev/null && [ ! -x /usr/sbin/pgbouncer ]; then
+    apt_install pgbouncer || echo "warning: no pgbouncer; its tests skip (fail with CI=true)" >&2
 fi
 
 echo "== ruff"

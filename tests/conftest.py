@@ -145,3 +145,18 @@ def spans() -> Iterator[Any]:
     yield exporter
     tracing.use_tracer_provider(None)
     provider.shutdown()
+
+
+@pytest.fixture(scope="session")
+def pgbouncer(pg_server: PostgresServer) -> Iterator[Any]:
+    """pgbouncer in transaction pooling mode in front of the session's PostgreSQL server
+    (skipped where pgbouncer is not installed, failed in CI)."""
+    from pgbouncer_server import PgBouncer, pgbouncer_available
+
+    available, reason = pgbouncer_available()
+    if not available:
+        if IN_CI:
+            pytest.fail(f"pgbouncer is required when CI=true: {reason}")
+        pytest.skip(reason)
+    with PgBouncer(pg_server.port) as bouncer:
+        yield bouncer

@@ -6,15 +6,30 @@ from sqlalchemy.engine import URL
 
 from pgqueue.backends.base import Backend, Clock
 
-__all__ = ["Backend", "Clock", "backend_for"]
+__all__ = ["POOLERS", "Backend", "Clock", "backend_for"]
+
+#: What may sit between pgqueue and PostgreSQL (``Queue(pooler=...)``): None for a direct
+#: connection or a session-pooling pgbouncer, "transaction" for transaction pooling.
+POOLERS = (None, "transaction")
 
 
-def backend_for(url: URL) -> Backend:
-    """The backend for a resolved URL (see ``config.resolve_url``)."""
+def backend_for(
+    url: URL,
+    *,
+    schema: str | None = None,
+    pooler: str | None = None,
+    sessions: bool = True,
+) -> Backend:
+    """The backend for a resolved URL (see ``config.resolve_url``).
+
+    ``schema`` holds pgqueue's tables (checked: SQLite has only "main"); ``pooler`` is one of
+    :data:`POOLERS`; ``sessions`` says whether a connection with a session of its own can be
+    had (False: transaction pooling without a ``session_url``).
+    """
     if url.get_backend_name() == "postgresql":
         from pgqueue.backends.postgres import PostgresBackend
 
-        return PostgresBackend()
+        return PostgresBackend(schema=schema, pooler=pooler, sessions=sessions)
     from pgqueue.backends.sqlite import SQLiteBackend
 
-    return SQLiteBackend()
+    return SQLiteBackend(schema=schema, pooler=pooler)

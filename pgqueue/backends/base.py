@@ -61,8 +61,14 @@ class Backend(Protocol):
     """One database family. Implementations: ``postgres.PostgresBackend``, ``sqlite.SQLiteBackend``."""
 
     name: str
-    #: True when the database can push wake-ups (LISTEN/NOTIFY); False means poll.
+    #: True when this queue can hear wake-ups (LISTEN/NOTIFY on a session of its own); False
+    #: means poll. Sending them (``notify``) works whenever the database has them.
     supports_notify: bool
+    #: True when session advisory locks can be held (leader election, worker liveness); False:
+    #: leadership by lease rows, and leases alone find dead workers.
+    session_locks: bool
+    #: The database schema holding pgqueue's tables (None: the connection's default).
+    schema: str | None
     #: True when one fenced UPDATE can settle many jobs (``statements.job_complete_many``);
     #: False: one fenced UPDATE per job, all in one transaction (cheap on SQLite).
     batch_updates: bool
@@ -73,6 +79,15 @@ class Backend(Protocol):
 
     def prepare_engine(self, engine: Engine) -> None:
         """Attach whatever a caller-made Engine needs (SQLite: WAL, busy timeout, BEGIN IMMEDIATE)."""
+        ...
+
+    def channel(self, name: str) -> str:
+        """The notification channel ``name`` of this queue's schema (queues in other schemas of
+        the same database never hear each other's wake-ups)."""
+        ...
+
+    def ensure_schema(self, connection: Connection) -> None:
+        """Create :attr:`schema` if it is missing (migrations only)."""
         ...
 
     def clock(self, now: datetime | None = None) -> Clock:

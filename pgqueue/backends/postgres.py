@@ -6,6 +6,7 @@ import functools
 import json
 import logging
 import select as select_module
+import zlib
 from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -19,7 +20,8 @@ from sqlalchemy.exc import DBAPIError, DisconnectionError, OperationalError
 
 from pgqueue import statements
 from pgqueue.backends.base import Clock, iter_chunks
-from pgqueue.errors import BackendError, SchemaMissingError
+from pgqueue.config import check_name
+from pgqueue.errors import BackendError, ConfigError, SchemaMissingError
 from pgqueue.notifications import Listener
 
 __all__ = ["PostgresBackend"]
@@ -31,6 +33,9 @@ logger = logging.getLogger("pgqueue.backends.postgres")
 ENQUEUE_CHUNK = 5000
 # SQLSTATE classes: 42P01 undefined_table; 08 connection exceptions; 57P admin shutdown etc.
 _UNDEFINED_TABLE = "42P01"
+# PostgreSQL truncates identifiers to NAMEDATALEN - 1 bytes; a longer schema name would silently
+# name another schema.
+_MAX_IDENTIFIER_BYTES = 63
 
 # One NOTIFY per payload in one statement, built once (building costs more than running it).
 _NOTIFY_MANY = select(
@@ -77,11 +82,37 @@ def _check_idle_connection(dbapi_connection: Any, _record: Any, _proxy: Any) -> 
 
 
 class PostgresBackend:
-    """The production backend."""
+    """The production backend.
+
+    ``schema`` holds pgqueue's tables (None: the first schema on the ``search_path``).
+    ``pooler="transaction"``: connections go through a transaction-pooling pgbouncer, so no
+    prepared statements (the next transaction may run on another server connection), and
+    ``sessions`` False unless a ``session_url`` gives a connection of its own for LISTEN and
+    session advisory locks.
+    """
 
     name = "postgresql"
-    supports_notify = True
     batch_updates = True
+
+    def __init__(
+        self, *, schema: str | None = None, pooler: str | None = None, sessions: bool = True
+    ) -> None:
+        if pooler not in (None, "transaction"):
+            raise ConfigError(
+                f"pooler must be None (direct, or pgbouncer in session mode) or 'transaction', "
+                f"not {pooler!r} (statement pooling cannot run pgqueue's transactions)"
+            )
+        if schema is not None:
+            schema = check_name("schema", schema)
+            if len(schema.encode()) > _MAX_IDENTIFIER_BYTES:
+                raise ConfigError(
+                    f"schema must be at most {_MAX_IDENTIFIER_BYTES} bytes in UTF-8 "
+                    f"(PostgreSQL's identifier limit), got {schema!r}"
+                )
+        self.schema = schema
+        self.pooler = pooler
+        self.supports_notify = self.session_locks = pooler is None or sessions
+        self._suffix = "" if schema is None else f"_{zlib.crc32(schema.encode()):08x}"
 
     committed_enqueue_limit = ENQUEUE_CHUNK
 
@@ -89,15 +120,45 @@ class PostgresBackend:
         # No pre-ping by default: it is a round trip per checkout, a third of a one-job enqueue.
         # A socket check at checkout drops connections the server closed while they were idle.
         pre_ping = options.setdefault("pool_pre_ping", False)
-        options.setdefault("pool_size", 10)
-        options.setdefault("max_overflow", 20)
+        if "poolclass" not in options:
+            options.setdefault("pool_size", 10)
+            options.setdefault("max_overflow", 20)
         engine = sa.create_engine(url, **options)
         if not pre_ping:
             event.listen(engine, "checkout", _check_idle_connection)
+        self.prepare_engine(engine)
         return engine
 
     def prepare_engine(self, engine: Engine) -> None:
-        return None
+        if self.pooler != "transaction" or getattr(engine, "_pgqueue_unprepared", False):
+            return
+        engine._pgqueue_unprepared = True  # type: ignore[attr-defined]
+
+        @sa.event.listens_for(engine, "connect")
+        def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+            # psycopg prepares a statement on the server after a few runs and names it there; the
+            # pooler may run the next transaction on a server connection that never saw it
+            # ("prepared statement ... does not exist"). None: never prepare.
+            dbapi_connection.prepare_threshold = None
+
+    def channel(self, name: str) -> str:
+        # A short hash, not the schema itself: channel names are identifiers of at most 63
+        # bytes and go into LISTEN unquoted.
+        return name + self._suffix
+
+    def ensure_schema(self, connection: Connection) -> None:
+        if self.schema is None:
+            return
+        exists = connection.scalar(
+            select(sa.literal(True)).where(
+                sa.table("pg_namespace", sa.column("nspname"), schema="pg_catalog").c.nspname
+                == self.schema
+            )
+        )
+        # Checked first: CREATE SCHEMA IF NOT EXISTS needs the CREATE privilege on the database
+        # even when the schema is already there, which an application role often lacks.
+        if not exists:
+            connection.execute(sa.schema.CreateSchema(self.schema, if_not_exists=True))
 
     def clock(self, now: datetime | None = None) -> Clock:
         return Clock(now)
@@ -140,6 +201,7 @@ class PostgresBackend:
     def enqueue_committed(
         self, engine: Engine, rows: Sequence[dict[str, Any]], clock: Clock, channel: str
     ) -> list[str]:
+        channel = self.channel(channel)
         statement = (
             _enqueue_notify_on_database_clock(channel)
             if clock.fixed is None
@@ -172,15 +234,18 @@ class PostgresBackend:
         with engine.begin() as connection:
             yield connection
 
-    def listener(self, engine: Engine) -> Listener:
-        return Listener(engine)
+    def listener(self, engine: Engine) -> Listener | None:
+        # Transaction pooling without a session of its own: no LISTEN to be had.
+        return Listener(engine, channel=self.channel) if self.supports_notify else None
 
     def notify(self, connection: Connection, channel: str, payload: str) -> None:
-        connection.execute(_NOTIFY, {"channel": channel, "payload": payload})
+        connection.execute(_NOTIFY, {"channel": self.channel(channel), "payload": payload})
 
     def notify_many(self, connection: Connection, channel: str, payloads: Sequence[str]) -> None:
         if payloads:
-            connection.execute(_NOTIFY_MANY, {"channel": channel, "payloads": list(payloads)})
+            connection.execute(
+                _NOTIFY_MANY, {"channel": self.channel(channel), "payloads": list(payloads)}
+            )
 
     def unreachable(self, error: DBAPIError) -> bool:
         # No answer from a server at all (refused, reset: no SQLSTATE), a connection exception

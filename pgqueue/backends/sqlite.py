@@ -24,7 +24,7 @@ from pgqueue import statements
 from pgqueue.backends.base import Clock, iter_chunks
 from pgqueue.backends.sqlite_watch import FileWatcher
 from pgqueue.config import utc_now
-from pgqueue.errors import BackendError, SchemaMissingError
+from pgqueue.errors import BackendError, ConfigError, SchemaMissingError
 
 __all__ = ["SQLiteBackend"]
 
@@ -40,7 +40,27 @@ class SQLiteBackend:
 
     name = "sqlite"
     supports_notify = False
+    session_locks = False
     batch_updates = False
+
+    def __init__(self, *, schema: str | None = None, pooler: str | None = None) -> None:
+        # SQLite's schemas are attached database files; pgqueue's tables live in the one file
+        # the URL names ("main"). Another file is another URL, not a schema.
+        if schema not in (None, "main"):
+            raise ConfigError(
+                f"schema={schema!r} is not supported on SQLite: pgqueue's tables live in the "
+                "database file the URL names (schema None or 'main'); use another file for "
+                "a separate queue"
+            )
+        if pooler is not None:
+            raise ConfigError(f"pooler={pooler!r} applies to PostgreSQL only; SQLite has no pooler")
+        self.schema: str | None = None
+
+    def channel(self, name: str) -> str:
+        return name
+
+    def ensure_schema(self, connection: Connection) -> None:
+        return None
 
     def create_engine(self, url: Any, **options: Any) -> Engine:
         connect_args = options.setdefault("connect_args", {})

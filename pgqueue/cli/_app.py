@@ -64,7 +64,14 @@ def queue_from_args(args: argparse.Namespace) -> Queue:
     bound = getattr(args, "queue", None)
     if isinstance(bound, Queue):
         return bound
-    queue = Queue(args.url, allow_unknown_tasks=True)
+    environ = os.environ.get
+    queue = Queue(
+        args.url,
+        allow_unknown_tasks=True,
+        schema=args.schema or environ("PGQUEUE_SCHEMA") or None,
+        pooler=args.pooler or environ("PGQUEUE_POOLER") or None,
+        session_url=args.session_url or environ("PGQUEUE_SESSION_URL") or None,
+    )
     # main() closes it when the command ends (pooled connections, the LISTEN thread).
     args.opened_queues = [*getattr(args, "opened_queues", []), queue]
     return queue
@@ -79,8 +86,12 @@ def check_database(queue: Queue) -> None:
 def module_queue(args: argparse.Namespace) -> Queue:
     """The Queue named by the MODULE[:ATTR] argument; ``--url`` is refused, since the Queue
     already names its database."""
-    if args.url is not None:
-        raise PgQueueError("--url does not apply here: the Queue in MODULE names its database")
+    for option in ("url", "schema", "pooler", "session_url"):
+        if getattr(args, option, None) is not None:
+            flag = "--" + option.replace("_", "-")
+            raise PgQueueError(
+                f"{flag} does not apply here: the Queue in MODULE names its database"
+            )
     return load_queue(args.queue)
 
 
@@ -99,16 +110,41 @@ def build_parser(
     for name, (help_text, configure, handler) in sorted(_COMMANDS.items()):
         sub = subparsers.add_parser(name, help=help_text, description=help_text)
         if queue is None:
-            sub.add_argument(
-                "--url",
-                default=None,
-                help="database URL (default: $PGQUEUE_URL, else sqlite:///pgqueue.db)",
-            )
+            _add_database_options(sub)
         configure(sub)
         if queue is not None:
             _bind_queue(sub, queue)
         sub.set_defaults(handler=handler, **dict((defaults or {}).get(name, {})))
     return parser
+
+
+def _add_database_options(parser: argparse.ArgumentParser) -> None:
+    # Every subcommand's: where the tables are and how to reach them (see Queue). The
+    # environment defaults apply in queue_from_args, so that they never clash with a MODULE.
+    parser.add_argument(
+        "--url",
+        default=None,
+        help="database URL (default: $PGQUEUE_URL, else sqlite:///pgqueue.db)",
+    )
+    parser.add_argument(
+        "--schema",
+        default=None,
+        help="PostgreSQL schema holding pgqueue's tables (default: $PGQUEUE_SCHEMA, else the "
+        "connection's search_path)",
+    )
+    parser.add_argument(
+        "--pooler",
+        choices=["transaction"],
+        default=None,
+        help="'transaction': --url goes through a transaction-pooling pgbouncer "
+        "(default: $PGQUEUE_POOLER)",
+    )
+    parser.add_argument(
+        "--session-url",
+        default=None,
+        help="with --pooler transaction: a direct PostgreSQL URL for LISTEN and locks "
+        "(default: $PGQUEUE_SESSION_URL; none: poll, lease-row leadership)",
+    )
 
 
 def _bind_queue(parser: argparse.ArgumentParser, queue: Queue) -> None:
@@ -118,7 +154,7 @@ def _bind_queue(parser: argparse.ArgumentParser, queue: Queue) -> None:
         if action.dest == "queue" and not action.option_strings:
             action.nargs = "?"
             action.help = argparse.SUPPRESS
-    parser.set_defaults(queue=queue, url=None)
+    parser.set_defaults(queue=queue, url=None, schema=None, pooler=None, session_url=None)
 
 
 def command_help() -> dict[str, str]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 
 from pgqueue.cli._app import EXIT_OK, command, queue_from_args
 from pgqueue.cli._output import add_json_flag, print_json
@@ -22,11 +23,17 @@ def _migrate(args: argparse.Namespace) -> int:
 
     if args.sql:
         bound = getattr(args, "queue", None)
-        print(migrate.upgrade_sql(bound.engine.url if isinstance(bound, Queue) else args.url))
+        if isinstance(bound, Queue):
+            print(migrate.upgrade_sql(bound.engine.url, schema=bound.schema))
+        else:
+            schema = args.schema or os.environ.get("PGQUEUE_SCHEMA") or None
+            print(migrate.upgrade_sql(args.url, schema=schema))
         return EXIT_OK
     queue = queue_from_args(args)
     queue.migrate()
     where = queue.engine.url.render_as_string(hide_password=True)
+    if queue.schema is not None:
+        where += f" (schema {queue.schema})"
     if args.json:
         print_json({"url": where, "migrated": True})
     else:

@@ -27,7 +27,9 @@ Example::
     db.session.commit()
 
 Without ``db`` the queue's database is ``app.config["PGQUEUE_URL"]`` (else ``$PGQUEUE_URL``, else
-``sqlite:///pgqueue.db``). Workers: ``flask --app shop pgqueue worker`` (the same options as the
+``sqlite:///pgqueue.db``). ``app.config["PGQUEUE_SCHEMA"]``, ``["PGQUEUE_POOLER"]`` and
+``["PGQUEUE_SESSION_URL"]`` give the Queue's ``schema``, ``pooler`` and ``session_url`` (keyword
+arguments to ``PgQueue`` win). Workers: ``flask --app shop pgqueue worker`` (the same options as the
 ``pgqueue`` command, ``--burst`` included); ``flask pgqueue migrate`` creates the tables.
 
 One PgQueue may serve several apps (app factories, tests): each app gets its own Queue on its own
@@ -58,6 +60,12 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 EXTENSION = "pgqueue"
+# Queue options that app.config may give.
+_CONFIG_KEYS = {
+    "schema": "PGQUEUE_SCHEMA",
+    "pooler": "PGQUEUE_POOLER",
+    "session_url": "PGQUEUE_SESSION_URL",
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,11 +98,17 @@ class PgQueue:
     def init_app(self, app: Flask, db: Any = None) -> None:
         """Create ``app``'s Queue, register every declared task on it, add ``flask pgqueue``."""
         db = db if db is not None else self.db
+        options = {
+            option: app.config[key]
+            for option, key in _CONFIG_KEYS.items()
+            if app.config.get(key) is not None
+        }
+        options.update(self.queue_options)
         if db is not None:
             with app.app_context():
-                queue = Queue(db.engine, **self.queue_options)
+                queue = Queue(db.engine, **options)
         else:
-            queue = Queue(app.config.get("PGQUEUE_URL"), **self.queue_options)
+            queue = Queue(app.config.get("PGQUEUE_URL"), **options)
         app.extensions[EXTENSION] = queue
         self._apps.add(app)
         for declared in self._declared.values():

@@ -24,7 +24,13 @@ leadership: a healthy leader renews every interval, so only one that stopped tic
 Advisory lock keys share one 64-bit space with every other user of the database, including the
 host application. pgqueue only uses keys whose high 32 bits equal its *namespace*
 (``DEFAULT_LOCK_NAMESPACE``, configurable with ``lock_namespace=``); the low 32 bits name the
-role (leader keys have the top bit clear, worker liveness keys have it set).
+role (leader keys have the top bit clear, worker liveness keys have it set). A queue with a
+``schema`` hashes it into its leader keys, so queues in different schemas of one database elect
+their leaders separately; liveness keys are drawn at random and taken database-wide, so they
+never clash across schemas either.
+
+Behind a transaction-pooling pgbouncer without a ``session_url`` there is no session to hold a
+lock on: leadership then falls back to the lease row, as on SQLite.
 
 Example::
 
@@ -94,9 +100,11 @@ def advisory_key(namespace: int, low: int) -> int:
     return (namespace << 32) | (low & _LOW_BITS)
 
 
-def leader_key(namespace: int, name: str) -> int:
-    """The advisory lock key of the leader role ``name`` (top bit of the low half clear)."""
-    return advisory_key(namespace, zlib.crc32(name.encode()) & ~_WORKER_BIT)
+def leader_key(namespace: int, name: str, schema: str | None = None) -> int:
+    """The advisory lock key of the leader role ``name`` of the queue in ``schema`` (top bit of
+    the low half clear). Without a schema the key is the role's alone, as it always was."""
+    role = name if schema is None else f"{schema}\0{name}"
+    return advisory_key(namespace, zlib.crc32(role.encode()) & ~_WORKER_BIT)
 
 
 def worker_key(namespace: int, number: int) -> int:
@@ -163,13 +171,15 @@ class Leadership(abc.ABC):
         name: str = DEFAULT_LEADER_NAME,
         lock_namespace: int = DEFAULT_LOCK_NAMESPACE,
     ) -> Leadership:
-        """The leadership implementation for the queue's database.
+        """The leadership implementation for the queue's database: an advisory lock where the
+        queue can hold a session (PostgreSQL), else a lease row (SQLite, transaction pooling
+        without ``session_url``).
 
         Example::
 
             leadership = Leadership.for_queue(queue, lock_namespace=0x1234)
         """
-        if queue.backend.name == "postgresql":
+        if queue.session_engine is not None and queue.backend.session_locks:
             return AdvisoryLockLeadership(queue, name, lock_namespace=lock_namespace)
         return LeaseRowLeadership(queue, name)
 
@@ -249,9 +259,12 @@ class AdvisoryLockLeadership(Leadership):
         ttl: float | None = None,
     ) -> None:
         super().__init__(queue, name, ttl=ttl)
-        if queue.backend.name != "postgresql":
-            raise ConfigError("advisory lock leadership needs PostgreSQL")
-        self.key = leader_key(check_lock_namespace(lock_namespace), self.name)
+        if queue.session_engine is None or not queue.backend.session_locks:
+            raise ConfigError(
+                "advisory lock leadership needs a PostgreSQL session (behind a transaction "
+                "pooler: pass session_url= to the Queue)"
+            )
+        self.key = leader_key(check_lock_namespace(lock_namespace), self.name, queue.schema)
         self._connection: Connection | None = None
 
     def _elect(self, now: datetime | None) -> bool:
@@ -277,7 +290,9 @@ class AdvisoryLockLeadership(Leadership):
             raise self.queue.backend.translate(exc) from exc
 
     def _connect(self) -> Connection:
-        connection = open_session_connection(self.queue.engine, f"pgqueue leader {self.name}")
+        engine = self.queue.session_engine
+        assert engine is not None  # checked in __init__
+        connection = open_session_connection(engine, f"pgqueue leader {self.name}")
         # A leader that hangs (SIGSTOP, a long pause, a deadlocked process) keeps its session and
         # so its lock, and nobody would reap. The session is used every tick, so the server may
         # end it once it has been idle for a few intervals: that frees the lock for a follower.

@@ -7,11 +7,11 @@ OOM killer, a lost host), the server ends that session and frees the lock; the r
 sees a ``processing`` job whose worker's lock is free and releases it at once, without waiting
 for the lease. A *hung* worker still holds its lock, so it is caught by its lease as before.
 
-Session advisory locks need a real session: behind pgbouncer in transaction (or statement)
-pooling mode the lock lands on whichever server connection the pooler picked and stays there
-after the client moves on. Point pgqueue at PostgreSQL directly (or at a session-pooling
-pgbouncer), or switch crash detection off with ``crash_detection=False``: the worker then records
-no lock key and only its lease applies.
+Session advisory locks need a real session: behind pgbouncer in transaction pooling mode the
+lock would land on whichever server connection the pooler picked and stay there after the client
+moved on. So a Queue with ``pooler="transaction"`` holds it on a connection to its
+``session_url``; without one (or with ``crash_detection=False``) the worker records no lock key
+and only its lease applies.
 
 The row's ``last_beat_at`` is kept by a heartbeat thread of the presence's own, every worker
 heartbeat, whether or not the worker holds jobs: it says the *process* is alive (``pgqueue stats``
@@ -87,7 +87,8 @@ class WorkerPresence:
         self.queues = None if queues is None else list(queues)
         self.crash_detection = (
             config.check_bool("crash_detection", crash_detection)
-            and queue.backend.name == "postgresql"
+            and queue.backend.session_locks
+            and queue.session_engine is not None
         )
         self.lock_namespace = check_lock_namespace(lock_namespace)
         self.host = socket.gethostname()
@@ -216,10 +217,10 @@ class WorkerPresence:
             except DBAPIError as exc:
                 logger.warning("worker liveness connection lost (%s); taking the lock again", exc)
             self._drop_lock(keep_key=True)
+        engine = self.queue.session_engine
+        assert engine is not None  # crash_detection is off without one
         try:
-            self._connection = open_session_connection(
-                self.queue.engine, f"pgqueue worker {self.worker_id}"
-            )
+            self._connection = open_session_connection(engine, f"pgqueue worker {self.worker_id}")
             # Try the key we advertised before, so the registry row stays true across a
             # reconnect; draw fresh keys only if another worker holds it.
             candidates = [self.lock_key] if self.lock_key is not None else []

@@ -212,7 +212,8 @@ class Reaper(MaintenanceService):
             grace=c.grace,
             now=now,
         )
-        if c.crash_detection and self.queue.backend.name == "postgresql":
+        # Only where liveness locks can be held: without them no worker records a key.
+        if c.crash_detection and self.queue.backend.session_locks:
             released += self._release(
                 lambda: statements.job_orphaned(limit=c.batch_size),
                 cause="worker_gone",

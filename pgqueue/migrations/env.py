@@ -17,9 +17,13 @@ from pgqueue.migrate import VERSION_TABLE
 from pgqueue.schema import METADATA
 
 config = context.config
+# A Queue's schema= (tables and version table there; the live connection maps the tables), or
+# `alembic -x schema=NAME` from a checkout.
+schema = config.attributes.get("schema") or context.get_x_argument(as_dictionary=True).get("schema")
 options: dict[str, Any] = {
     "target_metadata": METADATA,
     "version_table": VERSION_TABLE,
+    "version_table_schema": schema,
     "render_as_batch": True,
     "compare_type": True,
 }
@@ -31,6 +35,12 @@ if context.is_offline_mode():
     )
     context.configure(url=url, literal_binds=True, dialect_opts={"paramstyle": "named"}, **options)
     with context.begin_transaction():
+        if schema is not None:
+            # A script has no translate map: the revisions' unqualified names resolve through
+            # the search_path, set for the rest of the script's session.
+            quoted = context.get_context().dialect.identifier_preparer.quote_identifier(schema)
+            context.execute(f"CREATE SCHEMA IF NOT EXISTS {quoted}")
+            context.execute(f"SET search_path TO {quoted}")
         context.run_migrations()
 elif connection is not None:
     context.configure(connection=connection, **options)
@@ -39,9 +49,16 @@ elif connection is not None:
 else:
     from sqlalchemy import create_engine
 
+    from pgqueue.backends import backend_for
+
     url = resolve_url(context.get_x_argument(as_dictionary=True).get("url"))
     engine = create_engine(url)
     with engine.begin() as conn:
+        backend = backend_for(url, schema=schema)
+        if backend.schema is not None:
+            backend.ensure_schema(conn)
+            conn.execution_options(schema_translate_map={None: backend.schema})
+        options["version_table_schema"] = backend.schema
         context.configure(connection=conn, **options)
         with context.begin_transaction():
             context.run_migrations()

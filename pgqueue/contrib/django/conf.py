@@ -7,6 +7,9 @@ Example (settings.py)::
         "RESULT_TTL": 3600,           # seconds a result is kept (Queue default)
         "MAX_ATTEMPTS": 3,            # attempts per job (Queue default)
         "ENGINE_OPTIONS": {},         # SQLAlchemy options for pgqueue's own connections
+        "SCHEMA": None,               # PostgreSQL schema of pgqueue's tables (None: search_path)
+        "POOLER": None,               # "transaction" when DATABASES goes through pgbouncer so
+        "SESSION_URL": None,          # ... and a direct URL for LISTEN and locks (optional)
         "WORKER": {"concurrency": 4}, # defaults for `manage.py pgqueue worker` (its option names)
     }
 
@@ -20,13 +23,16 @@ from typing import Any
 from pgqueue import config
 from pgqueue.errors import ConfigError
 
-__all__ = ["DEFAULTS", "pgqueue_settings"]
+__all__ = ["DEFAULTS", "jobs_table", "pgqueue_settings"]
 
 DEFAULTS: dict[str, Any] = {
     "DATABASE": "default",
     "RESULT_TTL": config.DEFAULT_RESULT_TTL,
     "MAX_ATTEMPTS": config.DEFAULT_MAX_ATTEMPTS,
     "ENGINE_OPTIONS": {},
+    "SCHEMA": None,
+    "POOLER": None,
+    "SESSION_URL": None,
     "WORKER": {},
 }
 
@@ -40,3 +46,11 @@ def pgqueue_settings() -> dict[str, Any]:
         raise ConfigError(f"settings.PGQUEUE must be a dict, not {type(given).__name__}")
     config.check_options("settings.PGQUEUE", given, DEFAULTS)
     return {**DEFAULTS, **given}
+
+
+def jobs_table() -> str:
+    """The jobs table's ``db_table`` for Django: ``pgqueue_jobs``, qualified by
+    ``PGQUEUE["SCHEMA"]`` when one is set (Django quotes ``schema"."table`` into
+    ``"schema"."table"``). The model and its migration state both use it, so they never drift."""
+    schema = pgqueue_settings()["SCHEMA"]
+    return "pgqueue_jobs" if schema is None else f'{schema}"."pgqueue_jobs'

@@ -225,9 +225,10 @@ def upgrade_schema(alias: str, revision: str) -> None:
     from pgqueue.migrate import VERSION_TABLE, alembic_config
 
     with borrowed_engine(alias).connect() as connection:
-        cfg = alembic_config(connection=connection)
+        schema = _enter_schema(alias, connection)
+        cfg = alembic_config(connection=connection, schema=schema)
         heads = MigrationContext.configure(
-            connection, opts={"version_table": VERSION_TABLE}
+            connection, opts={"version_table": VERSION_TABLE, "version_table_schema": schema}
         ).get_current_heads()
         script = ScriptDirectory.from_config(cfg)
         reached = {rev.revision for head in heads for rev in script.iterate_revisions(head, "base")}
@@ -242,4 +243,17 @@ def downgrade_schema(alias: str, revision: str) -> None:
     from pgqueue.migrate import alembic_config
 
     with borrowed_engine(alias).connect() as connection:
-        command.downgrade(alembic_config(connection=connection), revision)
+        schema = _enter_schema(alias, connection)
+        command.downgrade(alembic_config(connection=connection, schema=schema), revision)
+
+
+def _enter_schema(alias: str, connection: sa.Connection) -> str | None:
+    """``PGQUEUE["SCHEMA"]`` for the migrations on ``connection``: created if missing, and
+    pgqueue's unqualified tables mapped into it (as ``pgqueue.migrate`` does)."""
+    from pgqueue.contrib.django.conf import pgqueue_settings
+
+    backend = backend_for(database_url(alias), schema=pgqueue_settings()["SCHEMA"])
+    if backend.schema is not None:
+        backend.ensure_schema(connection)
+        connection.execution_options(schema_translate_map={None: backend.schema})
+    return backend.schema

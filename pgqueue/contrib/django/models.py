@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from django.db import models
 
+from pgqueue.contrib.django.conf import jobs_table
 from pgqueue.job import JobState
 
 __all__ = ["Job"]
@@ -46,7 +47,7 @@ class Job(models.Model):  # type: ignore[misc]
 
     class Meta:
         managed = False
-        db_table = "pgqueue_jobs"
+        db_table = jobs_table()
         ordering = ("-created_at",)
         verbose_name = "job"
 

@@ -202,6 +202,9 @@ def get_queue(database: str | None = None) -> DjangoQueue:
                 engine_options=settings["ENGINE_OPTIONS"],
                 result_ttl=settings["RESULT_TTL"],
                 max_attempts=settings["MAX_ATTEMPTS"],
+                schema=settings["SCHEMA"],
+                pooler=settings["POOLER"],
+                session_url=settings["SESSION_URL"],
             )
             _QUEUES[alias] = queue
         return queue

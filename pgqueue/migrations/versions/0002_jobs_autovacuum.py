@@ -34,10 +34,24 @@ def upgrade() -> None:
     if op.get_context().dialect.name != "postgresql":
         return
     values = ", ".join(f"{name} = {value}" for name, value in SETTINGS.items())
-    op.execute(f"ALTER TABLE pgqueue_jobs SET ({values})")
+    op.execute(f"ALTER TABLE {_jobs_table()} SET ({values})")
 
 
 def downgrade() -> None:
     if op.get_context().dialect.name != "postgresql":
         return
-    op.execute(f"ALTER TABLE pgqueue_jobs RESET ({', '.join(SETTINGS)})")
+    op.execute(f"ALTER TABLE {_jobs_table()} RESET ({', '.join(SETTINGS)})")
+
+
+def _jobs_table() -> str:
+    """The jobs table, qualified with the Queue's schema when there is one: the live connection
+    maps SQLAlchemy's table names into it, but not a statement's text (an offline script sets
+    the search_path instead)."""
+    context = op.get_context()
+    if context.as_sql:
+        return "pgqueue_jobs"
+    mapped = op.get_bind().get_execution_options().get("schema_translate_map") or {}
+    schema = mapped.get(None)
+    if schema is None:
+        return "pgqueue_jobs"
+    return f"{context.dialect.identifier_preparer.quote_identifier(schema)}.pgqueue_jobs"

@@ -10,6 +10,7 @@ from typing import Any
 
 from django.db import migrations, models
 
+from pgqueue.contrib.django.conf import jobs_table
 from pgqueue.contrib.django.connection import downgrade_schema, upgrade_schema
 
 ALEMBIC_REVISION = "0001"
@@ -69,7 +70,7 @@ class Migration(migrations.Migration):  # type: ignore[misc]
             ],
             options={
                 "verbose_name": "job",
-                "db_table": "pgqueue_jobs",
+                "db_table": jobs_table(),
                 "ordering": ("-created_at",),
                 "managed": False,
             },
