@@ -51,6 +51,21 @@ def main(argv: list[str] | None = None) -> int:
         help="PostgreSQL with fsync and synchronous_commit off: what the flush to disk costs",
     )
     parser.add_argument(
+        "--history-rows",
+        type=int,
+        default=None,
+        help="history: finished rows under the claim (default 1,000,000)",
+    )
+    parser.add_argument(
+        "--backlog-rows",
+        type=int,
+        default=None,
+        help="history: also measure the claim over this many queued rows (default: no such stage)",
+    )
+    parser.add_argument(
+        "--backlog-queues", type=int, default=None, help="history: ... spread over this many queues"
+    )
+    parser.add_argument(
         "--compare",
         action="store_true",
         help="only the side-by-side run against pgqueuer and procrastinate (the bench extra)",
@@ -82,6 +97,9 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         parser.error(f"unknown benchmark(s): {', '.join(unknown)}")
 
+    for option in ("history_rows", "backlog_rows", "backlog_queues"):
+        if getattr(args, option) is not None:
+            history.SCALE[option] = getattr(args, option)
     started = datetime.now(UTC)
     load_before = os.getloadavg()
     figures: list[Figure] = []
