@@ -36,7 +36,7 @@ from benchmarks.common import (
     stop,
     wait_until,
 )
-from benchmarks.rivals import LIBRARIES, PICKUP_LOG, Library
+from benchmarks.rivals import LIBRARIES, PICKUP_LOG, VARIANTS, Library
 
 DRAIN_SIZES = (20_000, 100_000, 1_000_000)
 QUICK_DRAIN_SIZES = (300, 600)
@@ -93,8 +93,9 @@ def run(
     left out."""
     libraries = [
         library
-        for library in LIBRARIES
-        if library.available() and (only is None or library.name in only)
+        for library in (*LIBRARIES, *VARIANTS)
+        if library.available()
+        and (library.name in only if only is not None else library not in VARIANTS)
     ]
     notes = [
         f"{library.name} is not installed (pip install 'pgqueue-sql[bench]'): left out"

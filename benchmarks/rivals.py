@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import importlib.metadata
 import os
 import sys
@@ -323,7 +324,20 @@ class Procrastinate(Library):
         return first, last
 
 
+class PgQueueUnguarded(PgQueue):
+    """pgqueue with the worker's claim run as before the bitmap-scan guard (see
+    ``PostgresBackend.claim``): an A/B of that fix in one run. Only with ``--libraries``."""
+
+    name = "pgqueue-unguarded"
+    settings = f"concurrency {PGQUEUE_CONCURRENCY}, claim without SET LOCAL enable_bitmapscan"
+
+    def available(self) -> bool:
+        return True
+
+
 LIBRARIES: tuple[Library, ...] = (PgQueue(), PgQueuer(), Procrastinate())
+#: Measured only when named in ``--libraries``.
+VARIANTS: tuple[Library, ...] = (PgQueueUnguarded(),)
 
 
 def _procrastinate_app(url: str) -> Any:
@@ -345,8 +359,16 @@ def _procrastinate_app(url: str) -> Any:
 # -- worker processes ------------------------------------------------------------------------
 
 
-def _pgqueue_worker(url: str) -> None:
+def _pgqueue_worker(url: str, *, guarded: bool = True) -> None:
     import pgqueue
+
+    if not guarded:
+        from pgqueue.backends.postgres import PostgresBackend
+
+        def claim(self: Any, connection: Any, statement: Any, values: dict[str, Any]) -> list[Any]:
+            return list(connection.execute(statement, values).mappings().all())
+
+        PostgresBackend.claim = claim  # type: ignore[method-assign]
 
     queue = pgqueue.Queue(url, max_attempts=5)
 
@@ -393,6 +415,7 @@ def _procrastinate_worker(url: str) -> None:
 
 WORKERS: dict[str, Callable[[str], None]] = {
     "pgqueue": _pgqueue_worker,
+    "pgqueue-unguarded": functools.partial(_pgqueue_worker, guarded=False),
     "pgqueuer": _pgqueuer_worker,
     "procrastinate": _procrastinate_worker,
 }
