@@ -26,10 +26,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from benchmarks import compare, drain, enqueue, history, recovery, roundtrip
+from benchmarks import compare, dashboard, drain, enqueue, history, recovery, roundtrip
 from benchmarks.common import BACKENDS, Databases, Figure, Interference
 
-BENCHMARKS = {module.NAME: module for module in (enqueue, drain, roundtrip, recovery, history)}
+BENCHMARKS = {
+    module.NAME: module for module in (enqueue, drain, roundtrip, recovery, history, dashboard)
+}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -127,7 +127,7 @@ def _paced(
 
 class PgQueue(Library):
     name = "pgqueue"
-    distribution = "pgqueue"
+    distribution = "pgqueue-sql"
     settings = f"concurrency {PGQUEUE_CONCURRENCY}"
 
     def available(self) -> bool:
@@ -136,7 +136,7 @@ class PgQueue(Library):
     @property
     def version(self) -> str:
         try:
-            return importlib.metadata.version("pgqueue")
+            return importlib.metadata.version("pgqueue-sql")
         except importlib.metadata.PackageNotFoundError:  # a checkout without an install
             return "checkout"
 

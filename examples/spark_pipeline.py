@@ -3,7 +3,7 @@
     python examples/spark_pipeline.py [DATABASE_URL] [REPORT_DIR]
 
 The database defaults to ``$PGQUEUE_URL``, else ``sqlite:///spark_pipeline.db``; the report
-(Parquet, CSV and PNG charts) goes to ``spark-report/``. Needs ``pip install 'pgqueue[spark]'``
+(Parquet, CSV and PNG charts) goes to ``spark-report/``. Needs ``pip install 'pgqueue-sql[spark]'``
 and Java 17+.
 """
 

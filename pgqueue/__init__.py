@@ -31,6 +31,7 @@ from pgqueue.job import CancelResult, EnqueueResult, JobState, JobStatus
 from pgqueue.maintenance.pruner import PruneCounts, Pruner
 from pgqueue.maintenance.reaper import Reaper, StalledJob
 from pgqueue.maintenance.scheduler import Scheduler
+from pgqueue.operations import count_jobs
 from pgqueue.periodic import Schedule
 from pgqueue.queue import Queue
 from pgqueue.retries import Backoff, Retry, RetryPolicy
@@ -73,5 +74,6 @@ __all__ = [
     "Worker",
     "WorkerStats",
     "__version__",
+    "count_jobs",
     "current_job",
 ]

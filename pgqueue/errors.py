@@ -8,9 +8,11 @@ Every error pgqueue raises on purpose derives from :class:`PgQueueError`::
     ├── UnknownTaskError       enqueue or run of a task name nobody registered
     ├── JobFailedError         enqueue_and_wait: the job ended ``failed``
     ├── JobTimeoutError        enqueue_and_wait: our own wait timed out (also a TimeoutError)
-    ├── BackendError           the database refused or the connection broke
-    │   └── SchemaMissingError the pgqueue tables are not there: run ``pgqueue migrate``
-    └── LeaseLostError         internal: a fenced write touched no row (never reaches handlers)
+    └── BackendError           the database refused or the connection broke
+        └── SchemaMissingError the pgqueue tables are not there: run ``pgqueue migrate``
+
+A lost lease is not an error anyone can catch: the worker discards that outcome, counts it
+(``worker.stats.lost``) and sets the handler's ``current_job().cancelled`` event.
 
 Database driver errors are translated once, at the backend boundary, and keep the original
 exception as ``__cause__``.
@@ -32,7 +34,6 @@ __all__ = [
     "ConfigError",
     "JobFailedError",
     "JobTimeoutError",
-    "LeaseLostError",
     "PgQueueError",
     "SchemaMissingError",
     "SerializationError",
@@ -99,7 +100,3 @@ class BackendError(PgQueueError):
 
 class SchemaMissingError(BackendError, ConfigError):
     """The pgqueue tables do not exist in this database: run `pgqueue migrate` (or Queue.migrate())."""
-
-
-class LeaseLostError(PgQueueError):
-    """A fenced write touched no row: another worker or the reaper has taken the job."""

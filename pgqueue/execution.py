@@ -29,6 +29,7 @@ import traceback
 from collections.abc import Callable, Coroutine, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from datetime import datetime
 from queue import SimpleQueue
 from typing import Any, TypeVar
 
@@ -52,7 +53,9 @@ MAX_MESSAGE_CHARS = 4_000
 class JobContext:
     """The job a handler is running, from :func:`current_job`.
 
-    ``attempts`` counts this attempt (1 on the first run). ``cancelled`` is set when the worker
+    ``attempts`` counts this attempt (1 on the first run; it counts claims, see
+    :class:`~pgqueue.JobStatus`). ``created_at`` is when the job was enqueued (aware, UTC), so
+    pickup latency is the handler's start minus it. ``cancelled`` is set when the worker
     gives the job up: the lease was lost (another worker may run it now), the task's timeout
     passed, or a stopping worker handed the job back. A long-running handler should check it and
     return early; whatever it returns after that is discarded.
@@ -60,7 +63,7 @@ class JobContext:
     Example::
 
         job = pgqueue.current_job()
-        print(job.id, job.attempts, job.max_attempts)
+        print(job.id, job.attempts, job.max_attempts, job.created_at)
         if job.cancelled.wait(timeout=5):   # a cancellable sleep
             return
     """
@@ -71,6 +74,7 @@ class JobContext:
     attempts: int
     max_attempts: int
     worker_id: str
+    created_at: datetime
     cancelled: threading.Event = field(default_factory=threading.Event, compare=False)
 
     @property

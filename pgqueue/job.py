@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import enum
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-__all__ = ["CancelResult", "EnqueueResult", "JobState", "JobStatus"]
+__all__ = ["CancelResult", "EnqueueResult", "JobState", "JobStatus", "format_error"]
 
 
 class JobState(enum.StrEnum):
@@ -88,6 +89,13 @@ class CancelResult:
 class JobStatus:
     """A snapshot of one job's row.
 
+    ``attempts`` counts claims, not completed runs: a worker adds one when it takes the job, so
+    it includes an attempt that a crash or a lost lease cut short (the reaper also adds one to
+    ``stall_count``), while a job that a stopping worker hands back gets its attempt returned.
+    On a finished job it is the number of claims its handler was started for, the last one
+    included. ``error`` is the last failure (``type``, ``message``, ``traceback``);
+    :func:`format_error` prints it for people.
+
     Example::
 
         s = queue.status(job_id)
@@ -114,3 +122,26 @@ class JobStatus:
     result: Any
     error: dict[str, Any] | None
     result_expires_at: datetime | None
+
+
+def format_error(error: Mapping[str, Any] | None, *, traceback: bool = True) -> str:
+    """A stored job error (``JobStatus.error``) as text for people: ``Type: message``, then the
+    traceback as it was printed, when there is one and ``traceback`` is true. ``""`` for None.
+
+    Example::
+
+        print(format_error(queue.status(job_id).error))
+        # ValueError: no such invoice
+        #
+        # Traceback (most recent call last):
+        #   ...
+    """
+    if not error:
+        return ""
+    kind = str(error.get("type") or "Error")
+    message = error.get("message")
+    head = f"{kind}: {message}" if message else kind
+    trace = error.get("traceback")
+    if not traceback or not trace:
+        return head
+    return f"{head}\n\n{str(trace).rstrip()}"

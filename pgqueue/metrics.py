@@ -6,7 +6,7 @@ Two halves:
 what happens to jobs in *this process* through :func:`job_processed`, :func:`job_lease_lost` and
 :func:`job_stalled`; every :class:`Recorder` added with :func:`add_recorder` hears about it.
 
-**Prometheus** (the ``metrics`` extra: ``pip install 'pgqueue[metrics]'``).
+**Prometheus** (the ``metrics`` extra: ``pip install 'pgqueue-sql[metrics]'``).
 :func:`install` adds a recorder that keeps these series in a registry:
 
 ===================================================  ==========================================
@@ -160,7 +160,7 @@ def _prometheus() -> Any:
         import prometheus_client
     except ImportError as exc:
         raise ConfigError(
-            "Prometheus metrics need the prometheus-client package: pip install 'pgqueue[metrics]'"
+            "Prometheus metrics need the prometheus-client package: pip install 'pgqueue-sql[metrics]'"
         ) from exc
     return prometheus_client
 

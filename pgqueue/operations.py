@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 
 from pgqueue import config, statements
 from pgqueue.errors import ConfigError
-from pgqueue.job import FINISHED_STATES, JobState, JobStatus
+from pgqueue.job import CLAIMABLE_STATES, FINISHED_STATES, JobState, JobStatus
 from pgqueue.maintenance.reaper import DEFAULT_WORKER_TTL, STALLED_ERROR_TYPE
 from pgqueue.notifications import ENQUEUED_CHANNEL
 
@@ -35,7 +35,10 @@ __all__ = [
     "DEFAULT_BATCH_SIZE",
     "DEFAULT_THROUGHPUT_WINDOW",
     "RECENT_WINDOW",
+    "KeptByTTL",
     "QueueStats",
+    "count_jobs",
+    "count_kept_by_ttl",
     "count_purgeable",
     "list_jobs",
     "purge",
@@ -166,9 +169,32 @@ def list_jobs(
     return [queue.status_from_row(row) for row in rows]
 
 
-def count_jobs(queue: Queue, *, state: JobState | str, queue_name: str | None = None) -> int:
-    """How many jobs are in ``state`` (and ``queue_name``)."""
-    statement = statements.job_count(state=check_state(state), queue=queue_name)
+def count_jobs(
+    queue: Queue,
+    *,
+    state: JobState | str | Sequence[JobState | str] | None = None,
+    queue_name: str | None = None,
+) -> int:
+    """How many jobs are in ``state`` (a state or several; default: waiting to run, i.e.
+    ``queued`` or ``failing``, the queue's depth including jobs scheduled for later), in
+    ``queue_name`` (default: every queue). One indexed count; also ``pgqueue.count_jobs``.
+
+    Example::
+
+        depth = pgqueue.count_jobs(queue, queue_name="emails")
+        dead = pgqueue.count_jobs(queue, state="failed")
+    """
+    if state is None:
+        states: list[JobState] = list(CLAIMABLE_STATES)
+    elif isinstance(state, str):
+        states = [check_state(state)]
+    else:
+        states = [check_state(s) for s in state]
+        if not states:
+            raise ConfigError("state must name at least one job state")
+    if queue_name is not None:
+        queue_name = config.check_name("queue_name", queue_name)
+    statement = statements.job_count(state=states, queue=queue_name)
     with queue.connect(write=False) as conn:
         return int(conn.scalar(statement) or 0)
 
@@ -225,6 +251,33 @@ def count_purgeable(
     statement = statements.job_prunable_count(finished, older_than, queue.backend.clock(now))
     with queue.connect(write=False) as conn:
         return int(conn.scalar(statement) or 0)
+
+
+@dataclass(frozen=True, slots=True)
+class KeptByTTL:
+    """Jobs old enough to purge that :func:`purge` keeps because their result's TTL has not
+    passed: how many, and when the first of them expires (None when there are none)."""
+
+    count: int
+    next_expiry: datetime | None
+
+
+def count_kept_by_ttl(
+    queue: Queue, *, state: JobState | str, older_than: float, now: datetime | None = None
+) -> KeptByTTL:
+    """The jobs :func:`purge` would skip for their result TTL (its other rules met).
+
+    Example::
+
+        kept = operations.count_kept_by_ttl(queue, state="completed", older_than=0)
+        print(kept.count, kept.next_expiry)
+    """
+    finished = check_finished_state(state)
+    older_than = config.check_positive_seconds("older_than", older_than, allow_zero=True)
+    statement = statements.job_ttl_kept(finished, older_than, queue.backend.clock(now))
+    with queue.connect(write=False) as conn:
+        count, first = conn.execute(statement).one()
+    return KeptByTTL(int(count or 0), first)
 
 
 def purge(

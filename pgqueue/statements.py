@@ -78,6 +78,7 @@ __all__ = [
     "job_result",
     "job_retry",
     "job_stale",
+    "leader_current",
     "leader_elect",
     "leader_resign",
     "schedule_advance",
@@ -290,6 +291,7 @@ CLAIMED_COLUMNS = (
     JOBS.c.lock_token,
     JOBS.c.locked_by,
     JOBS.c.locked_until,
+    JOBS.c.created_at,
 )
 
 
@@ -429,7 +431,8 @@ def job_held(pairs: Sequence[tuple[str, str]]) -> Select[Any]:
 
 def job_complete_each(clock: Clock) -> Update:
     """Store handlers' results, one parameter set per job (run with executemany): ``job_id``,
-    ``job_lock_token``, ``job_result`` (a document or None) and ``job_expires_at``. Fenced.
+    ``job_lock_token``, ``job_result`` (the document's JSON text, bound as it is, or None) and
+    ``job_expires_at``. Fenced.
 
     For a database that cannot join arrays (SQLite), where executemany of one prepared UPDATE
     is the cheap way to write a batch. The clock must be fixed: expiry times come from Python.
@@ -445,7 +448,8 @@ def job_complete_each(clock: Clock) -> Update:
         )
         .values(
             state=str(JobState.COMPLETED),
-            result=bindparam("job_result", type_=JOBS.c.result.type),
+            # Text, not the JSON type: the result was encoded once, by the handler's thread.
+            result=bindparam("job_result", type_=Text),
             error=null(),
             lock_token=null(),
             locked_until=null(),
@@ -664,9 +668,12 @@ def job_ids(*, state: JobState, queue: str | None, after: str, limit: int) -> Se
     return statement.order_by(JOBS.c.id).limit(limit)
 
 
-def job_count(*, state: JobState, queue: str | None) -> Select[Any]:
-    """How many jobs are in ``state`` (and ``queue``)."""
-    statement = select(func.count()).select_from(JOBS).where(JOBS.c.state == str(state))
+def job_count(*, state: JobState | Sequence[JobState], queue: str | None) -> Select[Any]:
+    """How many jobs are in ``state`` (one or several; and ``queue``)."""
+    states = [state] if isinstance(state, JobState) else list(state)
+    statement = (
+        select(func.count()).select_from(JOBS).where(JOBS.c.state.in_([str(s) for s in states]))
+    )
     if queue is not None:
         statement = statement.where(JOBS.c.queue == queue)
     return statement
@@ -689,6 +696,17 @@ def job_recent_errors(error_type: str, *, since: float, clock: Clock) -> Select[
 def job_prunable_count(state: JobState, older_than: float, clock: Clock) -> Select[Any]:
     """How many rows ``job_prune`` would delete, all batches together."""
     return select(func.count()).select_from(JOBS).where(*_prunable(state, older_than, clock))
+
+
+def job_ttl_kept(state: JobState, older_than: float, clock: Clock) -> Select[Any]:
+    """How many rows old enough for ``job_prune`` it keeps because their result's TTL has not
+    passed, and when the first of those expires."""
+    kept: Select[Any] = select(func.count()).add_columns(func.min(JOBS.c.result_expires_at))
+    return kept.where(
+        JOBS.c.state == literal_column(f"'{state}'"),
+        JOBS.c.finished_at < clock.after(-older_than),
+        JOBS.c.result_expires_at > clock.now(),
+    )
 
 
 def worker_live(seconds: float, clock: Clock) -> Select[Any]:
@@ -903,6 +921,11 @@ def leader_elect(insert: Any, *, name: str, holder: str, ttl: float, clock: Cloc
 def leader_resign(*, name: str, holder: str) -> Delete:
     """Give the lease row for ``name`` up, if ``holder`` still has it."""
     return delete(LEADERS).where(LEADERS.c.name == name, LEADERS.c.holder == holder)
+
+
+def leader_current(now: datetime) -> Select[Any]:
+    """Lease rows not yet expired at ``now``: ``name``, ``holder``, ``expires_at`` by name."""
+    return select(LEADERS).where(LEADERS.c.expires_at > now).order_by(LEADERS.c.name)
 
 
 def advisory_lock_try(key: int) -> Select[Any]:

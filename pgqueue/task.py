@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypedDict, TypeVar, Unpack
 
+from pgqueue.errors import ConfigError
 from pgqueue.job import EnqueueResult
 from pgqueue.retries import DEFAULT_RETRY, RetryPolicy
 
@@ -95,6 +96,54 @@ class Task(Generic[P, R]):
         """Enqueue one job with these arguments and the task's default options."""
         return self.queue.enqueue(self.name, args=args, kwargs=kwargs)
 
+    def delay(self, *args: P.args, **kwargs: P.kwargs) -> EnqueueResult:
+        """Celery's name for :meth:`enqueue` (see docs/celery.md).
+
+        Example::
+
+            send.delay("a@example.com")
+        """
+        return self.enqueue(*args, **kwargs)
+
+    def apply_async(
+        self,
+        args: Iterable[Any] = (),
+        kwargs: Mapping[str, Any] | None = None,
+        *,
+        countdown: float | timedelta | None = None,
+        eta: datetime | None = None,
+        queue: str | None = None,
+        priority: int | None = None,
+        task_id: str | None = None,
+        max_attempts: int | None = None,
+        connection: Connection | None = None,
+        session: Session | None = None,
+    ) -> EnqueueResult:
+        """Celery's ``apply_async`` with the options pgqueue has: ``countdown`` (seconds from now)
+        or ``eta`` (an aware datetime), ``queue``, ``priority`` (higher runs first), ``task_id``
+        (pgqueue's ``id``: the dedup key), ``max_attempts``, and ``connection``/``session`` to
+        enqueue in your transaction. Celery options pgqueue has no equivalent for (``expires``,
+        ``link``, ``routing_key``...) are refused by name. See docs/celery.md.
+
+        Example::
+
+            send.apply_async(("a@example.com",), countdown=60, queue="emails", priority=5)
+        """
+        if countdown is not None and eta is not None:
+            raise ConfigError("apply_async takes countdown or eta, not both")
+        given = {
+            "delay": countdown,
+            "run_at": eta,
+            "queue": queue,
+            "priority": priority,
+            "id": task_id,
+            "max_attempts": max_attempts,
+            "connection": connection,
+            "session": session,
+        }
+        options: Any = {key: value for key, value in given.items() if value is not None}
+        return self.queue.enqueue(self.name, args=args, kwargs=kwargs, **options)
+
     def enqueue_many(
         self, items: Iterable[tuple[Any, ...] | list[Any] | JobSpec]
     ) -> list[EnqueueResult]:
@@ -123,6 +172,12 @@ class Task(Generic[P, R]):
     async def aenqueue(self, *args: P.args, **kwargs: P.kwargs) -> EnqueueResult:
         """:meth:`enqueue` for asyncio code (``await add.aenqueue(1, 2)``)."""
         return await self.queue.aenqueue(self.name, args, kwargs)
+
+    async def aenqueue_many(
+        self, items: Iterable[tuple[Any, ...] | list[Any] | JobSpec]
+    ) -> list[EnqueueResult]:
+        """:meth:`enqueue_many` for asyncio code (``await add.aenqueue_many([(1, 2), (3, 4)])``)."""
+        return await self.queue.aenqueue_many(self.name, items)
 
     async def aenqueue_and_wait(
         self, *args: Any, timeout: float | timedelta | None = None, **kwargs: Any
@@ -174,6 +229,12 @@ class BoundTask(Generic[P, R]):
     async def aenqueue(self, *args: P.args, **kwargs: P.kwargs) -> EnqueueResult:
         """:meth:`enqueue` for asyncio code."""
         return await self.task.queue.aenqueue(self.task.name, args, kwargs, **self.options)
+
+    async def aenqueue_many(
+        self, items: Iterable[tuple[Any, ...] | list[Any] | JobSpec]
+    ) -> list[EnqueueResult]:
+        """:meth:`enqueue_many` for asyncio code, with the bound options as every job's defaults."""
+        return await self.task.queue.aenqueue_many(self.task.name, items, **self.options)
 
     async def aenqueue_and_wait(
         self, *args: Any, timeout: float | timedelta | None = None, **kwargs: Any

@@ -26,10 +26,7 @@ from dataclasses import asdict
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection
-
 from pgqueue import config, statements
-from pgqueue.backends import Clock
 from pgqueue.errors import PgQueueError
 from pgqueue.job import CLAIMABLE_STATES, JobState, JobStatus
 from pgqueue.maintenance.leadership import Leadership
@@ -111,29 +108,6 @@ def drain(
     )
 
 
-class _OneJobWorker(Worker):
-    """A burst worker that claims one given job, once."""
-
-    def __init__(self, queue: Queue, job_id: str) -> None:
-        super().__init__(queue, concurrency=1, reaper=False, scheduler=False, crash_detection=False)
-        self._job_id: str | None = job_id
-
-    def _claim(self, conn: Connection, limit: int, lock_token: str, clock: Clock) -> list[Any]:
-        if self._job_id is None:
-            return []
-        statement = statements.job_claim(
-            worker_id=self.id,
-            lock_token=lock_token,
-            limit=1,
-            lease=self.lease,
-            queues=None,
-            clock=clock,
-            ids=[self._job_id],
-        )
-        self._job_id = None
-        return list(conn.execute(statement).mappings())
-
-
 def run_job(queue: Queue, job_id: str, *, now: datetime | None = None) -> JobStatus:
     """Run one attempt of the job ``job_id`` now, even if it is scheduled for later; return its
     status afterwards. Other due jobs are left alone.
@@ -154,7 +128,8 @@ def run_job(queue: Queue, job_id: str, *, now: datetime | None = None) -> JobSta
         raise PgQueueError(f"run_job: job {job_id!r} is {status.state}, not waiting to run")
     with queue.connect() as conn:
         conn.execute(statements.job_make_due(ids=[job_id], clock=queue.backend.clock(now)))
-    _OneJobWorker(queue, job_id).run(burst=True)
+    worker = Worker(queue, concurrency=1, reaper=False, scheduler=False, crash_detection=False)
+    worker.run_jobs([job_id])
     after = queue.status(job_id)
     assert after is not None  # nothing deletes a job that just ran
     return after

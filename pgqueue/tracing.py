@@ -1,6 +1,6 @@
 """OpenTelemetry spans around enqueue and job execution (the ``tracing`` extra).
 
-With ``opentelemetry-api`` installed (``pip install 'pgqueue[tracing]'``) and a tracer provider
+With ``opentelemetry-api`` installed (``pip install 'pgqueue-sql[tracing]'``) and a tracer provider
 configured by the application, every enqueue call makes a ``PRODUCER`` span and stores its trace
 context in the job (the W3C ``traceparent``, under the payload's ``"trace"`` key); the worker runs
 each attempt inside a ``CONSUMER`` span whose parent is that context, so one trace shows the web
@@ -179,7 +179,7 @@ def use_tracer_provider(provider: Any) -> None:
     if provider is not None:
         api = _opentelemetry()
         if api is None:
-            raise ConfigError("tracing needs opentelemetry-api: pip install 'pgqueue[tracing]'")
+            raise ConfigError("tracing needs opentelemetry-api: pip install 'pgqueue-sql[tracing]'")
         _api = (api[0], api[1], provider.get_tracer("pgqueue"))
 
 

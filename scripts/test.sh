@@ -39,6 +39,13 @@ if ! command -v pgbouncer >/dev/null && [ ! -x /usr/sbin/pgbouncer ]; then
     apt_install pgbouncer || echo "warning: no pgbouncer; its tests skip (fail with CI=true)" >&2
 fi
 
+# Headless Chromium and its WebDriver for the dashboard's browser tests (Debian's packages: no
+# browser download at run time). Without them those tests skip, or fail with CI=true.
+if [ ! -x /usr/bin/chromium ] || [ ! -x /usr/bin/chromedriver ]; then
+    apt_install chromium chromium-driver ||
+        echo "warning: no chromium; the dashboard's browser tests skip (fail with CI=true)" >&2
+fi
+
 echo "== ruff"
 "$VENV/bin/ruff" check .
 "$VENV/bin/ruff" format --check .
@@ -54,5 +61,5 @@ rm -rf "$site_dir"
 echo "== pytest"
 "$VENV/bin/python" -m pytest "$@"
 
-echo "== Django 6 (Python 3.12): the Django tests again"
-bash scripts/test-django6.sh
+echo "== Django 6 and Django 5.2 on Python 3.12: the Django tests again"
+bash scripts/test-django-versions.sh

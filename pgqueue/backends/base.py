@@ -11,10 +11,11 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from itertools import islice
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, TypeVar
 
 from sqlalchemy import ColumnElement, Connection, Engine, Table, func, literal
 from sqlalchemy.dialects.postgresql import INTERVAL
+from sqlalchemy.engine import URL
 from sqlalchemy.exc import DBAPIError
 
 from pgqueue.schema import UTCDateTime
@@ -22,7 +23,7 @@ from pgqueue.schema import UTCDateTime
 if TYPE_CHECKING:
     from pgqueue.notifications import WakeUps
 
-__all__ = ["Backend", "Clock"]
+__all__ = ["Backend", "Clock", "Completion"]
 
 T = TypeVar("T")
 
@@ -57,6 +58,19 @@ class Clock:
         return func.now() + func.make_interval(0, 0, 0, 0, 0, 0, seconds)
 
 
+class Completion(NamedTuple):
+    """A handler's result to store on a job this worker holds under ``lock_token``.
+
+    ``result`` is the document's JSON text, made once where it was checked
+    (``serde.encode_document``), or None for no result (SQL NULL); ``result_ttl`` is in seconds.
+    """
+
+    id: str
+    lock_token: str
+    result: str | None
+    result_ttl: int
+
+
 class Backend(Protocol):
     """One database family. Implementations: ``postgres.PostgresBackend``, ``sqlite.SQLiteBackend``."""
 
@@ -69,9 +83,6 @@ class Backend(Protocol):
     session_locks: bool
     #: The database schema holding pgqueue's tables (None: the connection's default).
     schema: str | None
-    #: True when one fenced UPDATE can settle many jobs (``statements.job_complete_many``);
-    #: False: one fenced UPDATE per job, all in one transaction (cheap on SQLite).
-    batch_updates: bool
 
     def create_engine(self, url: Any, **options: Any) -> Engine:
         """An Engine configured for pgqueue's use of this database."""
@@ -142,6 +153,24 @@ class Backend(Protocol):
         """Send one wake-up per payload inside the caller's transaction, in one round trip."""
         ...
 
+    def complete(
+        self, connection: Connection, jobs: Sequence[Completion], clock: Clock
+    ) -> set[str]:
+        """Store these results, fenced on id + lock token + ``processing``, in as few statements
+        as the database allows, binding each result's text as it is (never encoding it again);
+        return the ids stored (a missing id lost its lease)."""
+        ...
+
+    def refuses_value(self, error: DBAPIError) -> bool:
+        """Whether ``error`` says the database refused a value the statement carried (a data
+        exception, a size or nesting limit): the same write can never succeed, unlike one that
+        met a dropped connection, a lock timeout or a restart."""
+        ...
+
+    def leaders(self, connection: Connection, now: datetime) -> list[tuple[str, str, Any]]:
+        """Who leads each maintenance role now: ``(role, holder, lease end or None)``."""
+        ...
+
     def translate(self, error: DBAPIError) -> Exception:
         """Map a driver error to the pgqueue error tree (the caller raises it ``from`` error)."""
         ...
@@ -150,6 +179,11 @@ class Backend(Protocol):
         """Whether ``error`` says the database cannot be reached for now (a restart, a failover,
         a dropped connection) rather than refusing the statement or the login for good: a
         caller may retry it with backoff."""
+        ...
+
+    def missing_database(self, url: URL) -> str | None:
+        """Why ``url`` names no existing database, found without connecting (connecting to a
+        missing SQLite file creates it); None when it exists or only a connection can tell."""
         ...
 
 

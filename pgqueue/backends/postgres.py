@@ -19,7 +19,7 @@ from sqlalchemy.dialects import postgresql
 from sqlalchemy.exc import DBAPIError, DisconnectionError, OperationalError
 
 from pgqueue import statements
-from pgqueue.backends.base import Clock, iter_chunks
+from pgqueue.backends.base import Clock, Completion, iter_chunks
 from pgqueue.config import check_name
 from pgqueue.errors import BackendError, ConfigError, SchemaMissingError
 from pgqueue.notifications import Listener
@@ -49,6 +49,17 @@ _NOTIFY_MANY = select(
 _NO_BITMAP_SCAN = statements.transaction_setting("enable_bitmapscan", "off")
 
 _NOTIFY = select(func.pg_notify(bindparam("channel", type_=Text), bindparam("payload", type_=Text)))
+
+
+# Leaders hold a session advisory lock on a connection named "pgqueue leader ROLE" (see
+# maintenance/leadership.py); followers have the same name but no granted lock.
+_LEADERS = sa.text(
+    "SELECT DISTINCT substr(a.application_name, 16) AS role,"
+    " coalesce(host(a.client_addr), 'local') || ' pid ' || a.pid AS holder"
+    " FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid"
+    " WHERE l.locktype = 'advisory' AND l.granted"
+    " AND a.application_name LIKE 'pgqueue leader %' ORDER BY role"
+)
 
 
 @functools.cache
@@ -81,6 +92,16 @@ def _check_idle_connection(dbapi_connection: Any, _record: Any, _proxy: Any) -> 
         raise DisconnectionError("the server closed this pooled connection while it was idle")
 
 
+def _complete_on_database_clock() -> Any:
+    # Built once, like the enqueue: a busy worker completes a batch every turn.
+    return statements.job_complete_many(Clock(None))
+
+
+# SQLSTATE classes of a value the server refuses: 22 data exception (e.g. a lone surrogate in
+# JSON), 54 program limit exceeded (a document nested past the stack, an index row too large).
+_REFUSED_VALUE_CLASSES = ("22", "54")
+
+
 class PostgresBackend:
     """The production backend.
 
@@ -92,7 +113,6 @@ class PostgresBackend:
     """
 
     name = "postgresql"
-    batch_updates = True
 
     def __init__(
         self, *, schema: str | None = None, pooler: str | None = None, sessions: bool = True
@@ -247,6 +267,26 @@ class PostgresBackend:
                 _NOTIFY_MANY, {"channel": self.channel(channel), "payloads": list(payloads)}
             )
 
+    def complete(
+        self, connection: Connection, jobs: Sequence[Completion], clock: Clock
+    ) -> set[str]:
+        if not jobs:
+            return set()
+        statement = (
+            _complete_on_database_clock()
+            if clock.fixed is None
+            else statements.job_complete_many(clock)
+        )
+        return set(connection.scalars(statement, {"done": _complete_document(jobs)}))
+
+    def refuses_value(self, error: DBAPIError) -> bool:
+        sqlstate = getattr(error.orig, "sqlstate", None)
+        return sqlstate is not None and sqlstate.startswith(_REFUSED_VALUE_CLASSES)
+
+    def missing_database(self, url: Any) -> str | None:
+        # Connecting never creates a database here; the server says what is missing.
+        return None
+
     def unreachable(self, error: DBAPIError) -> bool:
         # No answer from a server at all (refused, reset: no SQLSTATE), a connection exception
         # (class 08), or the server shutting down, starting up or ending the session (57P).
@@ -254,6 +294,9 @@ class PostgresBackend:
             return False
         sqlstate = getattr(error.orig, "sqlstate", None)
         return sqlstate is None or sqlstate.startswith(("08", "57P"))
+
+    def leaders(self, connection: Connection, now: datetime) -> list[tuple[str, str, Any]]:
+        return [(role, holder, None) for role, holder in connection.execute(_LEADERS)]
 
     def translate(self, error: DBAPIError) -> Exception:
         sqlstate = getattr(error.orig, "sqlstate", None)
@@ -266,6 +309,21 @@ def _run_autocommit(engine: Engine, statement: Any, jobs: str) -> list[str]:
     with engine.connect() as connection:
         autocommit = connection.execution_options(isolation_level="AUTOCOMMIT")
         return [row[0] for row in autocommit.execute(statement, {"jobs": jobs})]
+
+
+def _complete_document(jobs: Sequence[Completion]) -> str:
+    """The JSON document of ``statements.job_complete_many``: each result's text is spliced in as
+    it is, so a result is never encoded twice (only ids and tokens, flat strings, are)."""
+    dumps = json.dumps
+    return (
+        "["
+        + ",".join(
+            f'{{"id":{dumps(job.id)},"lock_token":{dumps(job.lock_token)},'
+            f'"result":{"null" if job.result is None else job.result}}}'
+            for job in jobs
+        )
+        + "]"
+    )
 
 
 def _enqueue_document(rows: list[dict[str, Any]]) -> str:

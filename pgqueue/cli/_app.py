@@ -9,6 +9,10 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from sqlalchemy.engine import URL
+
+from pgqueue import config
+from pgqueue.backends import backend_for
 from pgqueue.errors import PgQueueError
 from pgqueue.queue import Queue
 
@@ -59,11 +63,17 @@ def load_queue(spec: str | Queue) -> Queue:
     return queues[0]
 
 
-def queue_from_args(args: argparse.Namespace) -> Queue:
-    """The Queue given to :func:`main`, else one for ``--url`` (or the environment default)."""
+def queue_from_args(args: argparse.Namespace, *, create: bool = False) -> Queue:
+    """The Queue given to :func:`main`, else one for ``--url`` (or the environment default).
+
+    Only ``create=True`` (``pgqueue migrate``) may bring a database into being: every other
+    command refuses a SQLite file that does not exist rather than leave an empty one behind.
+    """
     bound = getattr(args, "queue", None)
     if isinstance(bound, Queue):
         return bound
+    if not create:
+        _refuse_missing(config.resolve_url(args.url))
     environ = os.environ.get
     queue = Queue(
         args.url,
@@ -77,9 +87,21 @@ def queue_from_args(args: argparse.Namespace) -> Queue:
     return queue
 
 
+def _refuse_missing(url: URL) -> None:
+    # Connecting to a SQLite file that does not exist would create an empty one.
+    missing = backend_for(url).missing_database(url)
+    if missing is not None:
+        raise PgQueueError(
+            f"{missing}; create it with `pgqueue migrate`, or point --url (or "
+            f"${config.URL_ENVIRONMENT_VARIABLE}) at your database"
+        )
+
+
 def check_database(queue: Queue) -> None:
-    """Fail at once, in one line, on what no retry fixes: a server that cannot be reached or a
-    database without pgqueue's tables. Once running, workers and services ride out outages."""
+    """Fail at once, in one line, on what no retry fixes: a database file that does not exist,
+    a server that cannot be reached or a database without pgqueue's tables. Once running,
+    workers and services ride out outages."""
+    _refuse_missing(queue.engine.url)
     queue.status("")  # a primary-key read that finds no row
 
 
@@ -201,6 +223,7 @@ def main(
 
 
 _COMMAND_MODULES = (
+    "pgqueue.cli.dashboard",
     "pgqueue.cli.database",
     "pgqueue.cli.jobs",
     "pgqueue.cli.services",

@@ -29,7 +29,7 @@ def _migrate(args: argparse.Namespace) -> int:
             schema = args.schema or os.environ.get("PGQUEUE_SCHEMA") or None
             print(migrate.upgrade_sql(args.url, schema=schema))
         return EXIT_OK
-    queue = queue_from_args(args)
+    queue = queue_from_args(args, create=True)
     queue.migrate()
     where = queue.engine.url.render_as_string(hide_password=True)
     if queue.schema is not None:

@@ -13,6 +13,7 @@ from pgqueue import operations
 from pgqueue.cli._app import EXIT_FAILURE, EXIT_OK, command, load_queue, queue_from_args
 from pgqueue.cli._output import (
     add_json_flag,
+    cell,
     format_seconds,
     parse_duration,
     positive_int,
@@ -22,7 +23,7 @@ from pgqueue.cli._output import (
     state_names,
 )
 from pgqueue.errors import ConfigError
-from pgqueue.job import FINISHED_STATES, JobState
+from pgqueue.job import FINISHED_STATES, JobState, JobStatus, format_error
 from pgqueue.task import JobSpec
 
 
@@ -40,9 +41,58 @@ def _status(args: argparse.Namespace) -> int:
     if args.json:
         print_json(asdict(status))
     else:
-        for key, value in asdict(status).items():
-            print(f"{key:>18}  {value}")
+        print(describe_status(status))
     return EXIT_OK
+
+
+def describe_status(status: JobStatus) -> str:
+    """One job for people: a field per line (times in UTC, values as JSON), then the error with
+    its traceback as it was printed. ``worker`` is the last worker that claimed the job."""
+    lines = [
+        ("id", status.id),
+        ("task", status.task),
+        ("queue", status.queue),
+        ("state", status.state),
+        ("priority", status.priority),
+        ("attempts", f"{status.attempts} of {status.max_attempts}"),
+        ("stalls", status.stall_count),
+        ("created", status.created_at),
+        ("run at", status.run_at),
+        ("started", status.started_at),
+        ("finished", status.finished_at),
+        ("updated", status.updated_at),
+        ("worker", _locked(status)),
+        ("args", _compact_json(status.args)),
+        ("kwargs", _compact_json(status.kwargs)),
+    ]
+    if status.state is JobState.COMPLETED:
+        lines.append(("result", _compact_json(status.result)))
+        lines.append(("kept until", status.result_expires_at))
+    if status.error:
+        lines.append(("error", format_error(status.error, traceback=False)))
+    width = max(len(label) for label, _ in lines)
+    # A value that spans lines (a message) keeps its continuation lines in the value column.
+    indent = "\n" + " " * (width + 2)
+    text = "\n".join(
+        f"{label:>{width}}  {indent.join(cell(value).splitlines() or [''])}"
+        for label, value in lines
+    )
+    trace = (status.error or {}).get("traceback")
+    if trace:
+        text += "\n\n" + str(trace).rstrip()
+    return text
+
+
+def _locked(status: JobStatus) -> str | None:
+    if status.locked_by is None:
+        return None
+    if status.locked_until is None or status.state is not JobState.PROCESSING:
+        return status.locked_by
+    return f"{status.locked_by} until {cell(status.locked_until)}"
+
+
+def _compact_json(value: Any) -> str:
+    return json.dumps(value, default=str, ensure_ascii=False)
 
 
 def _add_stats(parser: argparse.ArgumentParser) -> None:
@@ -138,7 +188,8 @@ def _jobs(args: argparse.Namespace) -> int:
 def _error_line(error: Mapping[str, Any] | None) -> str | None:
     if not error:
         return None
-    text = f"{error.get('type')}: {error.get('message')}"
+    # One line per row: a message may span several.
+    text = " ".join(format_error(error, traceback=False).split())
     return text if len(text) <= 60 else text[:59] + "…"
 
 
@@ -227,11 +278,14 @@ def _add_purge(parser: argparse.ArgumentParser) -> None:
 def _purge(args: argparse.Namespace) -> int:
     queue = queue_from_args(args)
     matched = operations.count_purgeable(queue, state=args.state, older_than=args.older_than)
+    kept = operations.count_kept_by_ttl(queue, state=args.state, older_than=args.older_than)
     age = format_seconds(args.older_than)
     report = {
         "state": args.state,
         "older_than_seconds": args.older_than,
         "matched": matched,
+        "kept_by_result_ttl": kept.count,
+        "next_result_expiry": kept.next_expiry,
         "deleted": 0,
         "dry_run": args.dry_run,
     }
@@ -240,6 +294,7 @@ def _purge(args: argparse.Namespace) -> int:
             print_json(report)
         else:
             print(f"{matched} {args.state} jobs finished more than {age} ago")
+            _print_kept(kept, args.state)
         return EXIT_OK
     if not args.yes:
         if not sys.stdin.isatty():
@@ -261,7 +316,17 @@ def _purge(args: argparse.Namespace) -> int:
         print_json(report)
     else:
         print(f"deleted {report['deleted']} {args.state} jobs")
+        _print_kept(kept, args.state)
     return EXIT_OK
+
+
+def _print_kept(kept: operations.KeptByTTL, state: str) -> None:
+    # Old enough, but a purge never deletes a result (or error) a producer may still read.
+    if kept.count:
+        print(
+            f"{kept.count} more {state} jobs are kept until their result TTL passes "
+            f"(the first at {cell(kept.next_expiry)} UTC)"
+        )
 
 
 def _add_enqueue(parser: argparse.ArgumentParser) -> None:

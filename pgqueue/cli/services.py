@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from pgqueue import operations
+from pgqueue.cli import reload
 from pgqueue.cli._app import EXIT_OK, check_database, command, module_queue, queue_from_args
 from pgqueue.cli._output import (
     add_json_flag,
@@ -25,62 +26,19 @@ if TYPE_CHECKING:
 
 
 def _add_worker(parser: argparse.ArgumentParser) -> None:
-    from pgqueue import worker
+    from pgqueue.worker import config
 
     parser.add_argument("queue", metavar="MODULE[:ATTR]", help="where the Queue and its tasks live")
-    parser.add_argument(
-        "--queues",
-        type=lambda text: [name.strip() for name in text.split(",") if name.strip()],
-        default=None,
-        metavar="NAME[,NAME...]",
-        help="work only on these queues (default: all)",
-    )
-    parser.add_argument(
-        "--concurrency",
-        type=int,
-        default=worker.DEFAULT_CONCURRENCY,
-        help="jobs run at once (default: %(default)s)",
-    )
-    parser.add_argument(
-        "--lease",
-        type=float,
-        default=worker.DEFAULT_LEASE,
-        help="seconds a claim holds without a heartbeat (default: %(default)s)",
-    )
-    parser.add_argument(
-        "--heartbeat", type=float, default=None, help="seconds between beats (default: lease / 3)"
-    )
-    parser.add_argument(
-        "--poll-interval",
-        type=float,
-        default=None,
-        help="seconds between looks for due jobs when idle (default: 1 on PostgreSQL, 0.1 on "
-        "SQLite)",
-    )
-    parser.add_argument(
-        "--grace-period",
-        type=float,
-        default=worker.DEFAULT_GRACE_PERIOD,
-        help="seconds a stopping worker waits for running jobs before handing them back "
-        "(default: %(default)s)",
-    )
-    parser.add_argument("--worker-id", default=None, help="default: host-pid-random")
-    parser.add_argument(
-        "--no-reaper", dest="reaper", action="store_false", help="do not run the embedded reaper"
-    )
-    parser.add_argument(
-        "--no-scheduler",
-        dest="scheduler",
-        action="store_false",
-        help="do not run the embedded scheduler of periodic jobs",
-    )
+    # One flag per WorkerConfig field, so the command cannot drift from the constructor.
+    config.add_arguments(parser)
     parser.add_argument("--burst", action="store_true", help="drain the due jobs, then exit")
+    reload.add_reload_options(parser)
     parser.add_argument(
         "--metrics-port",
         type=int,
         default=None,
         metavar="PORT",
-        help="serve this process's job counters for Prometheus on PORT (needs pgqueue[metrics])",
+        help="serve this process's job counters for Prometheus on PORT (needs pgqueue-sql[metrics])",
     )
 
 
@@ -90,21 +48,13 @@ def _add_worker(parser: argparse.ArgumentParser) -> None:
     _add_worker,
 )
 def _worker(args: argparse.Namespace) -> int:
-    from pgqueue.worker import Worker
+    from pgqueue.worker import Worker, config
 
+    if reload.wants_reload(args):
+        return reload.run_reloading(args)
+    reload.prepare_child()
     queue = module_queue(args)
-    worker = Worker(
-        queue,
-        queues=args.queues,
-        concurrency=args.concurrency,
-        lease=args.lease,
-        heartbeat=args.heartbeat,
-        reaper=args.reaper,
-        worker_id=args.worker_id,
-        scheduler=args.scheduler,
-        poll_interval=args.poll_interval,
-        grace_period=args.grace_period,
-    )
+    worker = Worker.from_config(queue, config.from_arguments(args))
     log_to_stderr()
     server = None
     if args.metrics_port is not None:

@@ -29,8 +29,13 @@ def test_a_worker_runs_the_scheduler_beside_the_reaper(queue: pgqueue.Queue) -> 
     worker = pgqueue.Worker(queue)
     worker.start()
     try:
-        wait_for(lambda: worker._scheduler is not None and worker._scheduler.is_leader)
-        scheduler = worker._scheduler
+        wait_for(
+            lambda: (
+                worker._loop.services.scheduler is not None
+                and worker._loop.services.scheduler.is_leader
+            )
+        )
+        scheduler = worker._loop.services.scheduler
         assert scheduler is not None
         assert scheduler.leadership.name == "scheduler"
         # Its first tick recorded the schedule, as of when it first saw it.
@@ -48,13 +53,25 @@ def test_a_worker_without_schedules_cannot_keep_the_scheduler_from_leading(
     plain = pgqueue.Worker(other)
     plain.start()
     try:
-        wait_for(lambda: plain._reaper is not None and plain._reaper.is_leader)
+        wait_for(
+            lambda: (
+                plain._loop.services.reaper is not None and plain._loop.services.reaper.is_leader
+            )
+        )
         declare(queue)
         worker = pgqueue.Worker(queue)
         worker.start()
         try:
-            wait_for(lambda: worker._scheduler is not None and worker._scheduler.is_leader)
-            assert worker._reaper is not None and not worker._reaper.is_leader
+            wait_for(
+                lambda: (
+                    worker._loop.services.scheduler is not None
+                    and worker._loop.services.scheduler.is_leader
+                )
+            )
+            assert (
+                worker._loop.services.reaper is not None
+                and not worker._loop.services.reaper.is_leader
+            )
         finally:
             worker.stop()
     finally:
@@ -85,8 +102,12 @@ def test_periodic_jobs_are_enqueued_and_run(queue: pgqueue.Queue) -> None:
 def started_without_scheduler(worker: pgqueue.Worker) -> None:
     worker.start()
     try:
-        wait_for(lambda: worker._reaper is not None and worker._reaper.is_leader)
-        assert worker._scheduler is None
+        wait_for(
+            lambda: (
+                worker._loop.services.reaper is not None and worker._loop.services.reaper.is_leader
+            )
+        )
+        assert worker._loop.services.scheduler is None
     finally:
         worker.stop()
 

@@ -254,6 +254,8 @@ def test_purge(
         "state": "failed",
         "older_than_seconds": 3600.0,
         "matched": 1,
+        "kept_by_result_ttl": 0,
+        "next_result_expiry": None,
         "deleted": 1,
         "dry_run": False,
     }

@@ -28,12 +28,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from pgqueue.contrib.django.options import TaskOptions, task_options
     from pgqueue.contrib.django.queues import DjangoQueue
     from pgqueue.contrib.django.tasks import TasksBackend
 
     queue: DjangoQueue
 
-__all__ = ["DjangoQueue", "TasksBackend", "get_queue", "queue"]
+__all__ = ["DjangoQueue", "TaskOptions", "TasksBackend", "get_queue", "queue", "task_options"]
 
 
 def __getattr__(name: str) -> Any:
@@ -46,6 +47,10 @@ def __getattr__(name: str) -> Any:
         from pgqueue.contrib.django import queues as module
 
         return getattr(module, name)
+    if name in ("TaskOptions", "task_options"):
+        from pgqueue.contrib.django import options
+
+        return getattr(options, name)
     if name == "TasksBackend":
         from pgqueue.contrib.django.tasks import TasksBackend
 

@@ -7,12 +7,17 @@ have not started).
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from django.contrib import admin, messages
+from django.utils.html import format_html
+from django.utils.safestring import mark_safe
 
 from pgqueue.contrib.django.models import Job
 from pgqueue.contrib.django.queues import get_queue
+from pgqueue.dashboard.render import highlight_traceback
+from pgqueue.job import format_error
 
 __all__ = ["JobAdmin"]
 
@@ -31,11 +36,78 @@ class JobAdmin(admin.ModelAdmin):  # type: ignore[misc]
         "run_at",
         "created_at",
         "finished_at",
+        "failure",
     )
     list_filter = ("state", "queue")
     search_fields = ("id", "task")
     date_hierarchy = "created_at"
     actions = ("retry_jobs", "cancel_jobs")
+    # The stored error document is shown as its type, message and a readable traceback instead
+    # of one JSON string with literal "\n"s.
+    # The error right under the state: on a failed job's page it is what one came for.
+    fields = (
+        "id",
+        "task",
+        "queue",
+        "state",
+        "error_traceback",
+        "attempts",
+        "max_attempts",
+        "stall_count",
+        "priority",
+        "arguments",
+        "result_value",
+        "run_at",
+        "created_at",
+        "updated_at",
+        "started_at",
+        "finished_at",
+        "locked_by",
+        "locked_until",
+        "lock_token",
+        "result_ttl",
+        "result_expires_at",
+    )
+    readonly_fields = ("error_traceback", "arguments", "result_value")
+
+    @admin.display(description="error")  # type: ignore[untyped-decorator]
+    def failure(self, job: Job) -> str:
+        """The last error's type and message, on one line in the list."""
+        return " ".join(format_error(job.error, traceback=False).split()) or "-"
+
+    @admin.display(description="arguments")  # type: ignore[untyped-decorator]
+    def arguments(self, job: Job) -> Any:
+        # The payload's args and kwargs as indented JSON (not its tracing carrier).
+        payload = job.payload if isinstance(job.payload, dict) else {}
+        shown = {"args": payload.get("args", []), "kwargs": payload.get("kwargs", {})}
+        return format_html(_PRE, _json(shown))
+
+    @admin.display(description="result")  # type: ignore[untyped-decorator]
+    def result_value(self, job: Job) -> Any:
+        return "-" if job.state != "completed" else format_html(_PRE, _json(job.result))
+
+    @admin.display(description="Error")  # type: ignore[untyped-decorator]
+    def error_traceback(self, obj: Any) -> Any:
+        error = obj.error if isinstance(obj.error, dict) else None
+        if not error:
+            return "-"
+        trace = error.get("traceback")
+        body = (
+            format_html(
+                '<pre class="pgqueue-traceback" style="{}">{}</pre>',
+                _TRACEBACK_STYLE,
+                mark_safe(str(highlight_traceback(trace))),
+            )
+            if trace
+            else ""
+        )
+        return format_html(
+            "{}<p><strong>{}</strong>: {}</p>{}",
+            mark_safe(_TRACEBACK_CSS),
+            error.get("type", "?"),
+            error.get("message", ""),
+            body,
+        )
 
     def get_queryset(self, request: Any) -> Any:
         return super().get_queryset(request).using(get_queue().database)
@@ -69,3 +141,23 @@ class JobAdmin(admin.ModelAdmin):  # type: ignore[misc]
         self.message_user(request, f"{done} of {total} jobs {verb}.", messages.SUCCESS)
         if done < total:
             self.message_user(request, f"{total - done} skipped: {why_not}.", messages.WARNING)
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, indent=2, ensure_ascii=False, default=str)
+
+
+# Pre-formatted text that wraps instead of widening the page (arguments, results).
+_PRE = '<pre style="white-space: pre-wrap; margin: 0">{}</pre>'
+_TRACEBACK_STYLE = (
+    "white-space: pre-wrap; background: #1d2430; color: #d0d5dd; padding: 10px 12px; "
+    "border-radius: 6px; font-size: 12px; line-height: 1.45; "
+    "box-sizing: border-box; overflow-x: auto; overflow-wrap: anywhere"
+)
+_TRACEBACK_CSS = (
+    "<style>.pgqueue-traceback .tb-path{color:#8fb8ff}.pgqueue-traceback .tb-line{color:#ffd479}"
+    ".pgqueue-traceback .tb-func{color:#7ee2a8}.pgqueue-traceback .tb-code{color:#fff}"
+    ".pgqueue-traceback .tb-caret,.pgqueue-traceback .tb-exc{color:#ff8a80}"
+    ".pgqueue-traceback .tb-exc-type{font-weight:700}"
+    ".pgqueue-traceback .tb-head,.pgqueue-traceback .tb-chain{color:#98a2b3;font-style:italic}</style>"
+)

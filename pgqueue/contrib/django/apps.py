@@ -12,3 +12,9 @@ class PgQueueConfig(AppConfig):  # type: ignore[misc]
     label = "pgqueue"
     verbose_name = "pgqueue"
     default_auto_field = "django.db.models.AutoField"
+
+    def ready(self) -> None:
+        # Django's test runner must be able to drop the test database at the end of a suite.
+        from pgqueue.contrib.django import lifecycle
+
+        lifecycle.install()

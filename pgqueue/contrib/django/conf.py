@@ -11,6 +11,7 @@ Example (settings.py)::
         "POOLER": None,               # "transaction" when DATABASES goes through pgbouncer so
         "SESSION_URL": None,          # ... and a direct URL for LISTEN and locks (optional)
         "WORKER": {"concurrency": 4}, # defaults for `manage.py pgqueue worker` (its option names)
+        "DASHBOARD": {"READ_ONLY": False},  # the web dashboard (pgqueue.contrib.django.dashboard)
     }
 
 Every key is optional; an unknown key is refused with a suggestion.
@@ -34,6 +35,7 @@ DEFAULTS: dict[str, Any] = {
     "POOLER": None,
     "SESSION_URL": None,
     "WORKER": {},
+    "DASHBOARD": {},
 }
 
 

@@ -14,7 +14,8 @@ settings.py::
     }
 
 A task's ``module_path`` is its pgqueue task name, ``queue_name`` its queue, ``priority`` its
-priority (higher runs first) and ``run_after`` its due time. ``get_result`` reads the job back:
+priority (higher runs first) and ``run_after`` its due time; :func:`~pgqueue.contrib.django.task_options`
+adds per-task max attempts, retry backoff, timeout and result TTL. ``get_result`` reads the job back:
 queued jobs and jobs waiting for a retry are READY, running ones RUNNING, completed ones
 SUCCESSFUL with the return value, failed and cancelled ones FAILED with the stored error.
 """
@@ -24,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import functools
 from collections.abc import Callable
+from dataclasses import dataclass, fields
 from datetime import datetime
 from typing import Any
 
@@ -32,9 +34,11 @@ from django.utils import timezone
 from django.utils.module_loading import import_string
 
 from pgqueue import config
+from pgqueue.contrib.django.options import TaskOptions, check_options, options_of
 from pgqueue.contrib.django.queues import DjangoQueue, get_queue
 from pgqueue.execution import current_job
 from pgqueue.job import JobState, JobStatus
+from pgqueue.retries import RetryPolicy
 from pgqueue.task import Task as PgTask
 
 try:  # Django 6+
@@ -61,7 +65,7 @@ except ImportError:  # Django 5.2 with the django-tasks backport
     from django_tasks.signals import task_enqueued
     from django_tasks.utils import normalize_json
 
-__all__ = ["TasksBackend", "register", "register_by_name"]
+__all__ = ["PgQueueTask", "TasksBackend", "register", "register_by_name"]
 
 OPTION_NAMES = ("DATABASE", "MAX_ATTEMPTS")
 
@@ -73,6 +77,33 @@ _STATUS = {
     JobState.FAILED: TaskResultStatus.FAILED,
     JobState.CANCELLED: TaskResultStatus.FAILED,
 }
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PgQueueTask(Task):  # type: ignore[misc]
+    """The Django task class of :class:`TasksBackend`: Django's own, plus pgqueue's per-task
+    options. Where ``@task`` passes extra keywords to the backend's task class (Django 6.1+, the
+    django-tasks backport 0.11+) they are set in the decorator; everywhere, ``@task_options``
+    sets them (see :mod:`pgqueue.contrib.django.options`). Checked when the task is declared.
+
+    Example::
+
+        @task(priority=10, max_attempts=5, retry=pgqueue.Backoff(base=2), timeout=30)
+        def send_welcome(user_id: int) -> None: ...
+    """
+
+    max_attempts: int | None = None
+    retry: RetryPolicy | None = None
+    timeout: float | None = None
+    result_ttl: int | None = None
+
+    def __post_init__(self) -> None:
+        # Validated (and normalised: a timedelta becomes seconds) as @task_options does.
+        own = {field.name: getattr(self, field.name) for field in fields(TaskOptions)}
+        checked = check_options(**own)
+        for field in fields(TaskOptions):
+            object.__setattr__(self, field.name, getattr(checked, field.name))
+        Task.__post_init__(self)  # Django's validation (zero-arg super() fails with slots)
 
 
 class TasksBackend(BaseTaskBackend):  # type: ignore[misc]
@@ -89,6 +120,7 @@ class TasksBackend(BaseTaskBackend):  # type: ignore[misc]
         result.refresh(); result.status      # READY, RUNNING, SUCCESSFUL or FAILED
     """
 
+    task_class = PgQueueTask
     supports_defer = True
     supports_async_task = True
     supports_get_result = True
@@ -115,7 +147,9 @@ class TasksBackend(BaseTaskBackend):  # type: ignore[misc]
         options: dict[str, Any] = {"queue": task.queue_name, "priority": task.priority}
         if task.run_after is not None:
             options["run_at"] = _aware(task.run_after)
-        if self.max_attempts is not None:
+        # The task's own max_attempts (@task_options) is the registered task's default; the
+        # backend's MAX_ATTEMPTS applies to the tasks that set none.
+        if self.max_attempts is not None and options_of(task).max_attempts is None:
             options["max_attempts"] = self.max_attempts
         job = queue.enqueue(task.module_path, args=args, kwargs=kwargs, **options)
         result = TaskResult(
@@ -223,7 +257,8 @@ def register_by_name(queue: DjangoQueue, name: str) -> PgTask[Any, Any] | None:
     task = _django_task(name)
     if task is None or not isinstance(task.get_backend(), TasksBackend):
         return None
-    registered: PgTask[Any, Any] = queue.task(name=name)(_runner(queue, name))
+    options = options_of(task).task_kwargs()
+    registered: PgTask[Any, Any] = queue.task(name=name, **options)(_runner(queue, name))
     return registered
 
 

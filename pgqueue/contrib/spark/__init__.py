@@ -1,6 +1,6 @@
 """pgqueue on Spark: turn DataFrame rows into jobs, exactly once, and analyse what the queue did.
 
-Needs the ``spark`` extra (``pip install 'pgqueue[spark]'``: pyspark 4, pandas, pyarrow,
+Needs the ``spark`` extra (``pip install 'pgqueue-sql[spark]'``: pyspark 4, pandas, pyarrow,
 matplotlib) and pgqueue installed on the executors too. See docs/spark.md.
 
 Example::
@@ -20,7 +20,7 @@ try:
 except ImportError as exc:  # pragma: no cover - depends on the environment
     raise ImportError(
         f"pgqueue.contrib.spark needs the spark extra ({exc.name} is missing): "
-        "pip install 'pgqueue[spark]'"
+        "pip install 'pgqueue-sql[spark]'"
     ) from exc
 
 from pgqueue.contrib.spark.enqueue import (

@@ -29,7 +29,7 @@ def _add_spark_report(parser: argparse.ArgumentParser) -> None:
 
 @command(
     "spark-report",
-    "write the queue's metrics as Parquet and CSV, with PNG charts (needs pgqueue[spark])",
+    "write the queue's metrics as Parquet and CSV, with PNG charts (needs pgqueue-sql[spark])",
     _add_spark_report,
 )
 def _spark_report(args: argparse.Namespace) -> int:

@@ -1,0 +1,109 @@
+"""The web dashboard inside a Django site: staff only, Django's sessions, auth and CSRF.
+
+urls.py::
+
+    from django.urls import include, path
+
+    urlpatterns = [
+        path("admin/", admin.site.urls),
+        path("pgqueue/", include("pgqueue.contrib.django.dashboard")),
+    ]
+
+Who may see it: active staff users (``is_staff``); anyone else gets 403, and a visitor who is not
+logged in is sent to the admin's login page. Settings (all optional)::
+
+    PGQUEUE = {
+        "DASHBOARD": {
+            "READ_ONLY": False,               # True: no retry/cancel/purge buttons, POSTs refused
+            "PERMISSION": "myapp.auth.can_see_queue",  # a callable(user) -> bool instead of staff
+            "TITLE": "pgqueue",
+        },
+    }
+
+Actions are POST forms carrying Django's CSRF token, checked by Django's own ``csrf_protect``
+(so the check holds even where the CSRF middleware is not installed).
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+from django.http import HttpRequest, HttpResponse
+from django.middleware.csrf import get_token
+from django.urls import re_path
+from django.utils.module_loading import import_string
+from django.views.decorators.csrf import csrf_protect
+
+from pgqueue import config
+from pgqueue.contrib.django.conf import pgqueue_settings
+from pgqueue.contrib.django.queues import get_queue
+from pgqueue.dashboard import Dashboard, Request
+
+__all__ = ["DASHBOARD_DEFAULTS", "dashboard_view", "urlpatterns"]
+
+DASHBOARD_DEFAULTS: dict[str, Any] = {"READ_ONLY": False, "PERMISSION": None, "TITLE": "pgqueue"}
+
+
+def _options() -> dict[str, Any]:
+    given = pgqueue_settings()["DASHBOARD"]
+    config.check_options('settings.PGQUEUE["DASHBOARD"]', given, DASHBOARD_DEFAULTS)
+    return {**DASHBOARD_DEFAULTS, **given}
+
+
+@functools.cache
+def _dashboard(alias: str, read_only: bool, title: str) -> Dashboard:
+    return Dashboard(get_queue(alias), read_only=read_only, title=title)
+
+
+def _permitted(user: Any, permission: Any) -> bool:
+    if permission is None:
+        return bool(user.is_active and user.is_staff)
+    check = import_string(permission) if isinstance(permission, str) else permission
+    return bool(check(user))
+
+
+def _to_login(request: HttpRequest) -> HttpResponse:
+    from django.contrib.auth.views import redirect_to_login
+    from django.urls import NoReverseMatch, reverse
+
+    try:
+        login = reverse("admin:login")
+    except NoReverseMatch:
+        login = None  # settings.LOGIN_URL
+    return redirect_to_login(request.get_full_path(), login)
+
+
+@csrf_protect  # type: ignore[untyped-decorator]
+def dashboard_view(request: HttpRequest, path: str = "") -> HttpResponse:
+    """Every dashboard page, below wherever the URLconf includes this module."""
+    options = _options()
+    user = request.user
+    if not user.is_authenticated:
+        return _to_login(request)
+    if not _permitted(user, options["PERMISSION"]):
+        return HttpResponse("Forbidden: the queue dashboard is for staff.", status=403)
+    dashboard = _dashboard(
+        pgqueue_settings()["DATABASE"], bool(options["READ_ONLY"]), str(options["TITLE"])
+    )
+    root = request.path[: len(request.path) - len(path)].rstrip("/")
+    response = dashboard.handle(
+        Request(
+            method=request.method or "GET",
+            path="/" + path,
+            query={key: request.GET.getlist(key) for key in request.GET},
+            form={key: request.POST.getlist(key) for key in request.POST},
+            root=root,
+            csrf_field="csrfmiddlewaretoken",
+            csrf_token=get_token(request),
+            user=user.get_username(),
+        )
+    )
+    answer = HttpResponse(response.body, status=response.status)
+    for name, value in response.all_headers():
+        answer[name] = value
+    return answer
+
+
+app_name = "pgqueue_dashboard"
+urlpatterns = [re_path(r"^(?P<path>.*)$", dashboard_view, name="dashboard")]

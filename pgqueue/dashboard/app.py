@@ -1,0 +1,457 @@
+"""The dashboard as a framework-neutral request handler, and as a WSGI application.
+
+:meth:`Dashboard.handle` turns a :class:`Request` into a :class:`Response` and knows nothing of
+any web framework: the Django view and the Flask blueprint call it after their own
+authentication and CSRF checks. Called as a WSGI application, a Dashboard does its own CSRF
+check (a double-submit cookie plus an Origin check) for the standalone server.
+"""
+
+from __future__ import annotations
+
+import hmac
+import logging
+import mimetypes
+import secrets
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from http import HTTPStatus
+from http.cookies import SimpleCookie
+from importlib import resources
+from typing import TYPE_CHECKING, Any
+from urllib.parse import parse_qs, quote, urlencode
+
+from pgqueue import config
+from pgqueue.dashboard import actions, data
+from pgqueue.dashboard.render import environment
+from pgqueue.dashboard.throughput import Throughput
+from pgqueue.errors import BackendError, ConfigError, PgQueueError
+from pgqueue.job import JobState
+
+if TYPE_CHECKING:
+    from pgqueue.queue import Queue
+
+__all__ = ["CSRF_COOKIE", "CSRF_FIELD", "Dashboard", "Request", "Response"]
+
+logger = logging.getLogger("pgqueue.dashboard")
+
+#: The form field and cookie of the standalone / Flask CSRF check.
+CSRF_FIELD = "csrf_token"
+CSRF_COOKIE = "pgqueue_csrf"
+#: Seconds between the overview's live refreshes.
+DEFAULT_REFRESH_SECONDS = 5.0
+#: Jobs per page of the jobs list.
+PAGE_SIZE = 50
+
+_SECURITY_HEADERS = [
+    # Everything the pages load comes from the dashboard itself; nothing inline runs.
+    (
+        "Content-Security-Policy",
+        "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'; "
+        "frame-ancestors 'none'; form-action 'self'; base-uri 'none'",
+    ),
+    ("X-Content-Type-Options", "nosniff"),
+    ("Referrer-Policy", "same-origin"),
+    ("Cache-Control", "no-store"),
+]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Request:
+    """One request, as the dashboard needs it.
+
+    ``path`` is relative to where the dashboard is mounted (``/``, ``/jobs``, ...); ``root`` is
+    the mount point that links start with (``""`` standalone, ``/pgqueue`` under a framework).
+    ``csrf_field`` and ``csrf_token`` are what each form posts back (the framework's own names
+    under Django). ``user`` is shown in the header when known.
+
+    Example::
+
+        Request(method="GET", path="/jobs", query={"state": ["failed"]})
+    """
+
+    method: str
+    path: str
+    query: Mapping[str, list[str]] = field(default_factory=dict)
+    form: Mapping[str, list[str]] = field(default_factory=dict)
+    root: str = ""
+    csrf_field: str = CSRF_FIELD
+    csrf_token: str = ""
+    user: str | None = None
+
+    def arg(self, name: str) -> str | None:
+        """The first non-empty value of query parameter ``name``."""
+        values = [v for v in self.query.get(name, []) if v.strip()]
+        return values[0].strip() if values else None
+
+    def field(self, name: str) -> str | None:
+        """The first value of form field ``name``."""
+        values = self.form.get(name, [])
+        return values[0] if values else None
+
+
+@dataclass(slots=True)
+class Response:
+    """What to send back: status, headers, body.
+
+    Example::
+
+        response = dashboard.handle(Request(method="GET", path="/"))
+        response.status, response.all_headers(), response.body
+    """
+
+    status: int
+    body: bytes = b""
+    headers: list[tuple[str, str]] = field(default_factory=list)
+    content_type: str = "text/html; charset=utf-8"
+
+    @classmethod
+    def redirect(cls, location: str) -> Response:
+        """A 303 See Other (the answer to a POST)."""
+        return cls(HTTPStatus.SEE_OTHER, headers=[("Location", location)])
+
+    def all_headers(self) -> list[tuple[str, str]]:
+        """Content type, security headers and the response's own."""
+        return [("Content-Type", self.content_type), *_SECURITY_HEADERS, *self.headers]
+
+
+class Dashboard:
+    """The web dashboard of one Queue.
+
+    ``read_only=True`` hides every action and refuses every POST. ``title`` names the page.
+    ``clock`` (tests) replaces the database's notion of now.
+
+    Example::
+
+        from wsgiref.simple_server import make_server
+        app = Dashboard(queue, read_only=True)
+        make_server("127.0.0.1", 8787, app).serve_forever()
+    """
+
+    def __init__(
+        self,
+        queue: Queue,
+        *,
+        read_only: bool = False,
+        title: str = "pgqueue",
+        refresh_seconds: float = DEFAULT_REFRESH_SECONDS,
+        clock: Callable[[], datetime] | None = None,
+    ) -> None:
+        self.queue = queue
+        self.read_only = read_only
+        self.title = title
+        self.refresh_seconds = config.check_positive_seconds("refresh_seconds", refresh_seconds)
+        self.clock = clock
+        #: Per-minute counts of finished jobs behind the charts, shared by every request.
+        self.throughput = Throughput(queue)
+        self._templates = environment()
+        self._routes: list[tuple[str, str, Callable[..., Response]]] = [
+            ("GET", "", self._overview),
+            ("GET", "jobs", self._jobs),
+            ("GET", "jobs/*", self._job),
+            ("POST", "jobs/*/*", self._job_action),
+            ("GET", "failures", self._failures),
+            ("GET", "failures/confirm", self._confirm),
+            ("POST", "failures/*", self._group_action),
+            ("GET", "schedules", self._schedules),
+            ("GET", "static/*", self._static),
+        ]
+
+    def __repr__(self) -> str:
+        return f"Dashboard({self.queue!r}, read_only={self.read_only})"
+
+    def close(self) -> None:
+        """Stop the background counting behind the charts (before closing the Queue).
+
+        Example::
+
+            dashboard.close()
+            queue.close()
+        """
+        self.throughput.close()
+
+    # -- the neutral entry point ---------------------------------------------------------------
+
+    def handle(self, request: Request) -> Response:
+        """Answer one request. The caller has already authenticated the user and, for a POST,
+        checked its CSRF token.
+
+        Example::
+
+            response = dashboard.handle(Request(method="GET", path="/"))
+        """
+        parts = [p for p in request.path.split("/") if p]
+        for method, pattern, view in self._routes:
+            expected = [p for p in pattern.split("/") if p]
+            if len(expected) != len(parts):
+                continue
+            if all(e in ("*", p) for e, p in zip(expected, parts, strict=True)):
+                if method != request.method and not (method == "GET" and request.method == "HEAD"):
+                    return self._error(request, HTTPStatus.METHOD_NOT_ALLOWED, "Method not allowed")
+                if method == "POST" and self.read_only:
+                    return self._error(
+                        request, HTTPStatus.FORBIDDEN, "This dashboard is read-only."
+                    )
+                wild = [p for e, p in zip(expected, parts, strict=True) if e == "*"]
+                try:
+                    return view(request, *wild)
+                except ConfigError as exc:
+                    if isinstance(exc, BackendError):  # no tables: not the request's fault
+                        return self._unavailable(request, exc)
+                    return self._error(request, HTTPStatus.BAD_REQUEST, str(exc))
+                except PgQueueError as exc:
+                    return self._unavailable(request, exc)
+        return self._error(request, HTTPStatus.NOT_FOUND, "No such page.")
+
+    # -- WSGI (standalone, Flask) ----------------------------------------------------------------
+
+    def __call__(
+        self, environ: dict[str, Any], start_response: Callable[..., Any]
+    ) -> Iterable[bytes]:
+        """The dashboard as a WSGI application, with its own CSRF check on POSTs."""
+        request, new_token = wsgi_request(environ)
+        if request.method == "POST" and not csrf_ok(environ, request):
+            response = self._error(
+                request, HTTPStatus.FORBIDDEN, "CSRF check failed: reload the page and try again."
+            )
+        else:
+            response = self.handle(request)
+        headers = response.all_headers()
+        if new_token:
+            headers.append(("Set-Cookie", csrf_cookie(request.csrf_token, request.root)))
+        start_response(f"{response.status} {HTTPStatus(response.status).phrase}", headers)
+        return [b"" if request.method == "HEAD" else response.body]
+
+    # -- pages -------------------------------------------------------------------------------------
+
+    def _now(self) -> datetime | None:
+        return self.clock() if self.clock is not None else None
+
+    def _page(self, request: Request, template: str, **context: Any) -> Response:
+        html = self._templates.get_template(template).render(
+            request=request,
+            root=request.root,
+            title=self.title,
+            read_only=self.read_only,
+            refresh_ms=int(self.refresh_seconds * 1000),
+            message=request.arg("message"),
+            url=lambda path, **params: _url(request.root, path, params),
+            database=self.queue.engine.url.render_as_string(hide_password=True),
+            **context,
+        )
+        return Response(HTTPStatus.OK, html.encode())
+
+    def _error(self, request: Request, status: int, message: str) -> Response:
+        response = self._page(request, "error.html", status=status, error=message, active="")
+        response.status = status
+        return response
+
+    def _unavailable(self, request: Request, error: PgQueueError) -> Response:
+        # The database is down or refusing: say so (the live refresh keeps trying).
+        logger.warning("dashboard: %s", error)
+        message = " ".join(str(error).split())
+        return self._error(
+            request, HTTPStatus.SERVICE_UNAVAILABLE, f"The database cannot answer: {message}"
+        )
+
+    def _overview(self, request: Request) -> Response:
+        overview = data.read_overview(
+            self.queue, queue_name=request.arg("queue"), throughput=self.throughput, now=self._now()
+        )
+        template = "overview_body.html" if request.arg("fragment") else "overview.html"
+        return self._page(request, template, overview=overview, active="overview")
+
+    def _jobs(self, request: Request) -> Response:
+        search = request.arg("id")
+        if search and self.queue.status(search) is not None:
+            return Response.redirect(_url(request.root, f"jobs/{quote(search, safe='')}", {}))
+        states = [_state(s) for s in request.query.get("state", []) if s]
+        page = data.read_jobs(
+            self.queue,
+            states=states,
+            queue_name=request.arg("queue"),
+            task=request.arg("task"),
+            since=_time(request.arg("since"), "since"),
+            until=_time(request.arg("until"), "until"),
+            cursor=request.arg("cursor"),
+            limit=PAGE_SIZE,
+            now=self._now(),
+        )
+        filters = {
+            key: request.query.get(key, [])
+            for key in ("state", "queue", "task", "since", "until")
+            if request.query.get(key)
+        }
+        return self._page(
+            request,
+            "jobs.html",
+            page=page,
+            states=[str(s) for s in JobState],
+            chosen=[str(s) for s in states],
+            filters=filters,
+            search=search,
+            not_found=bool(search),
+            first_page=not request.arg("cursor"),
+            active="jobs",
+        )
+
+    def _job(self, request: Request, job_id: str) -> Response:
+        status = self.queue.status(job_id)
+        if status is None:
+            return self._error(request, HTTPStatus.NOT_FOUND, f"No job {job_id!r}.")
+        now = self._now() or datetime.now(UTC)
+        allowed = [a for a, states in actions.ACTIONS.items() if status.state in states]
+        return self._page(request, "job.html", job=status, now=now, allowed=allowed, active="jobs")
+
+    def _job_action(self, request: Request, job_id: str, action: str) -> Response:
+        actions.check_action(action)
+        done = actions.apply(self.queue, action, [job_id], now=self._now())
+        verb = {"retry": "queued again", "cancel": "cancelled", "purge": "purged"}[action]
+        message = (
+            f"Job {verb}." if done else f"Nothing to {action}: the job is not in a state for it."
+        )
+        target = "jobs" if action == "purge" and done else f"jobs/{quote(job_id, safe='')}"
+        return Response.redirect(_url(request.root, target, {"message": message}))
+
+    def _failures(self, request: Request) -> Response:
+        groups, capped = data.read_failures(self.queue)
+        return self._page(
+            request,
+            "failures.html",
+            groups=groups,
+            capped=capped,
+            cap=data.GROUP_CAP,
+            group_actions={str(k): v for k, v in actions.GROUP_ACTIONS.items()},
+            active="failures",
+        )
+
+    def _confirm(self, request: Request) -> Response:
+        state = _state(request.arg("state") or "")
+        action = request.arg("action") or ""
+        error_type = request.arg("type")
+        if action not in actions.GROUP_ACTIONS.get(state, ()):
+            raise ConfigError(f"{action!r} does not apply to {state} jobs")
+        # The count of the failures page (bounded, from the most recent jobs): reading every
+        # job of the group would make this page as slow as the action itself.
+        groups, capped = data.read_failures(self.queue)
+        count = sum(g.count for g in groups if g.state == state and g.error_type == error_type)
+        return self._page(
+            request,
+            "confirm.html",
+            state=str(state),
+            action=action,
+            error_type=error_type,
+            count=count,
+            capped=capped,
+            active="failures",
+        )
+
+    def _group_action(self, request: Request, action: str) -> Response:
+        state = _state(request.field("state") or "")
+        error_type = request.field("type") or None
+        done = actions.apply_to_group(
+            self.queue, action, state=state, error_type=error_type, now=self._now()
+        )
+        verb = {"retry": "queued again", "cancel": "cancelled", "purge": "purged"}[action]
+        message = f"{done:,} {'job' if done == 1 else 'jobs'} {verb}."
+        return Response.redirect(_url(request.root, "failures", {"message": message}))
+
+    def _schedules(self, request: Request) -> Response:
+        schedules = data.read_schedules(self.queue, now=self._now())
+        return self._page(request, "schedules.html", schedules=schedules, active="schedules")
+
+    def _static(self, request: Request, name: str) -> Response:
+        folder = resources.files("pgqueue.dashboard").joinpath("static")
+        if name.startswith(".") or not folder.joinpath(name).is_file():
+            return self._error(request, HTTPStatus.NOT_FOUND, "No such file.")
+        kind = mimetypes.guess_type(name)[0] or "application/octet-stream"
+        response = Response(HTTPStatus.OK, folder.joinpath(name).read_bytes(), content_type=kind)
+        return response
+
+
+# -- helpers ----------------------------------------------------------------------------------------
+
+
+def _url(root: str, path: str, params: Mapping[str, Any]) -> str:
+    base = f"{root.rstrip('/')}/{path.lstrip('/')}"
+    flat = {k: v for k, v in params.items() if v not in (None, "", [])}
+    return f"{base}?{urlencode(flat, doseq=True)}" if flat else base
+
+
+def _state(value: str) -> JobState:
+    from pgqueue.operations import check_state
+
+    return check_state(value)
+
+
+def _time(value: str | None, name: str) -> datetime | None:
+    if value is None:
+        return None
+    try:
+        parsed = datetime.fromisoformat(value)
+    except ValueError:
+        raise ConfigError(
+            f"{name}: expected a time like 2026-05-01T12:00 (UTC), got {value!r}"
+        ) from None
+    return parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=UTC)
+
+
+def wsgi_request(environ: Mapping[str, Any]) -> tuple[Request, bool]:
+    """A :class:`Request` from a WSGI environ, and whether a new CSRF token was minted (to be
+    set as a cookie)."""
+    method = str(environ.get("REQUEST_METHOD", "GET")).upper()
+    query = parse_qs(str(environ.get("QUERY_STRING", "")), keep_blank_values=True)
+    form: dict[str, list[str]] = {}
+    if method == "POST":
+        try:
+            length = int(environ.get("CONTENT_LENGTH") or 0)
+        except ValueError:
+            length = 0
+        body = environ["wsgi.input"].read(min(length, 1 << 20)) if length > 0 else b""
+        form = parse_qs(body.decode("utf-8", "replace"), keep_blank_values=True)
+    token, minted = csrf_token(str(environ.get("HTTP_COOKIE", "")))
+    path = str(environ.get("PATH_INFO", "")) or "/"
+    request = Request(
+        method=method,
+        path=path,
+        query=query,
+        form=form,
+        root=str(environ.get("SCRIPT_NAME", "")),
+        csrf_token=token,
+    )
+    return request, minted
+
+
+def csrf_token(cookie_header: str) -> tuple[str, bool]:
+    """The CSRF token from a Cookie header, or a new one; and whether it is new (then the
+    response must set it with :func:`csrf_cookie`)."""
+    cookies = SimpleCookie(cookie_header)
+    if CSRF_COOKIE in cookies and cookies[CSRF_COOKIE].value:
+        return cookies[CSRF_COOKIE].value, False
+    return secrets.token_urlsafe(32), True
+
+
+def csrf_check(*, origin: str | None, host: str | None, cookie_header: str, sent: str) -> bool:
+    """The double-submit check: the form's token equals the cookie's (which another site can
+    neither read nor set), and a browser-sent Origin, if any, is this host."""
+    if origin and host and origin.split("://", 1)[-1] != host:
+        return False
+    cookies = SimpleCookie(cookie_header)
+    if CSRF_COOKIE not in cookies:
+        return False
+    return bool(sent) and hmac.compare_digest(sent, cookies[CSRF_COOKIE].value)
+
+
+def csrf_ok(environ: Mapping[str, Any], request: Request) -> bool:
+    """:func:`csrf_check` for a WSGI request."""
+    return csrf_check(
+        origin=environ.get("HTTP_ORIGIN"),
+        host=environ.get("HTTP_HOST"),
+        cookie_header=str(environ.get("HTTP_COOKIE", "")),
+        sent=request.field(CSRF_FIELD) or "",
+    )
+
+
+def csrf_cookie(token: str, root: str) -> str:
+    """The Set-Cookie value carrying a CSRF token."""
+    return f"{CSRF_COOKIE}={token}; Path={root or '/'}; HttpOnly; SameSite=Strict"

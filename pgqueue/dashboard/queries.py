@@ -1,0 +1,250 @@
+"""The dashboard's statements: reads shaped so that every page stays fast on a table of millions.
+
+Each statement either walks one of the partial indexes (claimable, processing, finished) or is
+bounded by a LIMIT: nothing here reads the whole jobs table. The state predicates are written
+with exactly the text of the partial indexes' WHERE clauses because SQLite only uses a partial
+index when the query repeats its predicate (bound parameters would not match).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import (
+    ColumnElement,
+    Delete,
+    Select,
+    TextClause,
+    and_,
+    case,
+    delete,
+    func,
+    literal,
+    or_,
+    select,
+    text,
+)
+
+from pgqueue.job import CLAIMABLE_STATES, FINISHED_STATES, JobState
+from pgqueue.schema import JOBS, SCHEDULES, WORKERS
+
+__all__ = [
+    "FINISHED",
+    "SEGMENTS",
+    "Segment",
+    "claimable_counts",
+    "error_group_ids",
+    "failed_count",
+    "failed_groups",
+    "finished_buckets",
+    "job_delete_finished",
+    "job_page",
+    "oldest_due",
+    "processing_counts",
+    "schedule_rows",
+    "segment_of",
+    "workers",
+]
+
+
+def _state_in(states: tuple[JobState, ...]) -> TextClause:
+    # The same text as the partial indexes' predicates in pgqueue.schema.
+    return text(f"state IN ({', '.join(repr(str(s)) for s in states)})")
+
+
+CLAIMABLE = _state_in(CLAIMABLE_STATES)
+FINISHED = _state_in(FINISHED_STATES)
+PROCESSING = text("state = 'processing'")
+
+
+class Segment:
+    """A slice of the jobs table that one partial index covers, with the column it is listed by
+    (the time of the row's last change): claimable rows, processing rows, finished rows."""
+
+    def __init__(
+        self, name: str, states: tuple[JobState, ...], predicate: TextClause, key: Any
+    ) -> None:
+        self.name = name
+        self.states = states
+        self.predicate = predicate
+        self.key = key
+
+
+SEGMENTS = (
+    Segment("claimable", CLAIMABLE_STATES, CLAIMABLE, JOBS.c.updated_at),
+    Segment("processing", (JobState.PROCESSING,), PROCESSING, JOBS.c.updated_at),
+    Segment("finished", FINISHED_STATES, FINISHED, JOBS.c.finished_at),
+)
+
+
+def claimable_counts(now: datetime) -> Select[Any]:
+    """Claimable jobs per queue, task and state, split into due now and scheduled for later."""
+    later = case((JOBS.c.run_at > now, 1), else_=0).label("later")
+    return (
+        select(JOBS.c.queue, JOBS.c.task, JOBS.c.state, later, func.count().label("count"))
+        .where(CLAIMABLE)
+        .group_by(JOBS.c.queue, JOBS.c.task, JOBS.c.state, later)
+    )
+
+
+def processing_counts() -> Select[Any]:
+    """Running jobs per queue, task and lock holder (the worker whose slot runs them)."""
+    return (
+        select(JOBS.c.queue, JOBS.c.task, JOBS.c.locked_by, func.count().label("count"))
+        .where(PROCESSING)
+        .group_by(JOBS.c.queue, JOBS.c.task, JOBS.c.locked_by)
+    )
+
+
+def oldest_due(now: datetime) -> Select[Any]:
+    """Per queue: the earliest ``run_at`` among claimable jobs already due."""
+    return (
+        select(JOBS.c.queue, func.min(JOBS.c.run_at))
+        .where(CLAIMABLE, JOBS.c.run_at <= now)
+        .group_by(JOBS.c.queue)
+    )
+
+
+def finished_buckets(edges: Sequence[datetime]) -> Select[Any]:
+    """Finished jobs per bucket, queue, task and state, for ``edges`` (ascending instants:
+    bucket ``i`` is ``[edges[i], edges[i+1])``).
+
+    The bucket number is a binary search written as nested CASEs over the edges (about log2 of
+    the bucket count comparisons per row) rather than date arithmetic, which every database
+    spells differently.
+    """
+    start, end = edges[0], edges[-1]
+    bucket = _bucket(JOBS.c.finished_at, edges, 0, len(edges) - 1).label("bucket")
+    return (
+        select(bucket, JOBS.c.queue, JOBS.c.task, JOBS.c.state, func.count().label("count"))
+        .where(FINISHED, JOBS.c.finished_at >= start, JOBS.c.finished_at < end)
+        .group_by(bucket, JOBS.c.queue, JOBS.c.task, JOBS.c.state)
+    )
+
+
+def _bucket(column: Any, edges: Sequence[datetime], low: int, high: int) -> Any:
+    # The bucket in [low, high) that holds the column's value.
+    if high - low <= 1:
+        return literal(low)
+    middle = (low + high) // 2
+    return case(
+        (column >= edges[middle], _bucket(column, edges, middle, high)),
+        else_=_bucket(column, edges, low, middle),
+    )
+
+
+def failed_count(cap: int) -> Select[Any]:
+    """Dead letters (``failed`` jobs) per queue, counting at most ``cap`` rows in all."""
+    capped = (
+        select(JOBS.c.queue)
+        .where(FINISHED, JOBS.c.state == str(JobState.FAILED))
+        .limit(cap)
+        .subquery()
+    )
+    return select(capped.c.queue, func.count()).group_by(capped.c.queue)
+
+
+def _error_type() -> ColumnElement[str]:
+    kind: ColumnElement[str] = JOBS.c.error["type"].as_string()
+    return kind
+
+
+def failed_groups(state: JobState, cap: int) -> Select[Any]:
+    """Jobs in ``state`` (failing or failed) grouped by error type, over at most the ``cap`` that
+    changed last (read through the state's partial index): count, latest change, one example."""
+    segment = segment_of(state)
+    recent = (
+        select(
+            _error_type().label("type"),
+            segment.key.label("changed"),
+            JOBS.c.id,
+            JOBS.c.task,
+            JOBS.c.queue,
+        )
+        .where(segment.predicate, JOBS.c.state == str(state))
+        .order_by(segment.key.desc())
+        .limit(cap)
+        .subquery()
+    )
+    return (
+        select(
+            recent.c.type,
+            func.count().label("count"),
+            func.max(recent.c.changed).label("latest"),
+            func.max(recent.c.id).label("example"),
+            func.count(func.distinct(recent.c.task)).label("tasks"),
+            func.min(recent.c.task).label("task"),
+            func.count(func.distinct(recent.c.queue)).label("queues"),
+            func.min(recent.c.queue).label("queue"),
+        )
+        .group_by(recent.c.type)
+        .order_by(func.count().desc(), recent.c.type)
+    )
+
+
+def segment_of(state: JobState) -> Segment:
+    """The segment that holds jobs in ``state``."""
+    return next(s for s in SEGMENTS if state in s.states)
+
+
+def error_group_ids(state: JobState, error_type: str | None) -> Select[Any]:
+    """The ids of the jobs in ``state`` whose stored error is of ``error_type`` (None: jobs with
+    no stored error, e.g. expired), in id order."""
+    kind = _error_type()
+    match = kind.is_(None) if error_type is None else kind == error_type
+    return (
+        select(JOBS.c.id)
+        .where(JOBS.c.state == str(state), segment_of(state).predicate, match)
+        .order_by(JOBS.c.id)
+    )
+
+
+def job_delete_finished(ids: Sequence[str], state: JobState) -> Delete:
+    """Delete the jobs among ``ids`` that are (still) in the finished ``state``."""
+    return delete(JOBS).where(JOBS.c.id.in_(list(ids)), JOBS.c.state == str(state), FINISHED)
+
+
+def job_page(
+    segment: Segment,
+    *,
+    states: Sequence[JobState],
+    queue: str | None,
+    task: str | None,
+    since: datetime | None,
+    until: datetime | None,
+    before: tuple[datetime, str] | None,
+    limit: int,
+) -> Select[Any]:
+    """One page of whole job rows from ``segment``, newest change first, strictly after the
+    keyset cursor ``before`` (the last row of the previous page: its change time and id)."""
+    key = segment.key
+    statement = select(JOBS, key.label("changed")).where(segment.predicate)
+    if set(states) != set(segment.states):
+        statement = statement.where(JOBS.c.state.in_([str(s) for s in states]))
+    if queue is not None:
+        statement = statement.where(JOBS.c.queue == queue)
+    if task is not None:
+        statement = statement.where(JOBS.c.task == task)
+    if since is not None:
+        statement = statement.where(key >= since)
+    if until is not None:
+        statement = statement.where(key < until)
+    if before is not None:
+        moment, job_id = before
+        # The first term bounds the index range; the second breaks ties on the same instant.
+        statement = statement.where(
+            key <= moment, or_(key < moment, and_(key == moment, JOBS.c.id < job_id))
+        )
+    return statement.order_by(key.desc(), JOBS.c.id.desc()).limit(limit)
+
+
+def workers(since: datetime) -> Select[Any]:
+    """Workers that beat at or after ``since`` (live), by id."""
+    return select(WORKERS).where(WORKERS.c.last_beat_at >= since).order_by(WORKERS.c.id)
+
+
+def schedule_rows() -> Select[Any]:
+    """Every schedule's stored progress: name, checked_through, last_fire_at."""
+    return select(SCHEDULES).order_by(SCHEDULES.c.name)

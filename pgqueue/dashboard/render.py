@@ -1,0 +1,183 @@
+"""HTML pieces built in Python: the templates' environment, charts as SVG, highlighted tracebacks.
+
+Charts are drawn on the server as inline SVG, so the page needs no chart library and the live
+refresh just swaps the HTML of the overview's body.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from datetime import datetime, timedelta
+from typing import Any
+
+from jinja2 import Environment, PackageLoader, select_autoescape
+from markupsafe import Markup, escape
+
+from pgqueue.dashboard.data import Series
+
+__all__ = ["age", "bar_chart", "environment", "highlight_traceback", "pretty_json"]
+
+
+def environment() -> Environment:
+    """The Jinja2 environment of the dashboard's templates (autoescaped)."""
+    env = Environment(
+        loader=PackageLoader("pgqueue.dashboard", "templates"),
+        autoescape=select_autoescape(default=True),
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    env.filters.update(
+        age=age,
+        instant=instant,
+        number=number,
+        traceback=highlight_traceback,
+        pretty_json=pretty_json,
+        chart=bar_chart,
+    )
+    return env
+
+
+def number(value: int | None, capped: bool = False) -> str:
+    """``12345`` → ``12,345`` (``12,345+`` when a bounded count hit its cap)."""
+    if value is None:
+        return "-"
+    return f"{value:,}{'+' if capped else ''}"
+
+
+def instant(value: datetime | None) -> str:
+    """A UTC instant to the second, or ``-``."""
+    return "-" if value is None else value.strftime("%Y-%m-%d %H:%M:%S")
+
+
+def age(seconds: float | None) -> str:
+    """``3725`` → ``1h 2m``: a duration for people."""
+    if seconds is None:
+        return "-"
+    if seconds < 1:
+        return f"{seconds * 1000:.0f} ms"
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    whole = int(seconds)
+    days, rest = divmod(whole, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, secs = divmod(rest, 60)
+    if days:
+        return f"{days}d {hours}h"
+    if hours:
+        return f"{hours}h {minutes}m"
+    return f"{minutes}m {secs}s"
+
+
+def pretty_json(value: Any) -> str:
+    """A stored document as indented JSON."""
+    return json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False, default=str)
+
+
+_FILE_LINE = re.compile(r'^(\s*File ")(.*?)(", line )(\d+)(, in )(.*)$')
+_CHAIN = (
+    "During handling of the above exception",
+    "The above exception was the direct cause",
+)
+_EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt|Warning)?\b.*$")
+
+
+def highlight_traceback(text: str | None) -> Markup:
+    """A Python traceback as HTML: frames, source lines, carets and the exception line each get
+    a class (styled by the stylesheet); everything is escaped."""
+    if not text:
+        return Markup("")
+    out: list[str] = []
+    in_message = False  # after the exception line, until the next traceback of a chain
+    for line in text.rstrip("\n").split("\n"):
+        match = _FILE_LINE.match(line)
+        if (
+            in_message
+            and not match
+            and not line.startswith("Traceback")
+            and line.strip()
+            and (not line.strip().startswith(_CHAIN))
+        ):
+            out.append(f'<span class="tb-exc">{escape(line)}</span>')
+            continue
+        in_message = False
+        if match:
+            indent, path, mid, lineno, in_, function = match.groups()
+            out.append(
+                f'<span class="tb-frame">{escape(indent)}<span class="tb-path">{escape(path)}'
+                f'</span>{escape(mid)}<span class="tb-line">{escape(lineno)}</span>{escape(in_)}'
+                f'<span class="tb-func">{escape(function)}</span></span>'
+            )
+        elif line.startswith("Traceback (most recent call last)"):
+            out.append(f'<span class="tb-head">{escape(line)}</span>')
+        elif line.strip().startswith(_CHAIN):
+            out.append(f'<span class="tb-chain">{escape(line)}</span>')
+        elif line.strip() and set(line.strip()) <= set("^~"):
+            out.append(f'<span class="tb-caret">{escape(line)}</span>')
+        elif line.startswith((" ", "\t")):
+            out.append(f'<span class="tb-code">{escape(line)}</span>')
+        elif _EXCEPTION_LINE.match(line):
+            in_message = True
+            name, sep, message = line.partition(":")
+            out.append(
+                f'<span class="tb-exc"><span class="tb-exc-type">{escape(name)}</span>'
+                f"{escape(sep)}{escape(message)}</span>"
+            )
+        else:
+            out.append(escape(line))
+    return Markup("\n".join(out))
+
+
+def bar_chart(series: Series, label: str, height: int = 120) -> Markup:
+    """Stacked bars of finished jobs per bucket (completed, failed, cancelled) as inline SVG,
+    with the peak and the time span labelled and a tooltip per bar."""
+    buckets = len(series.starts)
+    width = 720
+    left, bottom, top = 44, 18, 8
+    plot_w, plot_h = width - left - 4, height - bottom - top
+    totals = [
+        c + f + x for c, f, x in zip(series.completed, series.failed, series.cancelled, strict=True)
+    ]
+    peak = max(totals, default=0) or 1
+    bar_w = plot_w / buckets
+    parts = [
+        f'<svg class="chart" viewBox="0 0 {width} {height}" role="img" '
+        f'aria-label="{escape(label)}">',
+        f'<line class="axis" x1="{left}" y1="{top + plot_h}" x2="{width - 4}" y2="{top + plot_h}"/>',
+        f'<text class="tick" x="{left - 4}" y="{top + 8}" text-anchor="end">{peak:,}</text>',
+        f'<text class="tick" x="{left - 4}" y="{top + plot_h}" text-anchor="end">0</text>',
+    ]
+    for index, start in enumerate(series.starts):
+        x = left + index * bar_w
+        y = float(top + plot_h)
+        stack = (
+            ("completed", series.completed[index]),
+            ("failed", series.failed[index]),
+            ("cancelled", series.cancelled[index]),
+        )
+        title = (
+            f"{start:%H:%M}: {series.completed[index]:,} completed, "
+            f"{series.failed[index]:,} failed, {series.cancelled[index]:,} cancelled"
+        )
+        parts.append(f"<g><title>{escape(title)}</title>")
+        parts.append(
+            f'<rect class="hover" x="{x:.1f}" y="{top}" width="{bar_w:.1f}" height="{plot_h}"/>'
+        )
+        for name, count in stack:
+            if not count:
+                continue
+            h = plot_h * count / peak
+            y -= h
+            parts.append(
+                f'<rect class="bar {name}" x="{x + 0.5:.1f}" y="{y:.1f}" '
+                f'width="{max(bar_w - 1, 0.5):.1f}" height="{h:.1f}"/>'
+            )
+        parts.append("</g>")
+    first, last = series.starts[0], series.starts[-1] + series.width
+    fmt = "%H:%M" if series.width < timedelta(hours=1) else "%b %d %H:%M"
+    parts.append(
+        f'<text class="tick" x="{left}" y="{height - 4}">{first.strftime(fmt)}</text>'
+        f'<text class="tick" x="{width - 4}" y="{height - 4}" text-anchor="end">'
+        f"{last.strftime(fmt)} UTC</text></svg>"
+    )
+    return Markup("".join(parts))

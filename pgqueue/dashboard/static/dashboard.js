@@ -1,0 +1,43 @@
+// pgqueue dashboard: live refresh of the overview and confirmation of single-job actions.
+// Plain DOM code, no library: an element with data-refresh="URL" has its HTML replaced by a
+// fetch of URL every data-every milliseconds while the tab is visible.
+(function () {
+  "use strict";
+
+  function refresh(element) {
+    var url = element.getAttribute("data-refresh");
+    var every = parseInt(element.getAttribute("data-every"), 10) || 5000;
+    var busy = false;
+    function tick() {
+      if (busy || document.hidden) return;
+      busy = true;
+      fetch(url, { credentials: "same-origin", headers: { "Accept": "text/html" } })
+        .then(function (response) {
+          if (!response.ok) throw new Error(response.status + " " + response.statusText);
+          return response.text();
+        })
+        .then(function (html) {
+          element.innerHTML = html;
+          element.removeAttribute("data-stale");
+          element.setAttribute("data-updated", String(Date.now()));
+        })
+        .catch(function () { element.setAttribute("data-stale", "true"); })
+        .then(function () { busy = false; });
+    }
+    setInterval(tick, every);
+    document.addEventListener("visibilitychange", tick);
+  }
+
+  function confirmations() {
+    document.addEventListener("submit", function (event) {
+      var button = event.submitter || event.target.querySelector("[data-confirm]");
+      var question = button && button.getAttribute("data-confirm");
+      if (question && !window.confirm(question)) event.preventDefault();
+    });
+  }
+
+  document.addEventListener("DOMContentLoaded", function () {
+    document.querySelectorAll("[data-refresh]").forEach(refresh);
+    confirmations();
+  });
+})();

@@ -1,0 +1,358 @@
+"""The worker's loop thread: it owns the database connection and all bookkeeping, and reads an
+inbox that handlers (outcomes), the LISTEN thread (wake-ups) and stop requests post to.
+
+Each turn runs at most one short transaction that stores the outcomes finished since the last
+turn, extends the leases of running jobs on heartbeat turns, and claims as many due jobs as there
+are free slots. The :class:`~pgqueue.worker.planner.TurnPlanner` decides what a turn does and how
+long the loop may sleep.
+
+Example::
+
+    services = EmbeddedServices(queue, config)
+    loop = WorkerLoop(queue, config, services=services, poll_interval=1.0, clock=time.monotonic)
+    threading.Thread(target=loop.main).start()
+    loop.post_stop(grace=10, force=False)      # what Worker.stop() does
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from queue import Empty, SimpleQueue
+from typing import TYPE_CHECKING, Any
+
+from pgqueue.execution import JobContext, Outcome
+from pgqueue.notifications import ENQUEUED_CHANNEL
+from pgqueue.worker.executor import Executor
+from pgqueue.worker.ledger import Claimed, Ledger
+from pgqueue.worker.planner import Turn, TurnPlanner
+from pgqueue.worker.services import EmbeddedServices
+from pgqueue.worker.store import JobStore
+
+if TYPE_CHECKING:
+    from pgqueue.queue import Queue
+    from pgqueue.worker.config import WorkerConfig
+
+__all__ = ["WorkerLoop"]
+
+logger = logging.getLogger("pgqueue.worker")
+
+
+@dataclass(frozen=True, slots=True)
+class _Done:
+    job: Claimed
+    outcome: Outcome
+
+
+@dataclass(frozen=True, slots=True)
+class _Stop:
+    grace: float
+    force: bool
+
+
+_WAKE = object()
+
+
+class WorkerLoop:
+    """One worker's loop (see the module docstring). ``clock`` is the monotonic clock of its
+    timers. Everything but :meth:`post_stop`, :meth:`wake` and the handlers' deliveries runs on
+    the thread that calls :meth:`main`."""
+
+    def __init__(
+        self,
+        queue: Queue,
+        config: WorkerConfig,
+        *,
+        services: EmbeddedServices,
+        poll_interval: float,
+        clock: Callable[[], float],
+    ) -> None:
+        assert config.worker_id is not None and config.heartbeat is not None
+        self.queue = queue
+        self.config = config
+        self.id = config.worker_id
+        self.services = services
+        self.inbox: SimpleQueue[Any] = SimpleQueue()
+        self.ledger = Ledger(queue, self.id)
+        self.store = JobStore(queue, worker_id=self.id, lease=config.lease, queues=config.queues)
+        self.executor = Executor(
+            queue, self.id, concurrency=config.concurrency, deliver=self._deliver, clock=clock
+        )
+        self.planner = TurnPlanner(
+            heartbeat=config.heartbeat, poll_interval=poll_interval, clock=clock
+        )
+        self.burst = False
+        #: Claim only among these ids, once (``Worker.run_jobs``); None: any due job.
+        self.only: list[str] | None = None
+        self.forced = False
+        self.error: BaseException | None = None
+        self._one_by_one = False
+        self._wake_posted = False
+        self._unsubscribe: list[Callable[[], None]] = []
+
+    # -- posted from other threads -----------------------------------------------------------
+
+    def post_stop(self, grace: float, force: bool) -> None:
+        """Ask the loop to stop (see ``Worker.stop``); safe from any thread and signal handler."""
+        self.inbox.put(_Stop(grace=grace, force=force))
+
+    def wake(self) -> None:
+        """Due jobs may be waiting: look now."""
+        # One token in the inbox is enough however many notifications arrive before the loop
+        # reads it; the flag may race, which costs at most a spare token.
+        if not self._wake_posted:
+            self._wake_posted = True
+            self.inbox.put(_WAKE)
+
+    def _deliver(self, job: Claimed, outcome: Outcome) -> None:
+        self.inbox.put(_Done(job, outcome))
+
+    def _on_enqueued(self, queue_name: str) -> None:
+        # "" comes from queue.retry(), which does not say which queue it re-queued into.
+        if self.config.queues is None or queue_name in self.config.queues or not queue_name:
+            self.wake()
+
+    # -- the loop ------------------------------------------------------------------------------
+
+    def main(self) -> None:
+        """Run until stopped (or, in a burst, until nothing is due), then hand back or abandon
+        what still runs, and close. An unexpected error is kept in :attr:`error`."""
+        config = self.config
+        logger.info(
+            "worker started worker_id=%s queues=%s concurrency=%d lease=%gs",
+            self.id,
+            ",".join(config.queues) if config.queues else "*",
+            config.concurrency,
+            config.lease,
+            extra={"worker_id": self.id},
+        )
+        try:
+            self.services.start()
+            self._subscribe()
+            # A stop() that came before the first turn is honoured before anything is claimed.
+            self._receive(0.0)
+            while True:
+                for job, outcome in self.executor.expired(self.planner.now(), self.ledger.holds):
+                    self.ledger.decide(job, outcome)
+                    self.ledger.count("timed_out")
+                if self.forced or self._finished():
+                    break
+                self._turn()
+                self._receive(0.0 if self.forced or self._finished() else self._wait_seconds())
+            if not self.forced:
+                self._hand_back()
+        except BaseException as exc:
+            logger.exception("worker crashed worker_id=%s", self.id, extra={"worker_id": self.id})
+            self.error = exc
+        finally:
+            self._close()
+            logger.info(
+                "worker stopped worker_id=%s forced=%s %s",
+                self.id,
+                self.forced,
+                self.ledger.stats(),
+                extra={"worker_id": self.id},
+            )
+
+    def _subscribe(self) -> None:
+        listener = self.queue.listener
+        if listener is None:
+            return
+        self._unsubscribe.append(listener.on_reconnect(self.wake))
+        self._unsubscribe.append(listener.subscribe(ENQUEUED_CHANNEL, self._on_enqueued))
+
+    def _free_slots(self) -> int:
+        return self.executor.free_slots()
+
+    def _finished(self) -> bool:
+        return self.planner.finished(active=bool(self.ledger.active), burst=self.burst)
+
+    def _wait_seconds(self) -> float | None:
+        return self.planner.wait_seconds(
+            pending=bool(self.ledger.pending),
+            free_slots=self._free_slots(),
+            holding=any(not job.decided for job in self.ledger.active.values()),
+            next_deadline=self.executor.next_deadline(),
+        )
+
+    def _receive(self, timeout: float | None) -> None:
+        try:
+            message = self.inbox.get(timeout=timeout) if timeout != 0 else self.inbox.get_nowait()
+        except Empty:
+            return
+        while True:
+            self._handle(message)
+            try:
+                message = self.inbox.get_nowait()
+            except Empty:
+                return
+
+    def _handle(self, message: Any) -> None:
+        if isinstance(message, _Done):
+            job = message.job
+            self.executor.returned(job)
+            if self.ledger.holds(job):
+                self.ledger.decide(job, message.outcome)
+            else:
+                logger.debug("late outcome discarded job_id=%s worker_id=%s", job.id, self.id)
+            if self.burst:
+                # Whatever the handler enqueued is due work too: look once more before leaving.
+                self.planner.due = True
+        elif message is _WAKE:
+            self._wake_posted = False
+            self.planner.due = True
+        elif isinstance(message, _Stop):
+            running = len(self.ledger.running())
+            if message.force:
+                self.forced = True
+                logger.info(
+                    "worker stopping at once, leaving %d running jobs to their leases worker_id=%s",
+                    running,
+                    self.id,
+                    extra={"worker_id": self.id},
+                )
+            elif self.planner.stop_within(message.grace):
+                logger.info(
+                    "worker stopping, waiting up to %gs for %d running jobs worker_id=%s",
+                    message.grace,
+                    running,
+                    self.id,
+                    extra={"worker_id": self.id},
+                )
+
+    def _turn(self) -> None:
+        """One transaction: store outcomes, extend leases, claim; then act on what it returned."""
+        holding = self.ledger.running()
+        turn = self.planner.plan(
+            free_slots=self._free_slots(), holding=bool(holding), pending=bool(self.ledger.pending)
+        )
+        if turn is None:
+            return
+        pending = self.ledger.take_pending()
+        lock_token = uuid.uuid4().hex if turn.claim else ""
+        store = self.store
+        try:
+            with store.transaction() as conn:
+                clock = self.queue.backend.clock()
+                stored, lost = store.store(conn, pending, clock, one_by_one=self._one_by_one)
+                kept = store.extend(conn, holding, clock) if turn.beat else None
+                # run_jobs claims its jobs once: afterwards a claim finds nothing, so a burst ends.
+                claiming = turn.claim and self.only != []
+                rows = (
+                    store.claim(conn, turn.claim, lock_token, clock, self.only) if claiming else []
+                )
+        except Exception as exc:
+            self._failed(turn, pending, exc)
+            return
+        self._one_by_one = False
+        if turn.claim and self.only is not None:
+            self.only = []
+        self.planner.succeeded(turn, claimed=len(rows), was_holding=bool(holding))
+        self.ledger.settled(stored, lost)
+        if kept is not None:
+            for job in holding:
+                if job.id not in kept:
+                    self.ledger.lose(job)
+        if rows:
+            self._dispatch(rows, lock_token)
+
+    def _failed(self, turn: Turn, pending: list[tuple[Claimed, Outcome]], exc: Exception) -> None:
+        # The same outcomes again, as the handlers left them, after whatever failed.
+        self.ledger.restore(pending)
+        if pending and not self._one_by_one and self.store.refused(exc):
+            # Some outcome's values cannot be stored: write them one by one at once, so that
+            # only that job's attempt fails and claims and heartbeats go on.
+            self._one_by_one = True
+            self.planner.failed(turn, retry_now=True)
+            logger.info(
+                "storing outcomes one by one after: %s worker_id=%s",
+                exc,
+                self.id,
+                extra={"worker_id": self.id},
+            )
+            return
+        delay = self.planner.failed(turn)
+        logger.warning(
+            "worker transaction failed, retrying in %.1fs worker_id=%s: %s",
+            delay,
+            self.id,
+            exc,
+            extra={"worker_id": self.id},
+        )
+
+    def _dispatch(self, rows: Sequence[Any], lock_token: str) -> None:
+        # UPDATE … RETURNING gives no order; start the most urgent first.
+        rows = sorted(rows, key=lambda row: (-row["priority"], row["run_at"], row["id"]))
+        self.ledger.count("claimed", len(rows))
+        for row in rows:
+            job = Claimed(
+                row["id"],
+                JobContext(
+                    id=row["id"],
+                    task=row["task"],
+                    queue=row["queue"],
+                    attempts=row["attempts"],
+                    max_attempts=row["max_attempts"],
+                    worker_id=self.id,
+                    created_at=row["created_at"],
+                ),
+                lock_token,
+                row["result_ttl"],
+                self.queue.tasks.get(row["task"]),
+            )
+            self.ledger.add(job)
+            failure = self.executor.launch(job, row["payload"])
+            if failure is not None:
+                self.ledger.decide(job, failure)
+
+    # -- the end -------------------------------------------------------------------------------
+
+    def _hand_back(self) -> None:
+        """Store what finished, and hand every job still running back to ``queued``."""
+        unfinished = self.ledger.running()
+        if not self.ledger.pending and not unfinished:
+            return
+        pending = self.ledger.take_pending()
+        for attempt in range(2):
+            try:
+                with self.store.transaction() as conn:
+                    clock = self.queue.backend.clock()
+                    stored, lost = self.store.store(
+                        conn, pending, clock, one_by_one=self._one_by_one
+                    )
+                    released = self.store.release(conn, unfinished, clock)
+                break
+            except Exception as exc:
+                self._one_by_one = True
+                logger.warning(
+                    "handing jobs back failed worker_id=%s attempt=%d: %s",
+                    self.id,
+                    attempt + 1,
+                    exc,
+                    extra={"worker_id": self.id},
+                )
+        else:
+            logger.error(
+                "could not hand %d jobs back; they return when their leases lapse worker_id=%s",
+                len(unfinished),
+                self.id,
+                extra={"worker_id": self.id},
+            )
+            return
+        self.ledger.settled(stored, lost)
+        self.ledger.handed_back(unfinished, released)
+
+    def _close(self) -> None:
+        for unsubscribe in self._unsubscribe:
+            try:
+                unsubscribe()
+            except Exception:
+                logger.debug("unsubscribing failed", exc_info=True)
+        self.executor.shutdown()
+        self.store.close()
+        try:
+            self.services.stop()
+        except Exception:
+            logger.exception("stopping maintenance failed worker_id=%s", self.id)

@@ -1,0 +1,88 @@
+"""What runs beside a worker: its presence (registry row and liveness lock), and the embedded
+reaper, pruner and scheduler (only their elected leaders act).
+
+Example::
+
+    services = EmbeddedServices(queue, config)
+    services.start()       # before the first claim
+    ...
+    services.stop()        # after the worker's jobs were handed back
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from pgqueue.errors import ConfigError
+from pgqueue.maintenance.presence import WorkerPresence
+from pgqueue.maintenance.pruner import Pruner
+from pgqueue.maintenance.reaper import Reaper
+from pgqueue.maintenance.scheduler import Scheduler
+
+if TYPE_CHECKING:
+    from pgqueue.queue import Queue
+    from pgqueue.worker.config import WorkerConfig
+
+__all__ = ["EmbeddedServices"]
+
+
+class EmbeddedServices:
+    """The services a worker of ``queue`` starts and stops, as ``config`` says. A reaper,
+    pruner or scheduler given as an object must belong to ``queue``."""
+
+    def __init__(self, queue: Queue, config: WorkerConfig) -> None:
+        for name in ("reaper", "scheduler", "pruner"):
+            given = getattr(config, name)
+            if isinstance(given, Reaper | Scheduler | Pruner) and given.queue is not queue:
+                raise ConfigError(f"the worker's {name} must belong to the worker's queue")
+        self.queue = queue
+        self.config = config
+        assert config.worker_id is not None
+        self.presence = WorkerPresence(
+            queue, config.worker_id, queues=config.queues, crash_detection=config.crash_detection
+        )
+        #: The services running (None: not started, or not wanted).
+        self.reaper: Reaper | None = None
+        self.pruner: Pruner | None = None
+        self.scheduler: Scheduler | None = None
+
+    def start(self) -> None:
+        """Register this worker and start the services it runs. Called once, before the
+        worker's first claim."""
+        config = self.config
+        # Registered, and holding its liveness lock, before the first claim: every job this
+        # worker holds is then covered by the lock its registry row advertises.
+        assert config.heartbeat is not None
+        self.presence.start(every=config.heartbeat)
+        if config.reaper is not False:
+            self.reaper = config.reaper if isinstance(config.reaper, Reaper) else Reaper(self.queue)
+            self.reaper.start()
+        if isinstance(config.pruner, Pruner):
+            self.pruner = config.pruner
+        elif config.pruner or (config.pruner is None and self.reaper is not None):
+            # The reaper's leader prunes too: one elected process does all the maintenance.
+            shared = None if self.reaper is None else self.reaper.leadership
+            self.pruner = Pruner(self.queue, leadership=shared)
+        if self.pruner is not None:
+            self.pruner.start()
+        if isinstance(config.scheduler, Scheduler):
+            self.scheduler = config.scheduler
+        elif config.scheduler and self.queue.schedules:
+            self.scheduler = Scheduler(self.queue)
+        if self.scheduler is not None:
+            self.scheduler.start()
+
+    def stop(self) -> None:
+        """Stop what :meth:`start` started. Called once, after the worker's jobs were handed
+        back (or abandoned, on a forced stop)."""
+        try:
+            if self.scheduler is not None:
+                self.scheduler.stop()
+            if self.pruner is not None:
+                self.pruner.stop()
+            if self.reaper is not None:
+                self.reaper.stop()
+        finally:
+            # Only now, with its jobs handed back, may the liveness lock go: freed earlier, the
+            # reaper would count them as stalled.
+            self.presence.stop()

@@ -1,0 +1,271 @@
+"""The worker's reads and writes of job rows, every one fenced on ``id + lock_token +
+processing``: claim, extend leases, store outcomes, hand jobs back.
+
+A write that touches no row means the lease was lost (the reaper released the job; another worker
+may be running it): the caller discards that outcome. Dialect differences stay behind the backend
+(``Backend.complete`` stores a batch of results the way the database writes batches best).
+
+Example::
+
+    store = JobStore(queue, worker_id="w1", lease=30, queues=None)
+    with store.transaction() as conn:
+        clock = queue.backend.clock()
+        rows = store.claim(conn, 4, lock_token, clock)
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import Connection
+from sqlalchemy.exc import DBAPIError, SQLAlchemyError, StatementError
+
+from pgqueue import statements
+from pgqueue.backends import Clock
+from pgqueue.backends.base import Completion
+from pgqueue.errors import BackendError
+from pgqueue.execution import Outcome, error_fields
+from pgqueue.job import JobState
+from pgqueue.notifications import FINISHED_CHANNEL, finished_payload
+from pgqueue.worker.ledger import Claimed
+
+if TYPE_CHECKING:
+    from pgqueue.queue import Queue
+
+__all__ = ["JobStore"]
+
+logger = logging.getLogger("pgqueue.worker")
+
+Pending = list[tuple[Claimed, Outcome]]
+
+
+class JobStore:
+    """One worker's statements on the jobs table, on one connection held for the worker's life
+    (no pool checkout, and no pre-ping round trip, per turn). Used from one thread."""
+
+    def __init__(
+        self, queue: Queue, *, worker_id: str, lease: float, queues: Sequence[str] | None
+    ) -> None:
+        self.queue = queue
+        self.backend = queue.backend
+        self.worker_id = worker_id
+        self.lease = lease
+        self.queues = queues
+        self._connection: Connection | None = None
+        self._statements: dict[str, Any] = {}
+
+    @contextmanager
+    def transaction(self) -> Iterator[Connection]:
+        """The worker's connection inside a transaction, committed on success. After any error
+        the connection is dropped (a new one is opened next time) and a driver error is raised
+        as the pgqueue error it means, ``from`` the driver's."""
+        try:
+            if self._connection is None:
+                self._connection = self.queue.engine.connect()
+            with self._connection.begin():
+                yield self._connection
+        except BaseException as exc:
+            self.close()
+            if isinstance(exc, DBAPIError):
+                raise self.backend.translate(exc) from exc
+            raise
+
+    def close(self) -> None:
+        """Drop the connection (a new one is opened on the next transaction)."""
+        connection, self._connection = self._connection, None
+        if connection is not None:
+            try:
+                connection.close()
+            except Exception:
+                logger.debug("closing the worker connection failed", exc_info=True)
+
+    # -- claims and leases -----------------------------------------------------------------------
+
+    def claim(
+        self,
+        conn: Connection,
+        limit: int,
+        lock_token: str,
+        clock: Clock,
+        ids: Sequence[str] | None = None,
+    ) -> list[Any]:
+        """Claim up to ``limit`` due jobs of this worker's queues (only among ``ids`` if given)
+        under ``lock_token``; returns their rows (``statements.CLAIMED_COLUMNS``)."""
+        if ids is not None:
+            statement = statements.job_claim(
+                worker_id=self.worker_id,
+                lock_token=lock_token,
+                limit=limit,
+                lease=self.lease,
+                queues=self.queues,
+                clock=clock,
+                ids=ids,
+            )
+            return list(conn.execute(statement).mappings().all())
+        statement = self._statement(
+            "claim",
+            clock,
+            lambda: statements.job_claim(
+                worker_id=self.worker_id,
+                lock_token=lock_token,
+                limit=limit,
+                lease=self.lease,
+                queues=self.queues,
+                clock=clock,
+            ),
+        )
+        values = {statements.CLAIM_LIMIT: limit, statements.CLAIM_LOCK_TOKEN: lock_token}
+        return self.backend.claim(conn, statement, values)
+
+    def extend(self, conn: Connection, holding: list[Claimed], clock: Clock) -> set[str]:
+        """Extend the leases of ``holding``; returns the ids still held."""
+        pairs = [(job.id, job.lock_token) for job in holding]
+        return set(conn.scalars(statements.job_extend_leases(pairs, self.lease, clock)))
+
+    def release(self, conn: Connection, jobs: list[Claimed], clock: Clock) -> set[str]:
+        """Hand ``jobs`` straight back to ``queued`` without spending an attempt; returns the
+        ids handed back (the others had lost their lease)."""
+        if not jobs:
+            return set()
+        pairs = [(job.id, job.lock_token) for job in jobs]
+        return set(conn.scalars(statements.job_release(pairs, clock)))
+
+    # -- outcomes --------------------------------------------------------------------------------
+
+    def store(
+        self, conn: Connection, pending: Pending, clock: Clock, *, one_by_one: bool = False
+    ) -> tuple[Pending, list[Claimed]]:
+        """Write outcomes, fenced; returns those stored (as written: see :meth:`_store_alone`)
+        and the jobs whose lease was lost. ``one_by_one`` after a batch whose values could not
+        be stored. Waiters of every job finished for good are notified in this transaction."""
+        if not pending:
+            return [], []
+        if one_by_one:
+            held, written = self._store_alone(conn, pending, clock)
+        else:
+            held, written = self._store_batch(conn, pending, clock)
+        stored = [(job, outcome) for job, outcome in written if job.id in held]
+        finished = [
+            finished_payload(str(outcome.state), job.id)
+            for job, outcome in stored
+            if outcome.state is not JobState.FAILING
+        ]
+        # Same transaction as the state change: a waiter is woken only by a committed outcome.
+        self.backend.notify_many(conn, FINISHED_CHANNEL, finished)
+        return stored, [job for job, _ in pending if job.id not in held]
+
+    def refused(self, exc: BaseException) -> bool:
+        """Whether a failed write failed for the values it carried (retrying it can never
+        succeed), not for the connection or the database's state."""
+        if isinstance(exc, BackendError) and isinstance(exc.__cause__, DBAPIError):
+            exc = exc.__cause__
+        if isinstance(exc, DBAPIError):
+            return (
+                not exc.connection_invalidated
+                and not self.backend.unreachable(exc)
+                and self.backend.refuses_value(exc)
+            )
+        if isinstance(exc, SQLAlchemyError) and not isinstance(exc, StatementError):
+            # The connection's or the transaction's state (closed, invalidated, pending
+            # rollback): nothing to do with the values.
+            return False
+        # Raised in Python before anything reached the database: encoding or binding the values
+        # (a StatementError wraps what a bind processor raised).
+        return not isinstance(exc, OSError)
+
+    def _store_batch(
+        self, conn: Connection, pending: Pending, clock: Clock
+    ) -> tuple[set[str], Pending]:
+        completions = [_completion(j, o) for j, o in pending if o.state is JobState.COMPLETED]
+        held = self.backend.complete(conn, completions, clock)
+        for job, outcome in pending:
+            if outcome.state is not JobState.COMPLETED and self._fail(conn, job, outcome, clock):
+                held.add(job.id)
+        return held, pending
+
+    def _store_alone(
+        self, conn: Connection, pending: Pending, clock: Clock
+    ) -> tuple[set[str], Pending]:
+        """Write outcomes one by one, each in a savepoint: an outcome whose values cannot be
+        stored (a result PostgreSQL's JSONB refuses, an error while binding it) fails its own
+        attempt instead of blocking every other outcome, claim and heartbeat forever. Any other
+        error (a dropped connection) propagates, and the same outcomes are written again on the
+        next turn.
+
+        Returns the ids stored and the outcomes as written: a refused one is replaced by its
+        failure in a new list, so that a transaction failing later retries the original."""
+        held: set[str] = set()
+        written: Pending = []
+        for job, outcome in pending:
+            try:
+                with conn.begin_nested():
+                    stored = self._write(conn, job, outcome, clock)
+            except Exception as exc:
+                if not self.refused(exc):
+                    raise
+                logger.warning(
+                    "outcome could not be stored, failing the attempt job_id=%s worker_id=%s: %s",
+                    job.id,
+                    self.worker_id,
+                    exc,
+                    extra={"job_id": job.id, "worker_id": self.worker_id},
+                )
+                outcome = self._refusal(job, outcome, exc)
+                stored = self._write(conn, job, outcome, clock)
+            written.append((job, outcome))
+            if stored:
+                held.add(job.id)
+        return held, written
+
+    def _write(self, conn: Connection, job: Claimed, outcome: Outcome, clock: Clock) -> bool:
+        if outcome.state is JobState.COMPLETED:
+            return bool(self.backend.complete(conn, [_completion(job, outcome)], clock))
+        return self._fail(conn, job, outcome, clock)
+
+    def _fail(self, conn: Connection, job: Claimed, outcome: Outcome, clock: Clock) -> bool:
+        assert outcome.error is not None
+        statement = statements.job_fail(
+            job.id,
+            job.lock_token,
+            outcome.error,
+            retry_in=outcome.retry_in if outcome.state is JobState.FAILING else None,
+            result_ttl=job.result_ttl,
+            clock=clock,
+        )
+        return conn.scalar(statement) is not None
+
+    def _refusal(self, job: Claimed, outcome: Outcome, exc: BaseException) -> Outcome:
+        """The failure stored in place of an outcome the database could not take."""
+        if isinstance(exc, DBAPIError):
+            reason = str(self.backend.translate(exc))
+        else:
+            reason = f"{type(exc).__name__}: {exc}"
+        if outcome.state is JobState.COMPLETED:
+            message = f"the database refused the handler's return value: {reason}"
+            return job.failure(error_fields("pgqueue.errors.SerializationError", message, None))
+        # The error document itself was refused: keep the decision, store a plain document.
+        assert outcome.error is not None
+        error = error_fields(
+            str(outcome.error.get("type")),
+            f"{outcome.error.get('message')} (its full error document could not be stored: "
+            f"{reason})",
+            None,
+        )
+        return Outcome(outcome.state, error=error, retry_in=outcome.retry_in)
+
+    def _statement(self, name: str, clock: Clock, build: Callable[[], Any]) -> Any:
+        """``build()``, kept for the next turns when it does not embed the time (the database
+        clock): building a statement costs the loop more than running it."""
+        if clock.fixed is not None:
+            return build()
+        statement = self._statements.get(name)
+        if statement is None:
+            statement = self._statements[name] = build()
+        return statement
+
+
+def _completion(job: Claimed, outcome: Outcome) -> Completion:
+    return Completion(job.id, job.lock_token, outcome.result, job.result_ttl)

@@ -1,0 +1,80 @@
+"""``pgqueue dashboard`` (binds loopback by default and says so) and ``pgqueue top``, on both
+databases."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import urllib.request
+from collections.abc import Iterator
+
+import pytest
+from dashboard_support import Filled, fill
+
+import pgqueue
+from pgqueue.cli import main
+from pgqueue.cli.dashboard import sparkline
+
+
+@pytest.fixture
+def filled(queue: pgqueue.Queue) -> Iterator[Filled]:
+    state = fill(queue)
+    yield state
+    state.close()
+
+
+def test_top_prints_one_frame(
+    db_url: str, filled: Filled, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["top", "--url", db_url, "--once"]) == 0
+    out = capsys.readouterr().out
+    for text in ("pgqueue top", "payments", "shop.charge", "worker-test", "maintenance"):
+        assert text in out, out
+
+
+def test_sparkline() -> None:
+    assert sparkline([0, 4, 8]) == " ▄█" and sparkline([0, 0]) == "  "
+
+
+def test_the_dashboard_binds_loopback_and_says_so(db_url: str, filled: Filled) -> None:
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "from pgqueue.cli import main; raise SystemExit(main())",
+            "dashboard",
+            "--url",
+            db_url,
+            "--port",
+            "0",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    try:
+        assert process.stdout is not None
+        lines = [process.stdout.readline() for _ in range(3)]
+        assert lines[0].startswith("pgqueue dashboard for ")
+        url = lines[1].split()[0]
+        assert url.startswith("http://127.0.0.1:")
+        assert "listening on 127.0.0.1 only" in lines[2]
+        with urllib.request.urlopen(url + "jobs", timeout=30) as response:
+            assert b"job-failed" in response.read()
+    finally:
+        process.terminate()
+        process.communicate(timeout=30)
+
+
+def test_the_dashboard_refuses_a_bad_database(
+    tmp_path: object, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = main(["dashboard", "--url", "sqlite:////nonexistent/dir/x.db", "--port", "0"])
+    assert code == 2 and "pgqueue: error:" in capsys.readouterr().err
+
+
+def test_a_module_queue_takes_no_url(capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["top", "pgqueue.demo", "--url", "sqlite:///x.db", "--once"])
+    assert code == 2 and "--url does not apply here" in capsys.readouterr().err

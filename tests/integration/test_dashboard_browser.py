@@ -1,0 +1,166 @@
+"""The dashboard in a real browser (headless Chromium), on both databases: every page loads
+against a queue with jobs in every state, retry works from a click, the overview updates live.
+
+With ``PGQUEUE_SCREENSHOTS=DIR`` the SQLite run also saves the screenshots used in
+docs/dashboard.md (``PGQUEUE_SCREENSHOTS=docs/img pytest tests/integration/test_dashboard_browser.py``).
+"""
+
+from __future__ import annotations
+
+import os
+import random
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from browser_support import chromium, serving
+from conditions import wait_until
+from dashboard_support import Filled, fill
+
+import pgqueue
+from pgqueue import statements
+from pgqueue.dashboard import Dashboard
+from pgqueue.job import JobState
+from pgqueue.schema import JOBS
+from pgqueue.testing import drain
+
+SCREENSHOTS = os.environ.get("PGQUEUE_SCREENSHOTS")
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    with chromium() as driver:
+        yield driver
+
+
+@pytest.fixture
+def filled(queue: pgqueue.Queue) -> Iterator[Filled]:
+    state = fill(queue)
+    yield state
+    state.close()
+
+
+@pytest.fixture
+def site(queue: pgqueue.Queue, filled: Filled) -> Iterator[str]:
+    dashboard = Dashboard(queue, refresh_seconds=0.3)
+    with serving(dashboard) as url:
+        yield url
+    dashboard.close()
+
+
+def text(browser: Any, css: str) -> str:
+    """The element's text, "" while there is none (a page still loading)."""
+    from selenium.common.exceptions import StaleElementReferenceException
+    from selenium.webdriver.common.by import By
+
+    try:
+        found = browser.find_elements(By.CSS_SELECTOR, css)
+        return str(found[0].text) if found else ""
+    except StaleElementReferenceException:
+        return ""
+
+
+def click(browser: Any, css: str) -> None:
+    from selenium.webdriver.common.by import By
+
+    browser.find_element(By.CSS_SELECTOR, css).click()
+
+
+def test_every_page_loads(browser: Any, site: str, filled: Filled) -> None:
+    browser.get(site + "/")
+    assert "payments" in text(browser, "#queues") and "worker-test" in text(browser, "#workers")
+    assert "maintenance" in text(browser, "#leaders")
+    assert len(browser.find_elements("css selector", "svg.chart")) == 2
+    click(browser, "header nav a[href='/jobs']")
+    for job_id in filled.ids.values():
+        assert job_id in text(browser, "#jobs")
+    browser.get(site + "/jobs/job-failed")
+    traceback = text(browser, "#traceback")
+    assert "Traceback (most recent call last)" in traceback
+    assert "ConnectionError: payment gateway timed out for order-42" in traceback
+    colour = browser.find_element("css selector", ".tb-exc-type").value_of_css_property("color")
+    assert colour != browser.find_element("css selector", ".tb-code").value_of_css_property("color")
+    browser.get(site + "/failures")
+    assert "ConnectionError" in text(browser, "#failures")
+    browser.get(site + "/schedules")
+    assert "No periodic schedules" in text(browser, "main")
+    # No console errors: the CSP allows everything the pages use.
+    errors = [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]
+    assert not errors, errors
+
+
+def test_clicking_retry_queues_the_failed_job(
+    browser: Any, site: str, queue: pgqueue.Queue
+) -> None:
+    browser.get(site + "/jobs/job-failed")
+    click(browser, "button[data-confirm^='Retry']")
+    browser.switch_to.alert.accept()
+    wait_until(lambda: "queued again" in text(browser, ".message"), "the retry message")
+    assert text(browser, "h1 .state") == "queued"
+    assert queue.status("job-failed").state is JobState.QUEUED  # type: ignore[union-attr]
+
+
+def test_dismissing_the_confirmation_changes_nothing(
+    browser: Any, site: str, queue: pgqueue.Queue
+) -> None:
+    browser.get(site + "/jobs/job-completed")
+    click(browser, "button[data-confirm^='Purge']")
+    browser.switch_to.alert.dismiss()
+    assert queue.status("job-completed") is not None
+
+
+def test_bulk_retry_of_a_failure_group(browser: Any, site: str, queue: pgqueue.Queue) -> None:
+    browser.get(site + "/failures")
+    click(browser, "#failures a.button[href*='action=retry']")
+    assert "Retry 2 failed jobs?" in text(browser, "h1")
+    click(browser, "#confirm")
+    wait_until(lambda: "2 jobs queued again" in text(browser, ".message"), "the bulk message")
+    assert queue.status("job-failed-2").state is JobState.QUEUED  # type: ignore[union-attr]
+
+
+def test_the_overview_updates_without_reloading(
+    browser: Any, site: str, queue: pgqueue.Queue
+) -> None:
+    browser.get(site + "/")
+    browser.execute_script("window.notReloaded = true;")
+    assert text(browser, "#total-due") == "1"
+    queue.enqueue_many("shop.add", [(1, 1), (2, 2), (3, 3)])
+    wait_until(lambda: text(browser, "#total-due") == "4", "the live refresh", timeout=20)
+    assert browser.execute_script("return window.notReloaded") is True
+
+
+def test_screenshots(browser: Any, site: str, queue: pgqueue.Queue, tmp_path: Path) -> None:
+    """The main pages with a day of history, as pictures: docs/dashboard.md's screenshots when
+    PGQUEUE_SCREENSHOTS names a folder (from the SQLite run), else thrown away with tmp_path."""
+    _history(queue)
+    keep = SCREENSHOTS and queue.backend.name == "sqlite"
+    folder = Path(SCREENSHOTS) if keep and SCREENSHOTS else tmp_path
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, path in [
+        ("overview", "/"),
+        ("jobs", "/jobs"),
+        ("job", "/jobs/job-failed"),
+        ("failures", "/failures"),
+    ]:
+        browser.get(site + path)
+        # The overview's charts fill in over its live refreshes while the day is counted.
+        wait_until(lambda: not browser.find_elements("css selector", ".counting"), "the counts")
+        picture = folder / f"dashboard-{name}.png"
+        browser.save_screenshot(str(picture))
+        assert picture.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def _history(queue: pgqueue.Queue) -> None:
+    # A day of finished jobs, so the charts have something to show.
+    results = queue.enqueue_many("shop.add", [(n, n) for n in range(400)])
+    results += queue.enqueue_many("shop.charge", [(f"order-{n}",) for n in range(12)])
+    drain(queue)
+    rng = random.Random(7)
+    with queue.connect() as conn:
+        now = conn.scalar(statements.clock_read(queue.backend.clock()))
+        for result in results:
+            back = timedelta(minutes=rng.random() ** 2 * 24 * 60)
+            conn.execute(JOBS.update().where(JOBS.c.id == result.id).values(finished_at=now - back))
+    queue.enqueue_many("shop.add", [(n, n) for n in range(37)])
