@@ -125,7 +125,13 @@ def run(
                 library.prepare(url)
                 load = os.getloadavg()[0]
                 interference = Interference(databases)
-                measured = step(library, url)
+                try:
+                    measured = step(library, url)
+                except Exception as exc:
+                    raise RuntimeError(
+                        f"{library.name}, step {index + 1}, repeat {repeat + 1} failed: {exc}\n"
+                        + _worker_logs(databases, library)
+                    ) from exc
                 others = round(interference.cores(), 2)
                 figures += [
                     Figure(
@@ -231,6 +237,14 @@ class _PickupLog:
                     raise AssertionError(f"pickup sample {sample} never ran")
                 time.sleep(0.0005)
         return self.seen[sample]
+
+
+def _worker_logs(databases: Databases, library: Library) -> str:
+    """The end of the library's newest worker logs: what a failed step's workers said."""
+    logs = sorted(
+        databases.directory.glob(f"{library.name}-*.log"), key=lambda path: path.stat().st_mtime
+    )
+    return "\n".join(f"--- {path.name}\n{path.read_text()[-2000:]}" for path in logs[-2:])
 
 
 def _worker(
