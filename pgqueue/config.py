@@ -26,7 +26,18 @@ DEFAULT_MAX_ATTEMPTS = 3
 DEFAULT_RESULT_TTL = 3600
 DEFAULT_PRIORITY = 0
 
-MAX_ID_LENGTH = 1024
+# A job id is limited in UTF-8 bytes, not characters: PostgreSQL refuses an index row larger than
+# 2704 bytes (btree version 4, 8 kB pages), and the id is the last column of the widest index,
+# ix_pgqueue_jobs_claim_queue (queue, priority, run_at, id). Its worst row: 8 bytes of tuple
+# header, the queue name (255 characters, at most 1020 bytes, plus a 4-byte length, 4-aligned:
+# 1024), priority (4), run_at (8, 8-aligned: 1040 + 8 = 1048), then the id's 4-byte length:
+# 1052 + id bytes <= 2704 leaves 1652 bytes. 1024 keeps every ASCII id that the earlier limit of
+# 1024 characters allowed, with room to spare (tests/backends/test_bad_input_generated.py stores
+# a worst case on PostgreSQL).
+MAX_ID_BYTES = 1024
+#: Kept for compatibility: ids are limited in bytes (MAX_ID_BYTES); ASCII ids of this many
+#: characters fit.
+MAX_ID_LENGTH = MAX_ID_BYTES
 MAX_NAME_LENGTH = 255
 # Priorities are stored in a 32-bit INTEGER; keep well inside it.
 PRIORITY_RANGE = (-1_000_000, 1_000_000)
@@ -146,21 +157,48 @@ def check_priority(value: object) -> int:
 
 
 def check_name(kind: str, value: object, *, max_length: int = MAX_NAME_LENGTH) -> str:
-    """A queue name, task name or job id: a non-empty str without NUL characters."""
-    if not isinstance(value, str):
-        raise ConfigError(f"{kind} must be a str, not {type(value).__name__} {value!r}")
-    if not value:
-        raise ConfigError(f"{kind} must not be empty")
+    """A queue name, task name, schedule name: a non-empty str of at most ``max_length``
+    characters that both databases can store (no NUL, no lone surrogate)."""
+    value = check_text(kind, value)
     if len(value) > max_length:
         raise ConfigError(f"{kind} is {len(value)} characters long; the limit is {max_length}")
-    if "\x00" in value:
-        raise ConfigError(f"{kind} must not contain NUL characters")
     return value
 
 
 def check_job_id(value: object) -> str:
-    """A caller-chosen job id (the dedup key)."""
-    return check_name("job id", value, max_length=MAX_ID_LENGTH)
+    """A caller-chosen job id (the dedup key): at most :data:`MAX_ID_BYTES` bytes of UTF-8."""
+    value = check_text("job id", value)
+    if len(value) > MAX_ID_BYTES or (
+        not value.isascii() and len(value.encode("utf-8")) > MAX_ID_BYTES
+    ):
+        size = len(value.encode("utf-8"))
+        raise ConfigError(
+            f"job id is {size} bytes long in UTF-8 ({len(value)} characters); the limit is "
+            f"{MAX_ID_BYTES} bytes (PostgreSQL's index rows are bounded): hash longer keys, e.g. "
+            "with hashlib.sha256"
+        )
+    return value
+
+
+def check_text(kind: str, value: object) -> str:
+    """A non-empty str that PostgreSQL and SQLite both store as it is: no NUL character, which
+    PostgreSQL's text refuses, and no lone surrogate (``os.fsdecode`` of a non-UTF-8 file name),
+    which is not Unicode text and which PostgreSQL refuses while SQLite would keep it."""
+    if not isinstance(value, str):
+        raise ConfigError(f"{kind} must be a str, not {type(value).__name__} {value!r}")
+    if not value:
+        raise ConfigError(f"{kind} must not be empty")
+    if "\x00" in value:
+        raise ConfigError(f"{kind} must not contain NUL characters")
+    if not value.isascii():
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise ConfigError(
+                f"{kind} contains a lone surrogate ({value[exc.start]!r} at index {exc.start}), "
+                "which is not Unicode text: decode it with errors='replace' first"
+            ) from None
+    return value
 
 
 def check_run_at(value: object) -> datetime:

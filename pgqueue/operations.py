@@ -163,7 +163,13 @@ def list_jobs(
     """
     checked_states = [str(check_state(s)) for s in states or ()]
     limit = config.check_int("limit", limit, low=1, high=100_000)
-    statement = statements.job_list(states=checked_states, queue=queue_name, task=task, limit=limit)
+    statement = statements.job_list(
+        states=checked_states,
+        queue=queue_name,
+        task=task,
+        limit=limit,
+        clock=queue.backend.clock(),
+    )
     with queue.connect(write=False) as conn:
         rows = conn.execute(statement).mappings().all()
     return [queue.status_from_row(row) for row in rows]

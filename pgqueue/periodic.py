@@ -43,6 +43,7 @@ from apscheduler.triggers.interval import IntervalTrigger
 
 from pgqueue import config
 from pgqueue.errors import ConfigError
+from pgqueue.serde import encode_value
 
 if TYPE_CHECKING:
     from pgqueue.queue import Queue
@@ -234,7 +235,7 @@ def periodic_decorator(
     if not all(isinstance(key, str) for key in kwargs):
         raise ConfigError("kwargs must be a mapping with str keys")
     # Fail at declaration, not at the first fire time hours later.
-    queue.serializer.encode({"args": list(args), "kwargs": kwargs})
+    encode_value(queue.serializer, {"args": list(args), "kwargs": kwargs}, "payload")
     if job_queue is not None:
         job_queue = config.check_name("queue", job_queue)
     if name is not None:

@@ -18,7 +18,7 @@ from sqlalchemy.pool import NullPool
 from pgqueue import config, statements, tracing
 from pgqueue.backends import Backend, backend_for
 from pgqueue.backends.base import iter_chunks
-from pgqueue.errors import ConfigError, UnknownTaskError
+from pgqueue.errors import ConfigError, SerializationError, UnknownTaskError
 from pgqueue.job import CancelResult, EnqueueResult, JobState, JobStatus
 from pgqueue.notifications import (
     ENQUEUED_CHANNEL,
@@ -35,7 +35,13 @@ from pgqueue.periodic import (
 )
 from pgqueue.retries import RetryPolicy
 from pgqueue.schema import JOBS
-from pgqueue.serde import JSONSerializer, Serializer
+from pgqueue.serde import (
+    MAX_DEPTH,
+    JSONSerializer,
+    Serializer,
+    decode_document,
+    encode_value,
+)
 from pgqueue.task import EnqueueOptions, JobSpec, Task
 from pgqueue.waiting import Wait, Waiters, await_for, wait_for
 
@@ -375,6 +381,8 @@ class Queue:
             results = queue.enqueue_many("tasks.add", [(1, 2), JobSpec(args=(3, 4), id="x")])
             sum(r.queued for r in results)
         """
+        # Checked even when unknown tasks are allowed (every CLI command allows them).
+        task = config.check_name("task name", task)
         options = self.check_enqueue_options(options)
         connection = options.pop("connection", None)
         session = options.pop("session", None)
@@ -542,7 +550,7 @@ class Queue:
         document: dict[str, Any] = {"args": list(args), "kwargs": dict(kwargs)}
         if trace:
             document[tracing.TRACE_KEY] = trace
-        payload = self.serializer.encode(document)
+        payload = encode_value(self.serializer, document, "payload")
         return {
             "id": merged.get("id") or str(uuid.uuid4()),
             "task": task,
@@ -625,14 +633,15 @@ class Queue:
     def _outcomes(self, conn: Connection, ids: list[str]) -> dict[str, EnqueueResult]:
         outcomes: dict[str, EnqueueResult] = {}
         for chunk in iter_chunks(ids, BULK_CHUNK):
-            for job_id, state, result, expires_at in conn.execute(statements.job_outcomes(chunk)):
+            statement = statements.job_outcomes(chunk, self.backend.clock())
+            for job_id, state, result, expired in conn.execute(statement):
                 state = JobState(state)
                 if state is JobState.COMPLETED:
                     outcomes[job_id] = EnqueueResult(
                         id=job_id,
                         status="completed",
                         existing_state=state,
-                        result=self.stored(result, expires_at),
+                        result=self.stored(result, expired=expired),
                     )
                 else:
                     outcomes[job_id] = EnqueueResult(
@@ -657,13 +666,15 @@ class Queue:
             print(s.state, s.attempts)
         """
         with self.connect(connection=connection, write=False) as conn:
-            row = conn.execute(statements.job_get(job_id)).mappings().first()
+            statement = statements.job_get(job_id, self.backend.clock())
+            row = conn.execute(statement).mappings().first()
         return None if row is None else self.status_from_row(row)
 
     def status_from_row(self, row: Mapping[Any, Any]) -> JobStatus:
-        """Build a JobStatus from a full job row."""
-        payload = self.serializer.decode(row["payload"]) or {}
-        expires = row["result_expires_at"]
+        """Build a JobStatus from a full job row with ``result_expired`` (see
+        :func:`pgqueue.statements.result_expired`)."""
+        payload = decode_document(self.serializer, row["payload"], "payload") or {}
+        expired = bool(row["result_expired"])
         return JobStatus(
             id=row["id"],
             task=row["task"],
@@ -682,9 +693,9 @@ class Queue:
             locked_until=row["locked_until"],
             args=list(payload.get("args", [])),
             kwargs=dict(payload.get("kwargs", {})),
-            result=self.stored(row["result"], expires),
-            error=row["error"] if _unexpired(expires) else None,
-            result_expires_at=expires,
+            result=self.stored(row["result"], expired=expired),
+            error=None if expired else row["error"],
+            result_expires_at=row["result_expires_at"],
         )
 
     def result(self, job_id: str, *, connection: Connection | None = None) -> Any:
@@ -695,22 +706,25 @@ class Queue:
             queue.result(r.id)   # 3
         """
         with self.connect(connection=connection, write=False) as conn:
-            row = conn.execute(statements.job_result(job_id)).first()
+            row = conn.execute(statements.job_result(job_id, self.backend.clock())).first()
         if row is None or row.state != JobState.COMPLETED:
             return None
-        return self.stored(row.result, row.result_expires_at)
+        return self.stored(row.result, expired=row.result_expired)
 
-    def stored(self, document: Any, expires_at: datetime | None) -> Any:
-        """A stored result document decoded, or None when there is none or it has expired (the
-        pruner clears expired ones in batches; until then they are hidden here).
+    def stored(self, document: Any, *, expired: bool) -> Any:
+        """A stored result document decoded, or None when there is none or it has expired.
+
+        Whether it has expired is decided in SQL with the database's clock
+        (:func:`pgqueue.statements.result_expired`), never with this host's: the pruner clears
+        expired results in batches, and until then every reader hides them alike.
 
         Example::
 
-            queue.stored(row.result, row.result_expires_at)
+            queue.stored(row.result, expired=row.result_expired)
         """
-        if document is None or not _unexpired(expires_at):
+        if document is None or expired:
             return None
-        return self.serializer.decode(document)
+        return decode_document(self.serializer, document, "result")
 
     def cancel(
         self, job_id: str, *, connection: Connection | None = None, now: datetime | None = None
@@ -790,6 +804,13 @@ class Queue:
                     yield conn
         except DBAPIError as exc:
             raise self.backend.translate(exc) from exc
+        except RecursionError as exc:
+            # Only a document nested past serde.MAX_DEPTH, stored by something other than
+            # pgqueue (or before the limit existed), gets here, from the driver's JSON decoder.
+            raise SerializationError(
+                "a stored document nests too deeply to be read (pgqueue stores at most "
+                f"{MAX_DEPTH} levels)"
+            ) from exc
 
     @contextmanager
     def _schema_on(self, connection: Connection) -> Iterator[None]:
@@ -829,10 +850,6 @@ def _results(
 def _chosen_ids(items: list[Any], options: Mapping[str, Any]) -> bool:
     """Whether the caller chose any job id (which may then repeat, or exist already)."""
     return "id" in options or any(isinstance(item, JobSpec) and item.id for item in items)
-
-
-def _unexpired(expires_at: datetime | None) -> bool:
-    return expires_at is None or expires_at > config.utc_now()
 
 
 def _delay(value: float | timedelta) -> float:

@@ -28,7 +28,16 @@ from sqlalchemy.types import JSON, TypeEngine
 
 from pgqueue.job import CLAIMABLE_STATES, FINISHED_STATES, JobState
 
-__all__ = ["JOBS", "LEADERS", "METADATA", "SCHEDULES", "WORKERS", "Document", "UTCDateTime"]
+__all__ = [
+    "JOBS",
+    "KEPT_ERRORS",
+    "LEADERS",
+    "METADATA",
+    "SCHEDULES",
+    "WORKERS",
+    "Document",
+    "UTCDateTime",
+]
 
 METADATA = MetaData()
 
@@ -73,6 +82,11 @@ def _in(column: str, states: tuple[JobState, ...]) -> Any:
     return text(f"{column} IN ({', '.join(repr(str(s)) for s in states)})")
 
 
+#: How many attempts' errors a job keeps in ``errors`` (the latest ones): enough to see how a
+#: job failed across its retries, bounded so a job retried for days stays small. Each entry's
+#: traceback is itself capped (``execution.MAX_TRACEBACK_CHARS``).
+KEPT_ERRORS = 10
+
 _CLAIMABLE = _in("state", CLAIMABLE_STATES)
 _FINISHED = _in("state", FINISHED_STATES)
 _PROCESSING = text("state = 'processing'")
@@ -96,6 +110,11 @@ JOBS = Table(
     Column("locked_until", UTCDateTime),
     Column("result", Document),
     Column("error", Document),
+    # Every attempt's error, oldest first (the last KEPT_ERRORS): the error document with its
+    # ``attempt`` number and ``at`` instant. Appended in the statement that records the failure,
+    # so the row carries its own history and goes with it when pruned (no second table to keep in
+    # step). ``error`` stays the latest attempt's, for waiters and results.
+    Column("errors", Document),
     Column("result_ttl", Integer, nullable=False),
     Column("result_expires_at", UTCDateTime),
     Column("created_at", UTCDateTime, nullable=False),
@@ -162,6 +181,8 @@ WORKERS = Table(
     # PostgreSQL: the session advisory lock the worker process holds while alive (None: it holds
     # none, e.g. behind a transaction-pooling pgbouncer). A free lock means the process is gone.
     Column("lock_key", BigInteger),
+    # Handler slots (the worker's concurrency); None for workers registered before it was kept.
+    Column("concurrency", Integer),
 )
 
 # Leadership on SQLite (PostgreSQL uses advisory locks): one row per role, held until it expires.

@@ -41,20 +41,25 @@ from sqlalchemy import (
     or_,
     select,
     table,
+    text,
     tuple_,
     update,
 )
 from sqlalchemy.dialects.postgresql import INTERVAL, JSONB
 from sqlalchemy.sql.dml import ReturningInsert
+from sqlalchemy.sql.elements import TextClause
 
 from pgqueue.backends.base import Clock
+from pgqueue.backends.expressions import BoundedAppend
 from pgqueue.job import CLAIMABLE_STATES, FINISHED_STATES, REQUEUEABLE_STATES, JobState
-from pgqueue.schema import JOBS, LEADERS, SCHEDULES, WORKERS, UTCDateTime
+from pgqueue.schema import JOBS, KEPT_ERRORS, LEADERS, SCHEDULES, WORKERS, UTCDateTime
 
 __all__ = [
+    "JOB_COLUMNS",
     "advisory_lock_held",
     "advisory_lock_try",
     "advisory_unlock",
+    "advisory_xact_lock",
     "job_cancel",
     "job_claim",
     "job_complete",
@@ -70,6 +75,7 @@ __all__ = [
     "job_held",
     "job_history",
     "job_history_span",
+    "job_live_count",
     "job_orphaned",
     "job_outcomes",
     "job_prune",
@@ -81,11 +87,13 @@ __all__ = [
     "leader_current",
     "leader_elect",
     "leader_resign",
+    "result_expired",
     "schedule_advance",
     "schedule_delete_all",
     "schedule_start",
     "schedule_states",
     "session_setting",
+    "table_lock_exclusive",
     "transaction_setting",
     "worker_delete",
     "worker_list",
@@ -200,6 +208,7 @@ def _insert_or_requeue(statement: Any) -> ReturningInsert[tuple[str]]:
         locked_until=null(),
         result=null(),
         error=null(),
+        errors=null(),
         result_expires_at=null(),
         started_at=null(),
         finished_at=null(),
@@ -215,21 +224,41 @@ def _insert_or_requeue(statement: Any) -> ReturningInsert[tuple[str]]:
     return returning
 
 
-def job_outcomes(ids: Sequence[str]) -> Select[tuple[str, str, Any, Any]]:
+def result_expired(clock: Clock) -> ColumnElement[bool]:
+    """Whether a row's result and error have expired, by ``clock`` (the database's own on
+    PostgreSQL): every reader hides an expired result, so every reader must agree on the time,
+    whatever the clock of the host that asks."""
+    return case(
+        (
+            and_(JOBS.c.result_expires_at.is_not(None), JOBS.c.result_expires_at <= clock.now()),
+            True,
+        ),
+        else_=False,
+    ).label("result_expired")
+
+
+def job_outcomes(ids: Sequence[str], clock: Clock) -> Select[tuple[str, str, Any, bool]]:
     """State and stored result of existing jobs (for reporting duplicates)."""
-    return select(JOBS.c.id, JOBS.c.state, JOBS.c.result, JOBS.c.result_expires_at).where(
+    return select(JOBS.c.id, JOBS.c.state, JOBS.c.result, result_expired(clock)).where(
         JOBS.c.id.in_(ids)
     )
 
 
-def job_get(job_id: str) -> Select[Any]:
-    """One whole job row."""
-    return select(JOBS).where(JOBS.c.id == job_id)
+#: A job row's columns but its error history (``errors``: up to ``KEPT_ERRORS`` tracebacks,
+#: read on its own where it is shown), for the reads that return whole jobs.
+JOB_COLUMNS = tuple(column for column in JOBS.c if column.name != "errors")
 
 
-def job_result(job_id: str) -> Select[tuple[str, Any, Any, Any]]:
-    """What a waiter reads when woken: state, result, error and when they expire."""
-    return select(JOBS.c.state, JOBS.c.result, JOBS.c.error, JOBS.c.result_expires_at).where(
+def job_get(job_id: str, clock: Clock | None = None) -> Select[Any]:
+    """One whole job row (``JOB_COLUMNS``); with ``clock``, also ``result_expired`` (see
+    :func:`result_expired`)."""
+    columns: list[Any] = [*JOB_COLUMNS] if clock is None else [*JOB_COLUMNS, result_expired(clock)]
+    return select(*columns).where(JOBS.c.id == job_id)
+
+
+def job_result(job_id: str, clock: Clock) -> Select[tuple[str, Any, Any, bool]]:
+    """What a waiter reads when woken: state, result, error and whether they have expired."""
+    return select(JOBS.c.state, JOBS.c.result, JOBS.c.error, result_expired(clock)).where(
         JOBS.c.id == job_id
     )
 
@@ -470,9 +499,17 @@ def job_fail(
     clock: Clock,
 ) -> Update:
     """Record a failed attempt (fenced): ``failing`` due again in ``retry_in`` seconds, or, with
-    ``retry_in`` None, ``failed`` for good (the dead-letter set)."""
+    ``retry_in`` None, ``failed`` for good (the dead-letter set). The error is also appended
+    to the job's ``errors`` history (the last ``KEPT_ERRORS`` attempts), in the same UPDATE."""
     values: dict[str, Any] = {
         "error": literal(error, JOBS.c.error.type),
+        "errors": BoundedAppend(
+            JOBS.c.errors,
+            literal(error, JOBS.c.error.type),
+            JOBS.c.attempts,
+            clock.now(),
+            keep=KEPT_ERRORS,
+        ),
         "lock_token": null(),
         "locked_until": null(),
         "updated_at": clock.now(),
@@ -524,7 +561,13 @@ def job_expire_results(limit: int, clock: Clock) -> Update:
     return (
         update(JOBS)
         .where(JOBS.c.id.in_(expired))
-        .values(result=null(), error=null(), result_expires_at=null(), updated_at=clock.now())
+        .values(
+            result=null(),
+            error=null(),
+            errors=null(),
+            result_expires_at=null(),
+            updated_at=clock.now(),
+        )
     )
 
 
@@ -646,10 +689,16 @@ def job_finished_counts(*, since: float, recent: float, clock: Clock) -> Select[
 
 
 def job_list(
-    *, states: Sequence[str] | None, queue: str | None, task: str | None, limit: int
+    *,
+    states: Sequence[str] | None,
+    queue: str | None,
+    task: str | None,
+    limit: int,
+    clock: Clock,
 ) -> Select[Any]:
-    """Whole job rows, most recently changed first, filtered by state, queue and task."""
-    statement = select(JOBS)
+    """Whole job rows (``JOB_COLUMNS``) with ``result_expired``, most recently changed first,
+    filtered by state, queue and task."""
+    statement = select(*JOB_COLUMNS, result_expired(clock))
     if states:
         statement = statement.where(JOBS.c.state.in_(list(states)))
     if queue is not None:
@@ -864,12 +913,15 @@ def worker_upsert(
     queues: Sequence[str] | None,
     lock_key: int | None,
     clock: Clock,
+    concurrency: int | None = None,
 ) -> Any:
-    """Register a worker or record its heartbeat (``last_beat_at``, its current lock key)."""
+    """Register a worker or record its heartbeat (``last_beat_at``, its current lock key);
+    ``concurrency`` is its number of handler slots."""
     statement = insert(WORKERS).values(
         id=worker_id,
         host=host,
         pid=pid,
+        concurrency=concurrency,
         queues=literal(list(queues), WORKERS.c.queues.type) if queues is not None else null(),
         lock_key=lock_key,
         started_at=clock.now(),
@@ -880,6 +932,9 @@ def worker_upsert(
         set_={
             "last_beat_at": statement.excluded.last_beat_at,
             "lock_key": statement.excluded.lock_key,
+            # A row the reaper pruned while the worker was silent comes back whole; an old row
+            # without the column gains it.
+            "concurrency": statement.excluded.concurrency,
         },
     )
 
@@ -932,6 +987,24 @@ def advisory_lock_try(key: int) -> Select[Any]:
     """PostgreSQL: take the session advisory lock ``key`` if it is free; True when taken (or
     already held by this session)."""
     return select(func.pg_try_advisory_lock(literal(key, BigInteger)))
+
+
+def advisory_xact_lock(key: int) -> Select[Any]:
+    """PostgreSQL: wait for the advisory lock ``key`` and hold it until this transaction ends
+    (commit or rollback release it; nothing can leak onto a pooled connection)."""
+    return select(func.pg_advisory_xact_lock(literal(key, BigInteger)))
+
+
+def table_lock_exclusive(name: str) -> TextClause:
+    """PostgreSQL: lock the table ``name`` (one of pgqueue's, quoted and qualified by the
+    backend) against every reader and writer until this transaction ends."""
+    return text(f"LOCK TABLE {name} IN ACCESS EXCLUSIVE MODE")
+
+
+def job_live_count() -> Select[Any]:
+    """How many jobs are queued, processing or failing (waiting for a retry): not finished."""
+    live = (JobState.QUEUED, JobState.PROCESSING, JobState.FAILING)
+    return select(func.count()).select_from(JOBS).where(JOBS.c.state.in_([str(s) for s in live]))
 
 
 def advisory_unlock(key: int) -> Select[Any]:

@@ -248,9 +248,9 @@ class Wait:
         row = self.through_outages(self._read)
         if row is None:
             raise JobFailedError(self.job_id, MISSING_ERROR)
-        state, result, error, expires_at = row
+        state, result, error, expired = row
         if state == JobState.COMPLETED:
-            return Finished(self.queue.stored(result, expires_at))
+            return Finished(self.queue.stored(result, expired=expired))
         if state == JobState.FAILED:
             raise JobFailedError(self.job_id, error)
         if state == JobState.CANCELLED:
@@ -259,7 +259,9 @@ class Wait:
 
     def _read(self) -> Any:
         with self.queue.connect(write=False) as conn:
-            return conn.execute(statements.job_result(self.job_id)).first()
+            return conn.execute(
+                statements.job_result(self.job_id, self.queue.backend.clock())
+            ).first()
 
 
 def wait_for(wait: Wait) -> Any:

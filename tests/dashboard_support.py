@@ -64,7 +64,7 @@ def fill(queue: pgqueue.Queue) -> Filled:
         run_job(queue, ids[key])
     queue.cancel(ids["cancelled"])
     ids["processing"] = queue.enqueue("shop.add", args=[7, 7], id="job-processing").id
-    presence = WorkerPresence(queue, "worker-test", queues=["default"])
+    presence = WorkerPresence(queue, "worker-test", queues=["default"], concurrency=4)
     presence.register()
     with queue.connect() as conn:
         conn.execute(

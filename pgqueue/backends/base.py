@@ -6,6 +6,7 @@ Statements (``pgqueue.statements``) are written once; a backend supplies the dia
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
@@ -23,7 +24,7 @@ from pgqueue.schema import UTCDateTime
 if TYPE_CHECKING:
     from pgqueue.notifications import WakeUps
 
-__all__ = ["Backend", "Clock", "Completion"]
+__all__ = ["Backend", "Clock", "Completion", "split_holder"]
 
 T = TypeVar("T")
 
@@ -145,6 +146,16 @@ class Backend(Protocol):
         subscription), or None where there are none (the workers' and waiters' polls remain)."""
         ...
 
+    def lock_migrations(
+        self, connection: Connection, key: int, *, tables: Sequence[str] = ()
+    ) -> None:
+        """Inside ``connection``'s transaction, wait until no other migration runs on this
+        database and hold that until the transaction ends (PostgreSQL: the advisory lock ``key``;
+        SQLite: the write lock that ``BEGIN IMMEDIATE`` took already); then lock ``tables``
+        (existing ones) against every reader and writer, so that what the migration counts in
+        them cannot change before it commits."""
+        ...
+
     def notify(self, connection: Connection, channel: str, payload: str) -> None:
         """Send a wake-up inside the caller's transaction (delivered on commit)."""
         ...
@@ -185,6 +196,26 @@ class Backend(Protocol):
         """Why ``url`` names no existing database, found without connecting (connecting to a
         missing SQLite file creates it); None when it exists or only a connection can tell."""
         ...
+
+
+_PROCESS_LABEL = re.compile(r"^(\d+)@(.+)$")
+
+
+def split_holder(text: str) -> tuple[str, tuple[int, str] | None]:
+    """Split a leader's label whose last word is a process label (``PID@HOST``, see
+    ``maintenance.leadership.process_label``) into the words before it and ``(pid, host)``;
+    ``(text, None)`` for a label without one (e.g. from an older pgqueue). On PostgreSQL the host
+    may be cut short: the server keeps 63 bytes of a connection's name.
+
+    Example::
+
+        split_holder("reaper 4242@web-1")  # ("reaper", (4242, "web-1"))
+    """
+    rest, _, last = text.rpartition(" ")
+    found = _PROCESS_LABEL.match(last)
+    if found is None:
+        return text, None
+    return rest, (int(found.group(1)), found.group(2))
 
 
 def iter_chunks(items: Iterable[T], size: int) -> Iterator[list[T]]:

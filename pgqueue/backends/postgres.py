@@ -19,7 +19,7 @@ from sqlalchemy.dialects import postgresql
 from sqlalchemy.exc import DBAPIError, DisconnectionError, OperationalError
 
 from pgqueue import statements
-from pgqueue.backends.base import Clock, Completion, iter_chunks
+from pgqueue.backends.base import Clock, Completion, iter_chunks, split_holder
 from pgqueue.config import check_name
 from pgqueue.errors import BackendError, ConfigError, SchemaMissingError
 from pgqueue.notifications import Listener
@@ -51,14 +51,14 @@ _NO_BITMAP_SCAN = statements.transaction_setting("enable_bitmapscan", "off")
 _NOTIFY = select(func.pg_notify(bindparam("channel", type_=Text), bindparam("payload", type_=Text)))
 
 
-# Leaders hold a session advisory lock on a connection named "pgqueue leader ROLE" (see
+# Leaders hold a session advisory lock on a connection named "pgqueue leader ROLE PID@HOST" (see
 # maintenance/leadership.py); followers have the same name but no granted lock.
 _LEADERS = sa.text(
-    "SELECT DISTINCT substr(a.application_name, 16) AS role,"
+    "SELECT DISTINCT substr(a.application_name, 16) AS label,"
     " coalesce(host(a.client_addr), 'local') || ' pid ' || a.pid AS holder"
     " FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid"
     " WHERE l.locktype = 'advisory' AND l.granted"
-    " AND a.application_name LIKE 'pgqueue leader %' ORDER BY role"
+    " AND a.application_name LIKE 'pgqueue leader %' ORDER BY label"
 )
 
 
@@ -258,6 +258,21 @@ class PostgresBackend:
         # Transaction pooling without a session of its own: no LISTEN to be had.
         return Listener(engine, channel=self.channel) if self.supports_notify else None
 
+    def lock_migrations(
+        self, connection: Connection, key: int, *, tables: Sequence[str] = ()
+    ) -> None:
+        # Before anything else, the version table's creation included: two migrators that both
+        # see no table would both CREATE it (duplicate key in pg_type). Transaction-scoped, so
+        # the lock goes with the commit of the whole upgrade, or with its rollback.
+        connection.execute(statements.advisory_xact_lock(key))
+        quote = connection.dialect.identifier_preparer.quote
+        for name in tables:
+            # LOCK TABLE is text, which schema_translate_map does not reach: qualify it here.
+            qualified = (
+                quote(name) if self.schema is None else f"{quote(self.schema)}.{quote(name)}"
+            )
+            connection.execute(statements.table_lock_exclusive(qualified))
+
     def notify(self, connection: Connection, channel: str, payload: str) -> None:
         connection.execute(_NOTIFY, {"channel": self.channel(channel), "payload": payload})
 
@@ -296,7 +311,12 @@ class PostgresBackend:
         return sqlstate is None or sqlstate.startswith(("08", "57P"))
 
     def leaders(self, connection: Connection, now: datetime) -> list[tuple[str, str, Any]]:
-        return [(role, holder, None) for role, holder in connection.execute(_LEADERS)]
+        leaders = []
+        for label, address in connection.execute(_LEADERS):
+            role, process = split_holder(label)
+            holder = address if process is None else f"{process[0]}@{process[1]}"
+            leaders.append((role, holder, None))
+        return leaders
 
     def translate(self, error: DBAPIError) -> Exception:
         sqlstate = getattr(error.orig, "sqlstate", None)

@@ -136,6 +136,14 @@ class SQLiteBackend:
             return None
         return FileWatcher(Path(database).resolve())
 
+    def lock_migrations(
+        self, connection: Connection, key: int, *, tables: Sequence[str] = ()
+    ) -> None:
+        # begin() started the transaction with BEGIN IMMEDIATE: it holds the database's write
+        # lock already, which is every lock a migration needs (other writers wait on the busy
+        # timeout; readers see the old schema until the commit).
+        return None
+
     def notify(self, connection: Connection, channel: str, payload: str) -> None:
         # No server to push through; waiters poll (and in-process waiters are woken directly).
         return None

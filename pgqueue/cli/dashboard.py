@@ -159,7 +159,7 @@ def top_frame(overview: Any) -> Any:
     queues = Table(box=box.SIMPLE_HEAD, pad_edge=False, title="queues", title_justify="left")
     for name in ("queue", "due", "scheduled", "processing", "retrying", "dead", "oldest wait"):
         queues.add_column(name, justify="left" if name == "queue" else "right")
-    for name in ("done 1h", "failed 1h", "workers"):
+    for name in ("done 1h", "failed 1h", "workers", "slots"):
         queues.add_column(name, justify="right")
     for q in overview.queues:
         queues.add_row(
@@ -173,9 +173,19 @@ def top_frame(overview: Any) -> Any:
             f"{q.completed_hour:,}",
             Text(f"{q.failed_hour:,}", style="red" if q.failed_hour else ""),
             str(q.workers),
+            f"{q.slots:,}" if q.slots else "-",
         )
     tasks = Table(box=box.SIMPLE_HEAD, pad_edge=False, title="tasks", title_justify="left")
-    for name in ("task", "queue", "due", "processing", "retrying", "done 1h", "failed 1h"):
+    for name in (
+        "task",
+        "queue",
+        "due",
+        "processing",
+        "retrying",
+        "oldest wait",
+        "done 1h",
+        "failed 1h",
+    ):
         tasks.add_column(name, justify="left" if name in ("task", "queue") else "right")
     for t in overview.tasks:
         tasks.add_row(
@@ -184,21 +194,25 @@ def top_frame(overview: Any) -> Any:
             f"{t.due:,}",
             f"{t.processing:,}",
             f"{t.failing:,}",
+            format_seconds(t.oldest_due_seconds),
             f"{t.completed_hour:,}",
             Text(f"{t.failed_hour:,}", style="red" if t.failed_hour else ""),
         )
     workers = Table(box=box.SIMPLE_HEAD, pad_edge=False, title="workers", title_justify="left")
-    for name in ("worker", "host/pid", "queues", "busy", "last beat"):
-        workers.add_column(name, justify="right" if name in ("busy", "last beat") else "left")
+    for name in ("worker", "host/pid", "queues", "busy", "free", "last beat"):
+        workers.add_column(
+            name, justify="right" if name in ("busy", "free", "last beat") else "left"
+        )
     for w in overview.workers:
         workers.add_row(
             w.id,
             f"{w.host}/{w.pid}",
             ", ".join(w.queues) if w.queues else "all",
             str(w.busy),
+            "?" if w.free is None else str(w.free),
             format_seconds(w.beat_age_seconds),
         )
-    leaders = ", ".join(f"{lead.role}: {lead.holder}" for lead in overview.leaders) or "none"
+    leaders = ", ".join(f"{lead.role}: {lead.shown}" for lead in overview.leaders) or "none"
     return Group(
         header,
         chart,

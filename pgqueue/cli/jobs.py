@@ -24,6 +24,7 @@ from pgqueue.cli._output import (
 )
 from pgqueue.errors import ConfigError
 from pgqueue.job import FINISHED_STATES, JobState, JobStatus, format_error
+from pgqueue.serde import MAX_DEPTH
 from pgqueue.task import JobSpec
 
 
@@ -355,9 +356,20 @@ def _add_enqueue(parser: argparse.ArgumentParser) -> None:
     add_json_flag(parser)
 
 
+def _loads(text: str) -> Any:
+    """``json.loads``, refusing a document nested past what pgqueue stores in one line (the
+    decoder would otherwise raise RecursionError long before telling anything useful)."""
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise ConfigError(
+            f"JSON nested deeper than pgqueue stores (at most {MAX_DEPTH} levels): {text[:40]}..."
+        ) from None
+
+
 def _json_object(text: str) -> dict[str, Any]:
     try:
-        value = json.loads(text)
+        value = _loads(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(f"not JSON: {exc}") from None
     if not isinstance(value, dict):
@@ -367,7 +379,9 @@ def _json_object(text: str) -> dict[str, Any]:
 
 def _json_or_text(text: str) -> Any:
     try:
-        return json.loads(text)
+        return _loads(text)
+    except ConfigError:
+        raise
     except ValueError:
         return text
 
@@ -380,7 +394,9 @@ _LINE_KEYS = frozenset({"args", "kwargs", "id", "priority", "delay", "queue", "m
 
 def _job_spec(line: str, where: str) -> JobSpec:
     try:
-        value = json.loads(line)
+        value = _loads(line)
+    except ConfigError as exc:
+        raise ConfigError(f"{where}: {exc}") from None
     except ValueError as exc:
         raise ConfigError(f"{where}: not JSON ({exc})") from None
     if isinstance(value, list):
@@ -414,7 +430,8 @@ def _enqueue(args: argparse.Namespace) -> int:
             args=[_json_or_text(arg) for arg in args.args],
             kwargs=args.kwargs,
             **options,
-            **({"id": args.id} if args.id else {}),
+            # An empty --id is refused by the id check, not taken to mean "no id".
+            **({"id": args.id} if args.id is not None else {}),
         )
         if args.json:
             print_json(asdict(result))
@@ -423,7 +440,7 @@ def _enqueue(args: argparse.Namespace) -> int:
         else:
             print(f"job {result.id} already exists: {result.existing_state}")
         return EXIT_OK
-    if args.args or args.kwargs or args.id:
+    if args.args or args.kwargs or args.id is not None:
         raise ConfigError("with --file, arguments and ids come from the file")
     with args.file as lines:
         name = getattr(lines, "name", "file")

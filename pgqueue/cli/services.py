@@ -24,6 +24,9 @@ from pgqueue.errors import PgQueueError
 if TYPE_CHECKING:
     from pgqueue.maintenance.service import MaintenanceService
 
+#: Where metrics listen unless told otherwise: this host only, like ``metrics.serve()``.
+DEFAULT_METRICS_HOST = "127.0.0.1"
+
 
 def _add_worker(parser: argparse.ArgumentParser) -> None:
     from pgqueue.worker import config
@@ -39,6 +42,13 @@ def _add_worker(parser: argparse.ArgumentParser) -> None:
         default=None,
         metavar="PORT",
         help="serve this process's job counters for Prometheus on PORT (needs pgqueue-sql[metrics])",
+    )
+    parser.add_argument(
+        "--metrics-host",
+        default=DEFAULT_METRICS_HOST,
+        metavar="HOST",
+        help="address --metrics-port listens on (default: %(default)s; 0.0.0.0 for every "
+        "interface, e.g. inside a container scraped from outside)",
     )
 
 
@@ -62,7 +72,7 @@ def _worker(args: argparse.Namespace) -> int:
 
         # Counters only: the database gauges are the same from every process, so one
         # `pgqueue metrics` exporter serves them instead of every worker querying for them.
-        server = metrics.serve(port=args.metrics_port, host="0.0.0.0")
+        server = metrics.serve(port=args.metrics_port, host=args.metrics_host)
         print(f"serving metrics on {server.url}", file=sys.stderr, flush=True)
     try:
         check_database(queue)
@@ -76,7 +86,10 @@ def _worker(args: argparse.Namespace) -> int:
 def _add_metrics(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--port", type=int, default=9400, help="port to serve on (default: 9400)")
     parser.add_argument(
-        "--host", default="0.0.0.0", help="address to listen on (default: all interfaces)"
+        "--host",
+        default=DEFAULT_METRICS_HOST,
+        help="address to listen on (default: %(default)s, this host only; 0.0.0.0 for every "
+        "interface)",
     )
 
 

@@ -27,6 +27,7 @@ from pgqueue.dashboard.render import environment
 from pgqueue.dashboard.throughput import Throughput
 from pgqueue.errors import BackendError, ConfigError, PgQueueError
 from pgqueue.job import JobState
+from pgqueue.schema import KEPT_ERRORS
 
 if TYPE_CHECKING:
     from pgqueue.queue import Queue
@@ -301,7 +302,16 @@ class Dashboard:
             return self._error(request, HTTPStatus.NOT_FOUND, f"No job {job_id!r}.")
         now = self._now() or datetime.now(UTC)
         allowed = [a for a, states in actions.ACTIONS.items() if status.state in states]
-        return self._page(request, "job.html", job=status, now=now, allowed=allowed, active="jobs")
+        return self._page(
+            request,
+            "job.html",
+            job=status,
+            errors=data.read_attempt_errors(self.queue, job_id),
+            kept_errors=KEPT_ERRORS,
+            now=now,
+            allowed=allowed,
+            active="jobs",
+        )
 
     def _job_action(self, request: Request, job_id: str, action: str) -> Response:
         actions.check_action(action)

@@ -20,6 +20,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from pgqueue import statements
+from pgqueue.backends.base import split_holder
 from pgqueue.dashboard import queries
 from pgqueue.dashboard.throughput import MINUTE, Counts, Throughput
 from pgqueue.job import FINISHED_STATES, JobState, JobStatus
@@ -31,6 +32,7 @@ if TYPE_CHECKING:
 __all__ = [
     "COUNT_CAP",
     "GROUP_CAP",
+    "AttemptError",
     "FailureGroup",
     "JobsPage",
     "LeaderRow",
@@ -43,6 +45,7 @@ __all__ = [
     "decode_cursor",
     "encode_cursor",
     "finished",
+    "read_attempt_errors",
     "read_failures",
     "read_jobs",
     "read_now",
@@ -111,6 +114,8 @@ class QueueRow:
     failed_day: int = 0
     oldest_due_seconds: float | None = None
     workers: int = 0
+    #: Handler slots of the live workers serving this queue (busy: running any job).
+    slots: int = 0
 
 
 @dataclass(slots=True)
@@ -132,6 +137,7 @@ class TaskRow:
     failed_hour: int = 0
     completed_day: int = 0
     failed_day: int = 0
+    oldest_due_seconds: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,6 +157,13 @@ class WorkerRow:
     last_beat_at: datetime
     beat_age_seconds: float
     busy: int
+    #: Handler slots (its concurrency); None for a worker of a version that did not record it.
+    slots: int | None = None
+
+    @property
+    def free(self) -> int | None:
+        """Slots not running a job (None when the slot count is unknown)."""
+        return None if self.slots is None else max(0, self.slots - self.busy)
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,6 +178,20 @@ class LeaderRow:
     role: str
     holder: str
     until: datetime | None
+    #: The live worker whose process leads (None: a process without a worker, e.g. ``pgqueue
+    #: reaper``, or a leader from a pgqueue that did not say which process it is).
+    worker: str | None = None
+    #: ``(pid, host)`` of the leading process, when it said.
+    process: tuple[int, str] | None = None
+
+    @property
+    def shown(self) -> str:
+        """The worker id, else ``pid N on HOST``, else the raw holder."""
+        if self.worker is not None:
+            return self.worker
+        if self.process is not None:
+            return f"pid {self.process[0]} on {self.process[1]}"
+        return self.holder
 
 
 @dataclass(slots=True)
@@ -239,9 +266,12 @@ def read_overview(
             if wanted(name):
                 queue_row(name).processing += int(count)
                 task_row(name, task).processing += int(count)
-        for name, oldest in conn.execute(queries.oldest_due(current)):
+        for name, task, oldest in conn.execute(queries.oldest_due(current)):
             if wanted(name):
-                queue_row(name).oldest_due_seconds = max(0.0, (current - oldest).total_seconds())
+                waited = max(0.0, (current - _aware(oldest)).total_seconds())
+                task_row(name, task).oldest_due_seconds = waited
+                row = queue_row(name)
+                row.oldest_due_seconds = max(row.oldest_due_seconds or 0.0, waited)
         dead = 0
         for name, count in conn.execute(queries.failed_count(COUNT_CAP)):
             dead += int(count)
@@ -262,17 +292,19 @@ def read_overview(
                 last_beat_at=row["last_beat_at"],
                 beat_age_seconds=max(0.0, (current - row["last_beat_at"]).total_seconds()),
                 busy=busy.pop(row["id"], 0),
+                slots=row["concurrency"],
             )
             for row in live
         ]
         leaders = [
-            LeaderRow(role=role, holder=holder, until=until)
+            _leader(role, holder, until, workers)
             for role, holder, until in queue.backend.leaders(conn, current)
         ]
     for worker in workers:
         for row in queues.values():
             if worker.queues is None or row.name in worker.queues:
                 row.workers += 1
+                row.slots += worker.slots or 0
     return Overview(
         now=current,
         queues=sorted(queues.values(), key=lambda r: r.name),
@@ -287,6 +319,20 @@ def read_overview(
         queue_filter=queue_name,
         pending_minutes=pending,
     )
+
+
+def _leader(role: str, holder: str, until: Any, workers: list[WorkerRow]) -> LeaderRow:
+    """A leader, named by the live worker running in its process when there is one."""
+    _, process = split_holder(holder)
+    worker = None
+    if process is not None:
+        pid, host = process
+        # PostgreSQL may have cut a long host name short (63 bytes of connection name).
+        worker = next(
+            (w.id for w in workers if w.pid == pid and w.host.startswith(host)),
+            None,
+        )
+    return LeaderRow(role=role, holder=holder, until=until, worker=worker, process=process)
 
 
 def _throughput(
@@ -419,6 +465,7 @@ def read_jobs(
                 until=until,
                 before=before,
                 limit=limit + 1,
+                clock=queue.backend.clock(now),
             )
             for row in conn.execute(statement).mappings():
                 rows.append((row["changed"], row["id"], row))
@@ -488,6 +535,56 @@ def read_failures(queue: Queue, *, cap: int = GROUP_CAP) -> tuple[list[FailureGr
         for state in (JobState.FAILED, JobState.FAILING)
     )
     return groups, capped
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptError:
+    """One attempt's stored error: what the job page lists, oldest attempt first.
+
+    Example::
+
+        [(e.attempt, e.type) for e in read_attempt_errors(queue, "job-1")]
+    """
+
+    attempt: int | None
+    at: datetime | None
+    type: str
+    message: str
+    traceback: str | None
+
+
+def read_attempt_errors(queue: Queue, job_id: str) -> list[AttemptError]:
+    """Every kept attempt's error of one job, oldest first (the last ``schema.KEPT_ERRORS``).
+
+    A job that failed before the history was kept (or whose history expired with its result)
+    shows its latest error alone. Empty for no such job or no error.
+
+    Example::
+
+        errors = read_attempt_errors(queue, "job-1")
+    """
+    with queue.connect(write=False) as conn:
+        row = conn.execute(queries.job_errors(job_id)).first()
+    if row is None:
+        return []
+    history, latest, attempts = row
+    entries: list[Any] = list(history) if isinstance(history, list) else []
+    if not entries and isinstance(latest, dict):
+        entries = [{**latest, "attempt": attempts}]
+    return [_attempt_error(entry) for entry in entries if isinstance(entry, dict)]
+
+
+def _attempt_error(entry: dict[str, Any]) -> AttemptError:
+    at = entry.get("at")
+    attempt = entry.get("attempt")
+    trace = entry.get("traceback")
+    return AttemptError(
+        attempt=attempt if isinstance(attempt, int) else None,
+        at=_aware(at) if isinstance(at, str) and at else None,
+        type=str(entry.get("type") or "error"),
+        message=str(entry.get("message") or ""),
+        traceback=trace if isinstance(trace, str) else None,
+    )
 
 
 def _aware(value: Any) -> datetime:

@@ -27,8 +27,10 @@ from sqlalchemy import (
     text,
 )
 
+from pgqueue.backends.base import Clock
 from pgqueue.job import CLAIMABLE_STATES, FINISHED_STATES, JobState
 from pgqueue.schema import JOBS, SCHEDULES, WORKERS
+from pgqueue.statements import JOB_COLUMNS, result_expired
 
 __all__ = [
     "FINISHED",
@@ -40,6 +42,7 @@ __all__ = [
     "failed_groups",
     "finished_buckets",
     "job_delete_finished",
+    "job_errors",
     "job_page",
     "oldest_due",
     "processing_counts",
@@ -99,12 +102,19 @@ def processing_counts() -> Select[Any]:
 
 
 def oldest_due(now: datetime) -> Select[Any]:
-    """Per queue: the earliest ``run_at`` among claimable jobs already due."""
+    """Per queue and task: the earliest ``run_at`` among claimable jobs already due (a queue's is
+    the earliest of its tasks'). Read through the claimable partial index, like the depths: its
+    cost follows the backlog, never the finished history."""
     return (
-        select(JOBS.c.queue, func.min(JOBS.c.run_at))
+        select(JOBS.c.queue, JOBS.c.task, func.min(JOBS.c.run_at))
         .where(CLAIMABLE, JOBS.c.run_at <= now)
-        .group_by(JOBS.c.queue)
+        .group_by(JOBS.c.queue, JOBS.c.task)
     )
+
+
+def job_errors(job_id: str) -> Select[Any]:
+    """One job's error history (``errors``), its latest error and attempt count."""
+    return select(JOBS.c.errors, JOBS.c.error, JOBS.c.attempts).where(JOBS.c.id == job_id)
 
 
 def finished_buckets(edges: Sequence[datetime]) -> Select[Any]:
@@ -216,11 +226,15 @@ def job_page(
     until: datetime | None,
     before: tuple[datetime, str] | None,
     limit: int,
+    clock: Clock,
 ) -> Select[Any]:
-    """One page of whole job rows from ``segment``, newest change first, strictly after the
-    keyset cursor ``before`` (the last row of the previous page: its change time and id)."""
+    """One page of whole job rows from ``segment`` with ``result_expired`` (by ``clock``), newest
+    change first, strictly after the keyset cursor ``before`` (the last row of the previous page:
+    its change time and id)."""
     key = segment.key
-    statement = select(JOBS, key.label("changed")).where(segment.predicate)
+    statement = select(*JOB_COLUMNS, result_expired(clock), key.label("changed")).where(
+        segment.predicate
+    )
     if set(states) != set(segment.states):
         statement = statement.where(JOBS.c.state.in_([str(s) for s in states]))
     if queue is not None:

@@ -44,6 +44,8 @@ from __future__ import annotations
 import abc
 import contextlib
 import logging
+import os
+import socket
 import threading
 import uuid
 import zlib
@@ -110,6 +112,13 @@ def leader_key(namespace: int, name: str, schema: str | None = None) -> int:
 def worker_key(namespace: int, number: int) -> int:
     """A worker liveness key (top bit of the low half set, so it never equals a leader key)."""
     return advisory_key(namespace, number | _WORKER_BIT)
+
+
+def process_label() -> str:
+    """This process as leaders are shown: ``PID@HOST``, the pid and host a worker registers, so
+    the dashboard can name the worker that leads (a process runs one worker; see
+    ``backends.base.split_holder``)."""
+    return f"{os.getpid()}@{socket.gethostname()}"
 
 
 def open_session_connection(engine: Engine, label: str) -> Connection:
@@ -292,7 +301,10 @@ class AdvisoryLockLeadership(Leadership):
     def _connect(self) -> Connection:
         engine = self.queue.session_engine
         assert engine is not None  # checked in __init__
-        connection = open_session_connection(engine, f"pgqueue leader {self.name}")
+        # The process label after the role lets the dashboard name the leading worker.
+        connection = open_session_connection(
+            engine, f"pgqueue leader {self.name} {process_label()}"
+        )
         # A leader that hangs (SIGSTOP, a long pause, a deadlocked process) keeps its session and
         # so its lock, and nobody would reap. The session is used every tick, so the server may
         # end it once it has been idle for a few intervals: that frees the lock for a follower.
@@ -334,7 +346,8 @@ class LeaseRowLeadership(Leadership):
 
     def __init__(self, queue: Queue, name: str, *, ttl: float | None = None) -> None:
         super().__init__(queue, name, ttl=ttl)
-        self.holder = str(uuid.uuid4())
+        # Unique per instance (two in one process must not share a lease), then whose it is.
+        self.holder = f"{uuid.uuid4()} {process_label()}"
 
     def _elect(self, now: datetime | None) -> bool:
         queue = self.queue

@@ -19,7 +19,7 @@ lists it). Whether the worker's *loop* is healthy is what its job leases say.
 
 Example::
 
-    presence = WorkerPresence(queue, worker_id, queues=["default"])
+    presence = WorkerPresence(queue, worker_id, queues=["default"], concurrency=8)
     presence.start(every=10)     # before the first claim: lock, row, then a beat every 10 s
     ...
     presence.stop()              # after the worker handed its jobs back
@@ -81,10 +81,17 @@ class WorkerPresence:
         queues: Sequence[str] | None = None,
         crash_detection: bool = DEFAULT_CRASH_DETECTION,
         lock_namespace: int = DEFAULT_LOCK_NAMESPACE,
+        concurrency: int | None = None,
     ) -> None:
         self.queue = queue
         self.worker_id = worker_id
         self.queues = None if queues is None else list(queues)
+        #: Handler slots advertised in the registry (the dashboard's busy/free slots).
+        self.concurrency = (
+            None
+            if concurrency is None
+            else config.check_int("concurrency", concurrency, low=1, high=2**31 - 1)
+        )
         self.crash_detection = (
             config.check_bool("crash_detection", crash_detection)
             and queue.backend.session_locks
@@ -194,6 +201,7 @@ class WorkerPresence:
                     queues=self.queues,
                     lock_key=key,
                     clock=self.queue.backend.clock(now),
+                    concurrency=self.concurrency,
                 )
             )
 

@@ -39,7 +39,11 @@ class EmbeddedServices:
         self.config = config
         assert config.worker_id is not None
         self.presence = WorkerPresence(
-            queue, config.worker_id, queues=config.queues, crash_detection=config.crash_detection
+            queue,
+            config.worker_id,
+            queues=config.queues,
+            crash_detection=config.crash_detection,
+            concurrency=config.concurrency,
         )
         #: The services running (None: not started, or not wanted).
         self.reaper: Reaper | None = None

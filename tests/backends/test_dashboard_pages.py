@@ -4,7 +4,9 @@
 from __future__ import annotations
 
 import io
+import os
 import re
+import socket
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -15,11 +17,13 @@ import pytest
 from dashboard_support import Filled, fill, page_text, request
 
 import pgqueue
+from pgqueue.backends.base import split_holder
 from pgqueue.dashboard import Dashboard
 from pgqueue.dashboard.app import CSRF_COOKIE
 from pgqueue.dashboard.data import read_jobs, read_overview
 from pgqueue.dashboard.throughput import Throughput
 from pgqueue.job import JobState
+from pgqueue.testing import run_job
 
 
 @pytest.fixture(autouse=True)
@@ -145,7 +149,7 @@ def test_the_job_page_shows_arguments_timings_and_a_highlighted_traceback(
 ) -> None:
     dashboard = Dashboard(queue)
     failed = get(dashboard, "/jobs/job-failed")
-    assert "order-42" in failed and "Error of attempt 1" in failed
+    assert "order-42" in failed and "Attempt 1" in failed
     assert '<span class="tb-exc-type">ConnectionError</span>' in failed
     assert 'class="tb-func">charge</span>' in failed
     assert "payment gateway timed out for order-42" in failed
@@ -155,6 +159,54 @@ def test_the_job_page_shows_arguments_timings_and_a_highlighted_traceback(
     assert "worker-test" in running and "so far" in running
     assert 'action="/jobs/job-failed/retry"' in failed
     assert 'action="/jobs/job-completed/retry"' not in done
+
+
+def test_the_job_page_lists_every_attempts_error(queue: pgqueue.Queue, filled: Filled) -> None:
+    run_job(queue, "job-failing")  # its second attempt fails too
+    page = get(Dashboard(queue), "/jobs/job-failing")
+    assert "Attempt 1" in page and "Attempt 2" in page
+    assert page.count('<pre class="traceback"') == 2
+    assert page.count('class="tb-func">parse</span>') == 2
+
+
+def test_the_overview_shows_slots_and_oldest_wait_per_task(
+    queue: pgqueue.Queue, filled: Filled
+) -> None:
+    overview = read_overview(queue)
+    (worker,) = overview.workers
+    assert (worker.slots, worker.busy, worker.free) == (4, 1, 3)
+    assert {q.name: q.slots for q in overview.queues}["default"] == 4
+    waits = {(t.queue, t.task): t.oldest_due_seconds for t in overview.tasks}
+    assert waits[("default", "shop.add")] is not None
+    assert waits[("payments", "shop.charge")] is None  # nothing of it waits
+    default = next(q for q in overview.queues if q.name == "default")
+    assert default.oldest_due_seconds == max(
+        w for (name, _), w in waits.items() if name == "default" and w is not None
+    )
+    page = get(Dashboard(queue), "/")
+    assert "Slots busy / free" in page and "1 / 3" in page
+
+
+def test_leaders_are_named_by_their_worker(queue: pgqueue.Queue, filled: Filled) -> None:
+    # fill() registers worker-test and elects the leader in this process.
+    (leader,) = read_overview(queue).leaders
+    assert (leader.role, leader.worker, leader.shown) == (
+        "maintenance",
+        "worker-test",
+        "worker-test",
+    )
+    assert leader.process == (os.getpid(), socket.gethostname()[: len(leader.process[1])])
+    assert '<span class="leader-worker">worker-test</span>' in get(Dashboard(queue), "/")
+    filled.presence.unregister()  # a leader without a worker: its process
+    (leader,) = read_overview(queue).leaders
+    assert leader.worker is None and leader.shown.startswith(f"pid {os.getpid()} on ")
+
+
+def test_split_holder() -> None:
+    assert split_holder("reaper 4242@web-1") == ("reaper", (4242, "web-1"))
+    assert split_holder("4242@web-1") == ("", (4242, "web-1"))
+    assert split_holder("10.0.0.1 pid 77") == ("10.0.0.1 pid 77", None)
+    assert split_holder("maintenance") == ("maintenance", None)
 
 
 def test_job_actions(queue: pgqueue.Queue, filled: Filled) -> None:

@@ -25,7 +25,12 @@ import pgqueue
 from pgqueue.cli import main
 from pgqueue.errors import ConfigError
 from pgqueue.job import JobState
-from pgqueue.maintenance.leadership import AdvisoryLockLeadership, Leadership, LeaseRowLeadership
+from pgqueue.maintenance.leadership import (
+    AdvisoryLockLeadership,
+    Leadership,
+    LeaseRowLeadership,
+    process_label,
+)
 
 
 @pytest.fixture
@@ -152,10 +157,8 @@ def test_a_session_url_brings_back_listen_leader_locks_and_crash_detection(
                         "USING (pid) WHERE l.locktype = 'advisory' ORDER BY 1"
                     )
                 ).scalars()
-                assert sorted(holders) == [
-                    f"pgqueue leader {reaper.leadership.name}",
-                    f"pgqueue worker {worker.id}",
-                ]
+                label = f"pgqueue leader {reaper.leadership.name} {process_label()}"
+                assert sorted(holders) == [label[:63], f"pgqueue worker {worker.id}"]
             engine.dispose()
         finally:
             worker.stop()

@@ -66,7 +66,7 @@ def test_unserialisable_payload(
 ) -> None:
     with pytest.raises(SerializationError) as info:
         add.enqueue(payload)
-    assert "serialize" in str(info.value) or "NUL" in str(info.value)
+    assert str(info.value).startswith("cannot store payload")
     # One bad item in a bulk call rejects the whole call before anything is written.
     with pytest.raises(SerializationError):
         add.enqueue_many([(1,), (payload,), (2,)])

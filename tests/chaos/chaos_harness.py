@@ -90,6 +90,8 @@ class Swarm:
     arguments: tuple[str, ...] = ()
     processes: list[subprocess.Popen[bytes]] = field(default_factory=list)
     killed: set[int] = field(default_factory=set)
+    #: The worker application started by path (the soak test has its own).
+    app: Path = APP
 
     def start(self, count: int = 1) -> None:
         for _ in range(count):
@@ -97,7 +99,7 @@ class Swarm:
             with open(self.log_dir / f"stderr-{len(self.processes)}.log", "wb") as stderr:
                 self.processes.append(
                     subprocess.Popen(
-                        [sys.executable, str(APP), *self.arguments],
+                        [sys.executable, str(self.app), *self.arguments],
                         env=env,
                         stdin=subprocess.DEVNULL,
                         stdout=subprocess.DEVNULL,

@@ -21,6 +21,15 @@ NOW = datetime.now(UTC)
 LONG_AGO = NOW - timedelta(days=30)
 
 
+@pytest.fixture(autouse=True)
+def _now() -> None:
+    # Taken per test, not at import: a long run would otherwise count the planted workers as
+    # dead (their beat older than the worker TTL) by the time a later test reads them.
+    global NOW, LONG_AGO
+    NOW = datetime.now(UTC)
+    LONG_AGO = NOW - timedelta(days=30)
+
+
 def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
     """Run ``pgqueue argv`` in-process; returns (exit code, stdout, stderr)."""
     try:

@@ -29,7 +29,7 @@ def test_top_prints_one_frame(
 ) -> None:
     assert main(["top", "--url", db_url, "--once"]) == 0
     out = capsys.readouterr().out
-    for text in ("pgqueue top", "payments", "shop.charge", "worker-test", "maintenance"):
+    for text in ("pgqueue top", "payments", "shop.charge", "worker-test", "maintenance", "free"):
         assert text in out, out
 
 

@@ -104,6 +104,18 @@ def test_staff_retry_from_the_dashboard_and_read_the_admins_traceback(
     traceback = _text(browser, ".pgqueue-traceback")
     assert "Traceback (most recent call last)" in traceback
     assert "ConnectionError: payment gateway timed out for order-43" in traceback
+    # No traceback line runs past its box, even in a narrow window: long lines wrap.
+    overflow = (
+        "const p = document.querySelector('.pgqueue-traceback');"
+        " return p.scrollWidth - p.clientWidth;"
+    )
+    size = browser.get_window_size()
+    browser.set_window_size(700, size["height"])
+    try:
+        assert browser.execute_script(overflow) <= 0
+    finally:
+        browser.set_window_size(size["width"], size["height"])
+    assert browser.execute_script(overflow) <= 0
     browser.execute_script(
         "document.querySelector('.field-error_traceback').scrollIntoView({block: 'center'})"
     )

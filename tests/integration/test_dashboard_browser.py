@@ -24,7 +24,7 @@ from pgqueue import statements
 from pgqueue.dashboard import Dashboard
 from pgqueue.job import JobState
 from pgqueue.schema import JOBS
-from pgqueue.testing import drain
+from pgqueue.testing import drain, run_job
 
 SCREENSHOTS = os.environ.get("PGQUEUE_SCREENSHOTS")
 
@@ -135,18 +135,24 @@ def test_screenshots(browser: Any, site: str, queue: pgqueue.Queue, tmp_path: Pa
     """The main pages with a day of history, as pictures: docs/dashboard.md's screenshots when
     PGQUEUE_SCREENSHOTS names a folder (from the SQLite run), else thrown away with tmp_path."""
     _history(queue)
+    run_job(queue, "job-failing")  # a second failed attempt: the job page lists both errors
     keep = SCREENSHOTS and queue.backend.name == "sqlite"
     folder = Path(SCREENSHOTS) if keep and SCREENSHOTS else tmp_path
     folder.mkdir(parents=True, exist_ok=True)
     for name, path in [
         ("overview", "/"),
         ("jobs", "/jobs"),
-        ("job", "/jobs/job-failed"),
+        ("job", "/jobs/job-failing"),
         ("failures", "/failures"),
     ]:
         browser.get(site + path)
         # The overview's charts fill in over its live refreshes while the day is counted.
         wait_until(lambda: not browser.find_elements("css selector", ".counting"), "the counts")
+        # No traceback line runs past its box: long lines wrap.
+        assert not browser.execute_script(
+            "return [...document.querySelectorAll('pre.traceback')]"
+            ".some(p => p.scrollWidth > p.clientWidth)"
+        )
         picture = folder / f"dashboard-{name}.png"
         browser.save_screenshot(str(picture))
         assert picture.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

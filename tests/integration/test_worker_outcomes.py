@@ -120,11 +120,57 @@ def test_an_unstorable_result_fails_the_attempt_and_the_worker_goes_on(
     assert queue.result(good_id) == "fine"
 
 
+# What the database refuses although pgqueue's own checks passed it (serde now refuses every
+# value known to differ between the databases up front): a trigger stands in for it, raising a
+# data exception (PostgreSQL) or a constraint error (SQLite) for one result.
+_REFUSE_TRIGGER = {
+    "postgresql": [
+        "CREATE FUNCTION refuse_result() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+        "IF strpos(NEW.result::text, 'refuse-me') > 0 THEN "
+        "RAISE EXCEPTION 'refused' USING ERRCODE = 'invalid_parameter_value'; END IF; "
+        "RETURN NEW; END $$",
+        "CREATE TRIGGER refuse_result BEFORE UPDATE ON pgqueue_jobs FOR EACH ROW "
+        "EXECUTE FUNCTION refuse_result()",
+    ],
+    "sqlite": [
+        "CREATE TRIGGER refuse_result BEFORE UPDATE ON pgqueue_jobs FOR EACH ROW "
+        "WHEN NEW.result LIKE '%refuse-me%' BEGIN SELECT RAISE(ABORT, 'refused'); END",
+    ],
+}
+
+
 def test_a_result_the_database_refuses_fails_only_its_own_attempt(
     queue: pgqueue.Queue,
 ) -> None:
-    """A lone surrogate passes the JSON encoder but PostgreSQL's JSONB rejects it; the batch it
-    was in is written again one outcome at a time, and only that one fails."""
+    """The batch the refused outcome was in is written again one outcome at a time, and only
+    that one fails."""
+    with queue.engine.begin() as conn:
+        for statement in _REFUSE_TRIGGER[queue.backend.name]:
+            conn.exec_driver_sql(statement)
+
+    @queue.task(name="t.odd", max_attempts=1)
+    def odd(n: int) -> str:
+        return "refuse-me" if n == 0 else f"ok {n}"
+
+    try:
+        ids = [odd.enqueue(n).id for n in range(4)]
+        pgqueue.Worker(queue, concurrency=4).run(burst=True)
+        assert [queue.result(job_id) for job_id in ids[1:]] == ["ok 1", "ok 2", "ok 3"]
+        first = queue.status(ids[0])
+        assert first is not None and first.state is JobState.FAILED
+        assert first.error is not None
+        assert "database refused" in first.error["message"]
+    finally:
+        # The PostgreSQL database is shared by the tests (truncated between them).
+        if queue.backend.name == "postgresql":
+            with queue.engine.begin() as conn:
+                conn.exec_driver_sql("DROP TRIGGER refuse_result ON pgqueue_jobs")
+                conn.exec_driver_sql("DROP FUNCTION refuse_result()")
+
+
+def test_a_result_one_database_could_not_store_fails_on_both(queue: pgqueue.Queue) -> None:
+    """A lone surrogate: SQLite would keep it, PostgreSQL's JSONB refuses it; refused up front,
+    on the handler's thread, the same way on both."""
 
     @queue.task(name="t.odd", max_attempts=1)
     def odd(n: int) -> str:
@@ -134,12 +180,10 @@ def test_a_result_the_database_refuses_fails_only_its_own_attempt(
     pgqueue.Worker(queue, concurrency=4).run(burst=True)
     assert [queue.result(job_id) for job_id in ids[1:]] == ["ok 1", "ok 2", "ok 3"]
     first = queue.status(ids[0])
-    if queue.backend.name == "postgresql":
-        assert first.state is JobState.FAILED
-        assert first.error is not None
-        assert "database refused" in first.error["message"]
-    else:
-        assert first.state is JobState.COMPLETED
+    assert first is not None and first.state is JobState.FAILED
+    assert first.error is not None
+    assert first.error["type"] == "pgqueue.errors.SerializationError"
+    assert "cannot store result: contains a lone surrogate" in first.error["message"]
 
 
 def test_an_attempt_past_its_timeout_fails_and_its_late_return_is_discarded(

@@ -168,14 +168,14 @@ def _reloptions(engine: sa.Engine) -> set[str]:
 
 
 def test_the_jobs_table_is_vacuumed_and_analyzed_after_a_fixed_share(pg_server: Any) -> None:
-    # PostgreSQL only (SQLite has no per-table autovacuum); 0002 sets and resets the parameters.
+    # PostgreSQL only (SQLite has no per-table autovacuum); 0003 sets and resets the parameters.
     queue = pgqueue.Queue(pg_server.create_database("autovacuum_settings"))
     try:
         queue.migrate()
         options = _reloptions(queue.engine)
         assert "autovacuum_analyze_scale_factor=0.02" in options
         assert "autovacuum_vacuum_scale_factor=0.02" in options
-        migrate.downgrade(queue.engine, "0001")
+        migrate.downgrade(queue.engine, "0002_dashboard")
         assert _reloptions(queue.engine) == set()
         queue.migrate()
         assert "autovacuum_vacuum_threshold=1000" in _reloptions(queue.engine)

@@ -86,28 +86,33 @@ class JobAdmin(admin.ModelAdmin):  # type: ignore[misc]
     def result_value(self, job: Job) -> Any:
         return "-" if job.state != "completed" else format_html(_PRE, _json(job.result))
 
-    @admin.display(description="Error")  # type: ignore[untyped-decorator]
+    @admin.display(description="Errors")  # type: ignore[untyped-decorator]
     def error_traceback(self, obj: Any) -> Any:
-        error = obj.error if isinstance(obj.error, dict) else None
-        if not error:
+        # Every kept attempt's error, oldest first; a row from before the history was kept
+        # shows its latest error alone.
+        history = obj.errors if isinstance(obj.errors, list) else []
+        errors = [e for e in history if isinstance(e, dict)]
+        if not errors and isinstance(obj.error, dict):
+            errors = [obj.error]
+        if not errors:
             return "-"
-        trace = error.get("traceback")
-        body = (
+        parts = [
             format_html(
-                '<pre class="pgqueue-traceback" style="{}">{}</pre>',
-                _TRACEBACK_STYLE,
-                mark_safe(str(highlight_traceback(trace))),
+                "<p>{}<strong>{}</strong>: {}</p>{}",
+                f"Attempt {error['attempt']} · " if "attempt" in error else "",
+                error.get("type", "?"),
+                error.get("message", ""),
+                format_html(
+                    '<pre class="pgqueue-traceback" style="{}">{}</pre>',
+                    _TRACEBACK_STYLE,
+                    mark_safe(str(highlight_traceback(error["traceback"]))),
+                )
+                if error.get("traceback")
+                else "",
             )
-            if trace
-            else ""
-        )
-        return format_html(
-            "{}<p><strong>{}</strong>: {}</p>{}",
-            mark_safe(_TRACEBACK_CSS),
-            error.get("type", "?"),
-            error.get("message", ""),
-            body,
-        )
+            for error in errors
+        ]
+        return format_html("{}{}", mark_safe(_TRACEBACK_CSS), mark_safe("".join(parts)))
 
     def get_queryset(self, request: Any) -> Any:
         return super().get_queryset(request).using(get_queue().database)

@@ -38,6 +38,7 @@ class Job(models.Model):  # type: ignore[misc]
     locked_until = models.DateTimeField(null=True)
     result = models.JSONField(null=True)
     error = models.JSONField(null=True)
+    errors = models.JSONField(null=True)
     result_ttl = models.IntegerField()
     result_expires_at = models.DateTimeField(null=True)
     created_at = models.DateTimeField()

@@ -6,8 +6,8 @@ the table to be dead and analyze for a tenth to change, so a large backlog drain
 index entries and on statistics from before it arrived. Per-table storage parameters; SQLite has
 no autovacuum of this kind, and nothing changes there.
 
-Revision ID: 0002
-Revises: 0001
+Revision ID: 0003
+Revises: 0002_dashboard
 Create Date: 2026-11-24
 """
 
@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from alembic import op
 
-revision = "0002"
-down_revision = "0001"
+revision = "0003"
+down_revision = "0002_dashboard"
 branch_labels = None
 depends_on = None
 

@@ -1,0 +1,82 @@
+"""SQL expressions that each database spells its own way, compiled per dialect.
+
+Statement builders use these like any SQLAlchemy expression; the dialect differences stay here.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import ColumnElement, literal_column
+from sqlalchemy.ext.compiler import compiles
+from sqlalchemy.sql.compiler import SQLCompiler
+from sqlalchemy.sql.expression import FunctionElement
+
+from pgqueue.schema import Document
+
+__all__ = ["BoundedAppend"]
+
+
+class BoundedAppend(FunctionElement[Any]):
+    """``history`` (a JSON array column, NULL read as empty) with ``entry`` appended, keeping the
+    last ``keep`` elements: once the array holds ``keep``, the oldest element is dropped.
+
+    ``entry`` is a JSON object, to which ``attempt`` (an integer expression) and ``at`` (an
+    instant expression) are added as the keys of the same names.
+
+    Example::
+
+        BoundedAppend(JOBS.c.errors, literal(error, Document()), JOBS.c.attempts, now, keep=10)
+    """
+
+    type = Document()
+    # Cacheable: ``keep`` travels as a literal clause, so it is part of the cache key.
+    inherit_cache = True
+    name = "pgqueue_bounded_append"
+
+    def __init__(
+        self,
+        history: ColumnElement[Any],
+        entry: ColumnElement[Any],
+        attempt: ColumnElement[Any],
+        at: ColumnElement[Any],
+        *,
+        keep: int,
+    ) -> None:
+        if not isinstance(keep, int) or keep < 1:
+            raise ValueError("keep must be an int of at least 1")
+        super().__init__(history, entry, attempt, at, literal_column(str(keep)))
+
+
+def _parts(element: BoundedAppend, compiler: SQLCompiler, **kw: Any) -> list[str]:
+    return [compiler.process(clause, **kw) for clause in element.clauses]
+
+
+@compiles(BoundedAppend, "postgresql")
+def _postgresql(element: BoundedAppend, compiler: SQLCompiler, **kw: Any) -> str:
+    history, entry, attempt, at, keep = _parts(element, compiler, **kw)
+    held = f"COALESCE({history}, '[]'::jsonb)"
+    stamped = (
+        f"CAST({entry} AS jsonb) || jsonb_build_object('attempt', {attempt}, "
+        f"'at', to_jsonb(CAST({at} AS timestamptz)))"
+    )
+    return (
+        f"((CASE WHEN jsonb_array_length({held}) >= {keep} THEN {held} - 0 "
+        f"ELSE {held} END) || jsonb_build_array({stamped}))"
+    )
+
+
+@compiles(BoundedAppend, "sqlite")
+def _sqlite(element: BoundedAppend, compiler: SQLCompiler, **kw: Any) -> str:
+    history, entry, attempt, at, keep = _parts(element, compiler, **kw)
+    held = f"COALESCE({history}, '[]')"
+    return (
+        f"json_insert(CASE WHEN json_array_length({held}) >= {keep} "
+        f"THEN json_remove({held}, '$[0]') ELSE {held} END, '$[#]', "
+        f"json_set(json({entry}), '$.attempt', {attempt}, '$.at', {at}))"
+    )
+
+
+@compiles(BoundedAppend)
+def _other(element: BoundedAppend, compiler: SQLCompiler, **kw: Any) -> str:
+    raise NotImplementedError(f"BoundedAppend has no form for {compiler.dialect.name}")
