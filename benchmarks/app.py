@@ -21,6 +21,16 @@ def noop() -> None:
     """Nothing: what is measured is the queue."""
 
 
+@queue.task(name="bench.capped", max_running=50)
+def capped() -> None:
+    """Nothing, at most 50 running at once across every worker (the limited claim path)."""
+
+
+@queue.task(name="bench.paced", rate_limit="200/s")
+def paced() -> None:
+    """Nothing, at most 200 starts a second across every worker (one per 5 ms slot)."""
+
+
 @queue.task(name="bench.started")
 def started() -> float:
     """When the handler started (``time.time()``), for the pickup latency."""

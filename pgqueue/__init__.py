@@ -28,6 +28,7 @@ from pgqueue.errors import (
 )
 from pgqueue.execution import JobContext, current_job
 from pgqueue.job import CancelResult, EnqueueResult, JobState, JobStatus
+from pgqueue.limits import Limits, RateLimit
 from pgqueue.maintenance.pruner import PruneCounts, Pruner
 from pgqueue.maintenance.reaper import Reaper, StalledJob
 from pgqueue.maintenance.scheduler import Scheduler
@@ -56,10 +57,12 @@ __all__ = [
     "JobState",
     "JobStatus",
     "JobTimeoutError",
+    "Limits",
     "PgQueueError",
     "PruneCounts",
     "Pruner",
     "Queue",
+    "RateLimit",
     "Reaper",
     "Retry",
     "RetryPolicy",

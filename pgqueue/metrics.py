@@ -23,7 +23,8 @@ what happens to jobs in *this process* through :func:`job_processed`, :func:`job
 stats``): ``pgqueue_jobs{queue,state}``, ``pgqueue_queue_depth{queue}``,
 ``pgqueue_oldest_waiting_seconds{queue}``, ``pgqueue_throughput_per_minute{queue}``,
 ``pgqueue_stalled_last_hour{queue}``, ``pgqueue_dead_letters_last_hour{queue}``,
-``pgqueue_workers{queue}`` and ``pgqueue_database_up``. :func:`serve` runs an HTTP endpoint with
+``pgqueue_workers{queue}``, ``pgqueue_jobs_held{queue,task,limit}`` (due jobs a flow limit keeps
+waiting) and ``pgqueue_database_up``. :func:`serve` runs an HTTP endpoint with
 both; ``pgqueue metrics --port 9400`` is that endpoint as a command.
 
 Counters live in the process that runs the jobs, so serve them from the worker processes
@@ -297,7 +298,7 @@ class QueueCollector:
         from pgqueue.operations import queue_stats
 
         families = self._families()
-        up, jobs, depth, oldest, throughput, stalled, dead, workers = families
+        up, jobs, depth, oldest, throughput, stalled, dead, workers, held = families
         try:
             stats = queue_stats(self.queue)
         except PgQueueError as exc:
@@ -314,6 +315,9 @@ class QueueCollector:
             stalled.add_metric([s.queue], s.stalled_last_hour)
             dead.add_metric([s.queue], s.dead_letters_last_hour)
             workers.add_metric([s.queue], s.workers)
+            for task, limits in s.held_back.items():
+                for limit, count in limits.items():
+                    held.add_metric([s.queue, task, limit], count)
         return iter(families)
 
     def _families(self) -> list[Any]:
@@ -347,6 +351,11 @@ class QueueCollector:
                 labels=by_queue,
             ),
             gauge("pgqueue_workers", "Live workers serving the queue.", labels=by_queue),
+            gauge(
+                "pgqueue_jobs_held",
+                "Due jobs a flow limit keeps waiting (limit: concurrency or rate).",
+                labels=["queue", "task", "limit"],
+            ),
         ]
 
 

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 from pgqueue import config, statements
 from pgqueue.errors import ConfigError
 from pgqueue.job import CLAIMABLE_STATES, FINISHED_STATES, JobState, JobStatus
+from pgqueue.limits.stats import held_back
 from pgqueue.maintenance.reaper import DEFAULT_WORKER_TTL, STALLED_ERROR_TYPE
 from pgqueue.notifications import ENQUEUED_CHANNEL
 
@@ -82,6 +83,7 @@ class QueueStats:
     stalled_last_hour: int = 0
     dead_letters_last_hour: int = 0
     workers: int = 0
+    held_back: dict[str, dict[str, int]] = field(default_factory=dict)
 
 
 def queue_stats(
@@ -120,6 +122,7 @@ def queue_stats(
         stalled: dict[str, int] = dict(conn.execute(stalled_rows).all())
         # Live: beat within the reaper's worker TTL (after it, the reaper deletes the row).
         workers = conn.execute(statements.worker_live(DEFAULT_WORKER_TTL, clock)).all()
+        held = held_back(conn, clock, current)
     serving: dict[str, int] = defaultdict(int)
     everywhere = 0
     for (queues,) in workers:
@@ -141,6 +144,7 @@ def queue_stats(
             stalled_last_hour=int(stalled.get(name, 0)),
             dead_letters_last_hour=dead_letters[name],
             workers=serving[name] + everywhere,
+            held_back=held.get(name, {}),
         )
         for name in names
     ]

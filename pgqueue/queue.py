@@ -12,14 +12,26 @@ from typing import Any, ParamSpec, TypeVar, Unpack, overload
 
 from sqlalchemy import Connection, Engine, select
 from sqlalchemy.engine import URL
-from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlalchemy.pool import NullPool
 
 from pgqueue import config, statements, tracing
 from pgqueue.backends import Backend, backend_for
-from pgqueue.backends.base import iter_chunks
-from pgqueue.errors import ConfigError, SerializationError, UnknownTaskError
+from pgqueue.backends.base import Clock, iter_chunks
+from pgqueue.errors import BackendError, ConfigError, SerializationError, UnknownTaskError
 from pgqueue.job import CancelResult, EnqueueResult, JobState, JobStatus
+from pgqueue.limits import (
+    LIMIT_OPTIONS,
+    NO_LIMITS,
+    KeySource,
+    Limits,
+    RateLimit,
+    check_key_value,
+    check_limits,
+    check_max_running,
+    check_unique_until,
+)
+from pgqueue.limits.statements import limit_unique_holder
 from pgqueue.notifications import (
     ENQUEUED_CHANNEL,
     FINISHED_CHANNEL,
@@ -53,6 +65,8 @@ R = TypeVar("R")
 _OPTION_NAMES = frozenset(EnqueueOptions.__annotations__)
 # Ids per look-up of the existing jobs that an enqueue_many found (duplicates).
 BULK_CHUNK = 1000
+# Enqueues of one job with a unique key whose holder keeps finishing under it before giving up.
+_UNIQUE_TRIES = 5
 
 
 class Queue:
@@ -217,6 +231,12 @@ class Queue:
         result_ttl: int | timedelta | None = ...,
         timeout: float | timedelta | None = ...,
         retry: RetryPolicy | None = ...,
+        max_running: int | None = ...,
+        concurrency_key: KeySource | None = ...,
+        rate_limit: str | RateLimit | None = ...,
+        rate_limit_key: KeySource | None = ...,
+        unique_key: KeySource | None = ...,
+        unique_until: str = ...,
     ) -> Callable[[Callable[P, R]], Task[P, R]]: ...
 
     def task(
@@ -230,6 +250,12 @@ class Queue:
         result_ttl: int | timedelta | None = None,
         timeout: float | timedelta | None = None,
         retry: RetryPolicy | None = None,
+        max_running: int | None = None,
+        concurrency_key: KeySource | None = None,
+        rate_limit: str | RateLimit | None = None,
+        rate_limit_key: KeySource | None = None,
+        unique_key: KeySource | None = None,
+        unique_until: str = "started",
     ) -> Any:
         """Register a function as a task (usable bare or with options).
 
@@ -237,11 +263,21 @@ class Queue:
         Queue's; ``timeout`` (seconds) bounds one attempt; ``retry`` (a :class:`RetryPolicy` such
         as :class:`Backoff`) says when a failed attempt runs again.
 
+        Flow limits, enforced across every worker by the database (docs/limits.md):
+        ``max_running`` jobs of this task at once, or per ``concurrency_key`` (an argument name
+        or a callable of the job's arguments; ``max_running=1`` runs one key's jobs one at a
+        time, in order); ``rate_limit`` starts per period (``"10/s"``, ``"600/m"``, ``"1000/h"``),
+        or per ``rate_limit_key``; ``unique_key``: at most one waiting job per key (and running
+        too with ``unique_until="finished"``), a second enqueue is a ``duplicate``.
+
         Example::
 
             @queue.task(name="tasks.add", max_attempts=5, result_ttl=60)
             def add(a, b):
                 return a + b
+
+            @queue.task(max_running=1, concurrency_key="customer_id", rate_limit="5/s")
+            def sync(customer_id: int) -> None: ...
         """
         # Validate once, at declaration, so a bad option fails at import time, not at enqueue.
         queue = config.check_name("queue", queue)
@@ -259,6 +295,15 @@ class Queue:
         def register(fn: Callable[..., Any]) -> Task[Any, Any]:
             if not callable(fn):
                 raise ConfigError(f"@queue.task needs a function, got {fn!r}")
+            limits = check_limits(
+                fn,
+                max_running=max_running,
+                concurrency_key=concurrency_key,
+                rate_limit=rate_limit,
+                rate_limit_key=rate_limit_key,
+                unique_key=unique_key,
+                unique_until=unique_until,
+            )
             task_name = config.check_name("task name", name or f"{fn.__module__}.{fn.__qualname__}")
             existing = self.tasks.get(task_name)
             if existing is not None and existing.function is not fn:
@@ -273,6 +318,7 @@ class Queue:
                 ttl,
                 seconds,
                 **({} if retry is None else {"retry": retry}),
+                limits=limits,
             )
             self.tasks[task_name] = registered
             return registered
@@ -397,10 +443,12 @@ class Queue:
                 return self._row(task, defaults, options, item, span.carrier)
 
             own = connection is None and session is None
-            if own and len(items) <= self.backend.committed_enqueue_limit:
+            unique = _unique(items, options, defaults)
+            if own and not unique and len(items) <= self.backend.committed_enqueue_limit:
                 # Few enough jobs for one statement that commits itself (with its wake-up).
                 return self._insert_committed([build(item) for item in items])
-            if own and not _chosen_ids(items, options):
+            fresh = not _chosen_ids(items, options) and not unique
+            if own and fresh:
                 # Fresh ids in pgqueue's own transaction: the rows are built while the first
                 # ones are written. A bad item still fails the call and rolls everything back.
                 with self.connect() as conn:
@@ -513,12 +561,16 @@ class Queue:
                 "priority": config.DEFAULT_PRIORITY,
                 "max_attempts": self.max_attempts,
                 "result_ttl": self.result_ttl,
+                "limits": NO_LIMITS,
+                "function": None,
             }
         return {
             "queue": task.queue_name,
             "priority": task.priority,
             "max_attempts": task.max_attempts,
             "result_ttl": task.result_ttl,
+            "limits": task.limits,
+            "function": task.function,
         }
 
     def _row(
@@ -551,6 +603,12 @@ class Queue:
         if trace:
             document[tracing.TRACE_KEY] = trace
         payload = encode_value(self.serializer, document, "payload")
+        limits: Limits = merged["limits"]
+        overrides = {name: merged[name] for name in LIMIT_OPTIONS if name in merged}
+        if limits or overrides:
+            limit_columns = limits.columns(task, merged["function"], args, kwargs, overrides)
+        else:
+            limit_columns = _NO_LIMIT_COLUMNS
         return {
             "id": merged.get("id") or str(uuid.uuid4()),
             "task": task,
@@ -561,6 +619,7 @@ class Queue:
             "result_ttl": merged["result_ttl"],
             "run_at": merged.get("run_at"),
             "delay": timedelta(seconds=merged.get("delay", 0.0)),
+            **limit_columns,
         }
 
     def _insert(self, conn: Connection, rows: list[dict[str, Any]]) -> list[EnqueueResult]:
@@ -575,8 +634,24 @@ class Queue:
         for row in rows:
             unique.setdefault(row["id"], row)
         ordered = sorted(unique.values(), key=lambda row: row["id"])
-        queued = set(self.backend.enqueue_rows(conn, ordered, clock))
-        outcomes = self._outcomes(conn, [i for i in unique if i not in queued])
+        # Jobs with a unique key: the first of the call holds the key (taken in key order, so
+        # concurrent producers of overlapping keys lock them in the same order).
+        position = {job_id: index for index, job_id in enumerate(unique)}
+        keyed = sorted(
+            (row for row in ordered if row["unique_key"] is not None),
+            key=lambda row: (row["unique_key"], position[row["id"]]),
+        )
+        plain = [row for row in ordered if row["unique_key"] is None] if keyed else ordered
+        queued = set(self.backend.enqueue_rows(conn, plain, clock))
+        holders: dict[str, EnqueueResult] = {}
+        for row in keyed:
+            holder = self._insert_unique(conn, row, clock)
+            if holder is None:
+                queued.add(row["id"])
+            else:
+                holders[row["id"]] = holder
+        settled = queued | set(holders)
+        outcomes = {**self._outcomes(conn, [i for i in unique if i not in settled]), **holders}
         for queue_name in {row["queue"] for row in unique.values() if row["id"] in queued}:
             self.backend.notify(conn, ENQUEUED_CHANNEL, queue_name)
         return _results(rows, queued, outcomes)
@@ -629,6 +704,33 @@ class Queue:
             EnqueueResult(id=job_id, status="queued") if job_id in queued else outcomes[job_id]
             for job_id in ids
         ]
+
+    def _insert_unique(
+        self, conn: Connection, row: dict[str, Any], clock: Clock
+    ) -> EnqueueResult | None:
+        """Enqueue one job with a unique key, each try in a savepoint: None when it was queued,
+        else the outcome (the key's holder as a ``duplicate``, or the id's existing job).
+
+        Two producers racing on one key: PostgreSQL makes the second wait on the unique index
+        until the first commits, then refuses it; SQLite serialises them. The refused one reads
+        the holder; if the holder finished in between, the key is free and it tries again.
+        """
+        for _ in range(_UNIQUE_TRIES):
+            try:
+                with conn.begin_nested():
+                    queued = self.backend.enqueue_rows(conn, [row], clock)
+            except IntegrityError:
+                holder = conn.execute(limit_unique_holder(row["unique_key"])).first()
+                if holder is not None:
+                    return EnqueueResult(
+                        id=holder.id, status="duplicate", existing_state=JobState(holder.state)
+                    )
+                continue
+            return None if queued else self._outcomes(conn, [row["id"]])[row["id"]]
+        raise BackendError(
+            f"unique_key {row['unique_key']!r}: the enqueue kept conflicting with jobs that "
+            f"finished before they could be read ({_UNIQUE_TRIES} tries)"
+        )
 
     def _outcomes(self, conn: Connection, ids: list[str]) -> dict[str, EnqueueResult]:
         outcomes: dict[str, EnqueueResult] = {}
@@ -847,6 +949,15 @@ def _results(
     return results
 
 
+def _unique(items: list[Any], options: Mapping[str, Any], defaults: Mapping[str, Any]) -> bool:
+    """Whether any job may carry a unique key (its enqueue then takes the keyed path)."""
+    return (
+        defaults["limits"].unique_key is not None
+        or "unique_key" in options
+        or any(isinstance(item, JobSpec) and item.unique_key is not None for item in items)
+    )
+
+
 def _chosen_ids(items: list[Any], options: Mapping[str, Any]) -> bool:
     """Whether the caller chose any job id (which may then repeat, or exist already)."""
     return "id" in options or any(isinstance(item, JobSpec) and item.id for item in items)
@@ -856,7 +967,20 @@ def _delay(value: float | timedelta) -> float:
     return config.check_positive_seconds("delay", value, allow_zero=True)
 
 
+_NO_LIMIT_COLUMNS: dict[str, Any] = dict.fromkeys(statements.LIMIT_COLUMNS)
+
+
+def _key_check(field: str) -> Callable[[Any], str]:
+    return lambda value: check_key_value(field, value)
+
+
 _CHECKS: dict[str, Callable[[Any], Any]] = {
+    "max_running": check_max_running,
+    "concurrency_key": _key_check("concurrency_key"),
+    "rate_limit": RateLimit.parse,
+    "rate_limit_key": _key_check("rate_limit_key"),
+    "unique_key": _key_check("unique_key"),
+    "unique_until": check_unique_until,
     "id": config.check_job_id,
     "priority": config.check_priority,
     "delay": _delay,
@@ -865,4 +989,15 @@ _CHECKS: dict[str, Callable[[Any], Any]] = {
     "max_attempts": config.check_max_attempts,
     "result_ttl": config.check_result_ttl,
 }
-_SPEC_FIELDS = ("id", "priority", "delay", "run_at", "queue", "max_attempts", "result_ttl")
+_SPEC_FIELDS = (
+    "id",
+    "priority",
+    "delay",
+    "run_at",
+    "queue",
+    "max_attempts",
+    "result_ttl",
+    "concurrency_key",
+    "rate_limit_key",
+    "unique_key",
+)

@@ -15,6 +15,7 @@ from sqlalchemy import (
     Column,
     DateTime,
     Dialect,
+    Float,
     Index,
     Integer,
     MetaData,
@@ -32,6 +33,7 @@ __all__ = [
     "JOBS",
     "KEPT_ERRORS",
     "LEADERS",
+    "LIMITS",
     "METADATA",
     "SCHEDULES",
     "WORKERS",
@@ -88,6 +90,19 @@ def _in(column: str, states: tuple[JobState, ...]) -> Any:
 KEPT_ERRORS = 10
 
 _CLAIMABLE = _in("state", CLAIMABLE_STATES)
+#: Claimable jobs without a flow limit: the unlimited claim's rows (its statement repeats the
+#: predicate term for term, so both databases can prove the claim indexes cover it).
+UNLIMITED_PREDICATE = "concurrency_key IS NULL AND rate_key IS NULL"
+LIMITED_PREDICATE = "(concurrency_key IS NOT NULL OR rate_key IS NOT NULL)"
+_CLAIMABLE_UNLIMITED = text(f"{_CLAIMABLE.text} AND {UNLIMITED_PREDICATE}")
+_CLAIMABLE_LIMITED = text(f"{_CLAIMABLE.text} AND {LIMITED_PREDICATE}")
+_RUNNING_LIMITED = text("state = 'processing' AND concurrency_key IS NOT NULL")
+#: The states in which a unique key is taken: waiting always, running too with
+#: ``unique_until = 'finished'``.
+UNIQUE_PREDICATE = (
+    "unique_key IS NOT NULL AND (state IN ('queued', 'failing') "
+    "OR (state = 'processing' AND unique_until = 'finished'))"
+)
 _FINISHED = _in("state", FINISHED_STATES)
 _PROCESSING = text("state = 'processing'")
 _EXPIRING = text("result_expires_at IS NOT NULL")
@@ -121,6 +136,17 @@ JOBS = Table(
     Column("updated_at", UTCDateTime, nullable=False),
     Column("started_at", UTCDateTime),
     Column("finished_at", UTCDateTime),
+    # Flow control (docs/limits.md), all None for a job without limits. At most ``max_running``
+    # jobs of one ``concurrency_key`` are ``processing`` at once; at most ``rate_limit`` jobs of
+    # one ``rate_key`` start per ``rate_period`` seconds; one job per ``unique_key`` is waiting
+    # (and running too, with ``unique_until = 'finished'``).
+    Column("concurrency_key", Text),
+    Column("max_running", Integer),
+    Column("rate_key", Text),
+    Column("rate_limit", Integer),
+    Column("rate_period", Float),
+    Column("unique_key", Text),
+    Column("unique_until", Text),
     CheckConstraint(
         "state IN ({})".format(", ".join(repr(str(s)) for s in JobState)),
         name="ck_pgqueue_jobs_state",
@@ -129,13 +155,15 @@ JOBS = Table(
 
 # The claim walks this index in exactly the claim's ORDER BY, over claimable rows only, so its
 # cost does not grow with the history of finished jobs. The second serves workers bound to queues.
+# Jobs with flow limits are claimed by their own statements (pgqueue.limits) and kept out of
+# these indexes, so a backlog of held-back jobs never slows the unlimited claim down.
 Index(
     "ix_pgqueue_jobs_claim",
     JOBS.c.priority.desc(),
     JOBS.c.run_at,
     JOBS.c.id,
-    postgresql_where=_CLAIMABLE,
-    sqlite_where=_CLAIMABLE,
+    postgresql_where=_CLAIMABLE_UNLIMITED,
+    sqlite_where=_CLAIMABLE_UNLIMITED,
 )
 Index(
     "ix_pgqueue_jobs_claim_queue",
@@ -143,8 +171,36 @@ Index(
     JOBS.c.priority.desc(),
     JOBS.c.run_at,
     JOBS.c.id,
-    postgresql_where=_CLAIMABLE,
-    sqlite_where=_CLAIMABLE,
+    postgresql_where=_CLAIMABLE_UNLIMITED,
+    sqlite_where=_CLAIMABLE_UNLIMITED,
+)
+# The limited claim's scan: waiting jobs with a limit, by key, in claim order.
+Index(
+    "ix_pgqueue_jobs_claim_limited",
+    JOBS.c.concurrency_key,
+    JOBS.c.rate_key,
+    JOBS.c.priority.desc(),
+    JOBS.c.run_at,
+    JOBS.c.id,
+    postgresql_where=_CLAIMABLE_LIMITED,
+    sqlite_where=_CLAIMABLE_LIMITED,
+)
+# How many jobs of a concurrency key are running: limited rows only, so unlimited jobs never
+# pay for this index.
+Index(
+    "ix_pgqueue_jobs_running_limited",
+    JOBS.c.concurrency_key,
+    postgresql_where=_RUNNING_LIMITED,
+    sqlite_where=_RUNNING_LIMITED,
+)
+# A unique key is held by at most one waiting (or, per job, waiting or running) job; a second
+# enqueue conflicts here and reports the holder as its duplicate.
+Index(
+    "ux_pgqueue_jobs_unique",
+    JOBS.c.unique_key,
+    unique=True,
+    postgresql_where=text(UNIQUE_PREDICATE),
+    sqlite_where=text(UNIQUE_PREDICATE),
 )
 # The reaper's scan: processing rows by lease expiry.
 Index(
@@ -205,4 +261,18 @@ SCHEDULES = Table(
     Column("checked_through", UTCDateTime, nullable=False),
     # The latest fire time enqueued (None: none yet).
     Column("last_fire_at", UTCDateTime),
+)
+
+# Flow control's shared state, one row per limit: (kind "running", a concurrency key) or (kind
+# "rate", a rate key). Claimers of limited jobs lock the rows of the keys they claim from, so two
+# never count the same slots. A concurrency row keeps nothing (the running jobs are counted, so a
+# crashed worker's slots come back as soon as its jobs are released); a rate row keeps its next
+# start slot.
+LIMITS = Table(
+    "pgqueue_limits",
+    METADATA,
+    Column("kind", Text, primary_key=True),
+    Column("key", Text, primary_key=True),
+    # A rate key's next job may start at this instant, not before (None: now).
+    Column("open_at", UTCDateTime),
 )

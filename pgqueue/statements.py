@@ -101,8 +101,27 @@ __all__ = [
     "worker_upsert",
 ]
 
+#: A job's flow-limit columns (pgqueue.limits); None for a job without limits.
+LIMIT_COLUMNS = (
+    "concurrency_key",
+    "max_running",
+    "rate_key",
+    "rate_limit",
+    "rate_period",
+    "unique_key",
+    "unique_until",
+)
 #: Columns a producer supplies per job (plus ``explicit_run_at`` / ``delay``; see job_enqueue).
-ENQUEUE_COLUMNS = ("id", "task", "queue", "payload", "priority", "max_attempts", "result_ttl")
+ENQUEUE_COLUMNS = (
+    "id",
+    "task",
+    "queue",
+    "payload",
+    "priority",
+    "max_attempts",
+    "result_ttl",
+    *LIMIT_COLUMNS,
+)
 
 
 def job_enqueue(insert: Any, clock: Clock) -> ReturningInsert[tuple[str]]:
@@ -147,6 +166,14 @@ ENQUEUE_FIELDS: tuple[tuple[str, Any], ...] = (
     ("result_ttl", Integer),
     ("run_at", DateTime(timezone=True)),
     ("delay", Float),
+    # Flow limits: absent from a job's object when it has none (json_to_recordset reads null).
+    ("concurrency_key", Text),
+    ("max_running", Integer),
+    ("rate_key", Text),
+    ("rate_limit", Integer),
+    ("rate_period", Float),
+    ("unique_key", Text),
+    ("unique_until", Text),
 )
 
 
@@ -352,6 +379,10 @@ def job_claim(
         conditions.append(JOBS.c.queue.in_(list(queues)))
     if ids is not None:
         conditions.append(JOBS.c.id.in_(list(ids)))
+    else:
+        # Jobs with flow limits have a claim of their own (pgqueue.limits); the same terms as
+        # the claim indexes' predicate, so the planner can prove they cover this query.
+        conditions += [JOBS.c.concurrency_key.is_(None), JOBS.c.rate_key.is_(None)]
     picked = (
         select(JOBS.c.id)
         .where(*conditions)

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypedDict, TypeVar, U
 
 from pgqueue.errors import ConfigError
 from pgqueue.job import EnqueueResult
+from pgqueue.limits import NO_LIMITS, Limits, RateLimit
 from pgqueue.retries import DEFAULT_RETRY, RetryPolicy
 
 if TYPE_CHECKING:
@@ -31,6 +32,10 @@ class EnqueueOptions(TypedDict, total=False):
     timedelta from now; ``run_at`` an aware datetime; ``queue`` overrides the task's queue;
     ``max_attempts`` and ``result_ttl`` override the task's; ``connection`` (SQLAlchemy Connection) or
     ``session`` (ORM Session) make the enqueue part of the caller's transaction.
+
+    Flow limits (docs/limits.md) override the task's for this job: ``max_running`` and
+    ``concurrency_key`` (the key's value, e.g. ``"acme"``), ``rate_limit`` (``"10/s"``) and
+    ``rate_limit_key``, ``unique_key`` and ``unique_until`` (``"started"`` or ``"finished"``).
     """
 
     id: str
@@ -42,6 +47,12 @@ class EnqueueOptions(TypedDict, total=False):
     result_ttl: int | timedelta
     connection: Connection
     session: Session
+    max_running: int
+    concurrency_key: str | int
+    rate_limit: str | RateLimit
+    rate_limit_key: str | int
+    unique_key: str | int
+    unique_until: str
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -62,6 +73,10 @@ class JobSpec:
     queue: str | None = None
     max_attempts: int | None = None
     result_ttl: int | timedelta | None = None
+    #: This job's key values for the task's flow limits (see :class:`EnqueueOptions`).
+    concurrency_key: str | int | None = None
+    rate_limit_key: str | int | None = None
+    unique_key: str | int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +103,8 @@ class Task(Generic[P, R]):
     timeout: float | None
     #: When a failed attempt runs again (see :mod:`pgqueue.retries`).
     retry: RetryPolicy = DEFAULT_RETRY
+    #: Rate, concurrency and uniqueness limits (see :mod:`pgqueue.limits`).
+    limits: Limits = NO_LIMITS
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
         return self.function(*args, **kwargs)

@@ -29,6 +29,7 @@ from typing import Any
 from pgqueue import config, statements
 from pgqueue.errors import PgQueueError
 from pgqueue.job import CLAIMABLE_STATES, JobState, JobStatus
+from pgqueue.limits.statements import limit_delete_all
 from pgqueue.maintenance.leadership import Leadership
 from pgqueue.maintenance.reaper import Reaper
 from pgqueue.operations import list_jobs
@@ -236,8 +237,9 @@ def refute_enqueued(
 
 
 def clear(queue: Queue) -> int:
-    """Delete every job and every periodic schedule's state (a fixture's clean slate between
-    tests on a shared database); returns how many jobs there were.
+    """Delete every job, every periodic schedule's state and every rate limit's window (a
+    fixture's clean slate between tests on a shared database); returns how many jobs there
+    were.
 
     Example::
 
@@ -248,6 +250,7 @@ def clear(queue: Queue) -> int:
     """
     with queue.connect() as conn:
         conn.execute(statements.schedule_delete_all())
+        conn.execute(limit_delete_all())
         return int(conn.execute(statements.job_delete_all()).rowcount)
 
 

@@ -223,6 +223,14 @@ class Wait:
             time.sleep(delay)
             delay = min(delay * 2, longest)
 
+    def follow(self, result: EnqueueResult) -> bool:
+        """Wait for the job the enqueue pointed at: another one when a unique key's holder
+        answered as the duplicate. True when that changed the job waited for."""
+        if result.id == self.job_id:
+            return False
+        self.job_id = result.id
+        return True
+
     def enqueued(self, result: EnqueueResult) -> Finished | None:
         """The answer the enqueue already gives: a completed duplicate's cached result."""
         return Finished(result.result) if result.status == "completed" else None
@@ -267,25 +275,33 @@ class Wait:
 def wait_for(wait: Wait) -> Any:
     """Subscribe, enqueue and block this thread until the job's outcome (see :class:`Wait`)."""
     woken = threading.Event()
-    unwatch = wait.waiters.watch(wait.job_id, woken.set)
+    unwatch = [wait.waiters.watch(wait.job_id, woken.set)]
     try:
-        finished = wait.enqueued(wait.enqueue())
+        result = wait.enqueue()
+        if wait.follow(result):
+            unwatch.append(wait.waiters.watch(wait.job_id, woken.set))
+        finished = wait.enqueued(result)
         while finished is None:
             woken.wait(wait.next_timeout())
             woken.clear()
             finished = wait.check()
         return finished.value
     finally:
-        unwatch()
+        for stop in unwatch:
+            stop()
 
 
 async def await_for(wait: Wait) -> Any:
     """:func:`wait_for` for asyncio: the loop is never blocked, the statements run in threads."""
     loop = asyncio.get_running_loop()
     woken = asyncio.Event()
-    unwatch = wait.waiters.watch(wait.job_id, partial(loop.call_soon_threadsafe, woken.set))
+    wake = partial(loop.call_soon_threadsafe, woken.set)
+    unwatch = [wait.waiters.watch(wait.job_id, wake)]
     try:
-        finished = wait.enqueued(await asyncio.to_thread(wait.enqueue))
+        result = await asyncio.to_thread(wait.enqueue)
+        if wait.follow(result):
+            unwatch.append(wait.waiters.watch(wait.job_id, wake))
+        finished = wait.enqueued(result)
         while finished is None:
             # Outside the suppress: JobTimeoutError is a TimeoutError too.
             delay = wait.next_timeout()
@@ -295,4 +311,5 @@ async def await_for(wait: Wait) -> Any:
             finished = await asyncio.to_thread(wait.check)
         return finished.value
     finally:
-        unwatch()
+        for stop in unwatch:
+            stop()

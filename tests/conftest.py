@@ -58,7 +58,8 @@ def _truncate(url: str) -> None:
     engine = sa.create_engine(url)
     with engine.begin() as conn:
         conn.exec_driver_sql(
-            "TRUNCATE pgqueue_jobs, pgqueue_workers, pgqueue_leaders, pgqueue_schedules"
+            "TRUNCATE pgqueue_jobs, pgqueue_workers, pgqueue_leaders, pgqueue_schedules, "
+            "pgqueue_limits"
         )
     engine.dispose()
 

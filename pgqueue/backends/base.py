@@ -46,6 +46,13 @@ class Clock:
             return literal(self.fixed, UTCDateTime)
         return func.now()
 
+    def current(self) -> ColumnElement[datetime]:
+        """The instant this expression is evaluated (not the transaction's start, which ``now``
+        is on PostgreSQL): for decisions taken under a lock that may have been waited for."""
+        if self.fixed is not None:
+            return literal(self.fixed, UTCDateTime)
+        return func.clock_timestamp()
+
     def after(self, seconds: float) -> ColumnElement[datetime]:
         """``now + seconds`` as a SQL expression."""
         if self.fixed is not None:

@@ -354,8 +354,13 @@ def _enqueue_document(rows: list[dict[str, Any]]) -> str:
 def _enqueue_fields(row: dict[str, Any]) -> dict[str, Any]:
     """One job as an object in ``statements.job_enqueue_many``'s JSON document."""
     run_at = row["run_at"]
-    return {
+    fields = {
         **row,
         "run_at": None if run_at is None else run_at.isoformat(),
         "delay": row["delay"].total_seconds(),
     }
+    # A field left out reads as null: a job without limits sends none of theirs.
+    for name in statements.LIMIT_COLUMNS:
+        if fields[name] is None:
+            del fields[name]
+    return fields

@@ -108,7 +108,8 @@ def _add_stats(parser: argparse.ArgumentParser) -> None:
 
 @command(
     "stats",
-    "per queue: jobs by state, oldest wait, throughput, stalls, dead letters, workers",
+    "per queue: jobs by state, oldest wait, throughput, stalls, dead letters, workers; jobs "
+    "held back by flow limits",
     _add_stats,
 )
 def _stats(args: argparse.Namespace) -> int:
@@ -135,6 +136,15 @@ def _stats(args: argparse.Namespace) -> int:
             for s in stats
         ],
     )
+    held = [
+        [s.queue, task, limit, count]
+        for s in stats
+        for task, limits in sorted(s.held_back.items())
+        for limit, count in sorted(limits.items())
+    ]
+    if held:
+        print()
+        print_table(["queue", "task", "held back by", "jobs"], held)
     return EXIT_OK
 
 

@@ -28,6 +28,7 @@ from sqlalchemy.sql.dml import Delete
 
 from pgqueue import config, statements
 from pgqueue.job import JobState
+from pgqueue.limits.statements import limit_prune
 from pgqueue.maintenance.leadership import (
     DEFAULT_LOCK_NAMESPACE,
     Leadership,
@@ -127,6 +128,8 @@ class PruneCounts:
     completed: int = 0
     failed: int = 0
     cancelled: int = 0
+    #: Idle rows of flow limits (``pgqueue_limits``) deleted.
+    limits: int = 0
 
     @property
     def deleted(self) -> int:
@@ -214,6 +217,7 @@ class Pruner(MaintenanceService):
         counts = {"results_expired": self._drain(statements.job_expire_results(limit, clock))}
         for state, seconds in self.config.retention().items():
             counts[str(state)] = self._drain(statements.job_prune(state, seconds, limit, clock))
+        counts["limits"] = self._drain(limit_prune(limit, clock))
         result = PruneCounts(**counts)
         if result.deleted or result.results_expired:
             logger.info(

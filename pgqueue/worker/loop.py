@@ -197,8 +197,12 @@ class WorkerLoop:
                 self.ledger.decide(job, message.outcome)
             else:
                 logger.debug("late outcome discarded job_id=%s worker_id=%s", job.id, self.id)
-            if self.burst:
+            limited = job.id in self.store.limited
+            self.store.limited.discard(job.id)
+            if self.burst or limited:
                 # Whatever the handler enqueued is due work too: look once more before leaving.
+                # A job with a flow limit frees its key's slot: the next turn, which stores its
+                # outcome, can claim the key's next job in the same transaction.
                 self.planner.due = True
         elif message is _WAKE:
             self._wake_posted = False
@@ -250,6 +254,9 @@ class WorkerLoop:
         if turn.claim and self.only is not None:
             self.only = []
         self.planner.succeeded(turn, claimed=len(rows), was_holding=bool(holding))
+        if claiming and store.rate_wake_in is not None:
+            # A job held back by a rate limit may start then: claim at that moment.
+            self.planner.wake_within(turn, store.rate_wake_in)
         self.ledger.settled(stored, lost)
         if kept is not None:
             for job in holding:

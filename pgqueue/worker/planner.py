@@ -109,6 +109,10 @@ class TurnPlanner:
             # A full batch suggests more is waiting; a short one that the queue is drained.
             self.due = self.due or claimed >= turn.claim
 
+    def wake_within(self, turn: Turn, seconds: float) -> None:
+        """Claim again ``seconds`` after ``turn`` at the latest (a rate limit's next slot)."""
+        self.next_poll = min(self.next_poll, turn.at + seconds)
+
     def failed(self, turn: Turn | None, *, retry_now: bool = False) -> float:
         """``turn``'s transaction failed: back off before the next one (doubling each time, up
         to a cap) unless ``retry_now``. Returns the back-off in seconds."""

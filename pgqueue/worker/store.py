@@ -29,6 +29,7 @@ from pgqueue.backends.base import Completion
 from pgqueue.errors import BackendError
 from pgqueue.execution import Outcome, error_fields
 from pgqueue.job import JobState
+from pgqueue.limits.claim import claim_limited
 from pgqueue.notifications import FINISHED_CHANNEL, finished_payload
 from pgqueue.worker.ledger import Claimed
 
@@ -56,6 +57,10 @@ class JobStore:
         self.queues = queues
         self._connection: Connection | None = None
         self._statements: dict[str, Any] = {}
+        #: Running jobs claimed under a flow limit: when one finishes, its key has a free slot.
+        self.limited: set[str] = set()
+        #: From the last claim: seconds until a rate-limited job may start (None: none waits).
+        self.rate_wake_in: float | None = None
 
     @contextmanager
     def transaction(self) -> Iterator[Connection]:
@@ -94,6 +99,7 @@ class JobStore:
     ) -> list[Any]:
         """Claim up to ``limit`` due jobs of this worker's queues (only among ``ids`` if given)
         under ``lock_token``; returns their rows (``statements.CLAIMED_COLUMNS``)."""
+        self.rate_wake_in = None
         if ids is not None:
             statement = statements.job_claim(
                 worker_id=self.worker_id,
@@ -118,7 +124,23 @@ class JobStore:
             ),
         )
         values = {statements.CLAIM_LIMIT: limit, statements.CLAIM_LOCK_TOKEN: lock_token}
-        return self.backend.claim(conn, statement, values)
+        rows = self.backend.claim(conn, statement, values)
+        if len(rows) < limit:
+            # Slots left over: jobs with flow limits have a claim of their own (pgqueue.limits).
+            limited = claim_limited(
+                conn,
+                self.backend.insert,
+                worker_id=self.worker_id,
+                lock_token=lock_token,
+                limit=limit - len(rows),
+                lease=self.lease,
+                queues=self.queues,
+                clock=clock,
+            )
+            rows += limited.rows
+            self.limited.update(row["id"] for row in limited.rows)
+            self.rate_wake_in = limited.wake_in
+        return rows
 
     def extend(self, conn: Connection, holding: list[Claimed], clock: Clock) -> set[str]:
         """Extend the leases of ``holding``; returns the ids still held."""

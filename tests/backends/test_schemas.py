@@ -67,6 +67,7 @@ def test_each_schema_gets_its_own_tables_and_version_table(url: str) -> None:
         "pgqueue_alembic_version",
         "pgqueue_jobs",
         "pgqueue_leaders",
+        "pgqueue_limits",
         "pgqueue_schedules",
         "pgqueue_workers",
     ]
@@ -81,7 +82,7 @@ def test_each_schema_gets_its_own_tables_and_version_table(url: str) -> None:
     engine.dispose()
     # (Alembic keeps its version table, empty.)
     assert [t for t in tables(url) if t[0] == "b"] == [("b", "pgqueue_alembic_version")]
-    assert len([t for t in tables(url) if t[0] == "a"]) == 5
+    assert len([t for t in tables(url) if t[0] == "a"]) == len(names)
 
 
 def test_jobs_never_cross_schemas(pair: tuple[pgqueue.Queue, pgqueue.Queue]) -> None:

@@ -124,7 +124,9 @@ def test_stats_json_and_table(
         "stalled_last_hour",
         "dead_letters_last_hour",
         "workers",
+        "held_back",
     }
+    assert default["held_back"] == {}  # no flow limits here (tests/backends/test_limits_stats.py)
     code, out, _ = run(capsys, "stats", "--url", db_url)
     header, first, second = out.splitlines()
     assert header.split()[:3] == ["queue", "queued", "processing"]

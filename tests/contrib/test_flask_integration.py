@@ -137,3 +137,26 @@ def test_one_extension_serves_several_apps(tmp_path: Path) -> None:
         _ = pgq.queue
     for app in apps:
         app.extensions["pgqueue"].close()
+
+
+def test_flow_limits_reach_flask_tasks(app: Flask) -> None:
+    @shop.pgq.task(
+        name="store.refresh_stock",
+        unique_key="sku",
+        max_running=1,
+        concurrency_key="sku",
+        rate_limit="50/s",
+    )
+    def refresh_stock(sku: str) -> str:
+        return sku
+
+    with app.app_context():
+        first = refresh_stock.enqueue("A-1")
+        again = refresh_stock.enqueue("A-1")
+        assert again.status == "duplicate" and again.id == first.id
+        other = refresh_stock.using(unique_key="manual", concurrency_key="B").enqueue("A-1")
+        assert other.status == "queued"
+        assert count_jobs(shop.pgq.queue) == 2
+    drain(app)
+    with app.app_context():
+        assert shop.pgq.queue.result(first.id) == "A-1"

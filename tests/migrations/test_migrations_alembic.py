@@ -51,6 +51,7 @@ def test_upgrade_matches_metadata_then_downgrade_and_upgrade_again(empty_url: st
         "pgqueue_workers",
         "pgqueue_leaders",
         "pgqueue_schedules",
+        "pgqueue_limits",
         migrate.VERSION_TABLE,
     }
     assert "alembic_version" not in tables(engine)
@@ -62,6 +63,9 @@ def test_upgrade_matches_metadata_then_downgrade_and_upgrade_again(empty_url: st
         "ix_pgqueue_jobs_claim_queue",
         "ix_pgqueue_jobs_stale",
         "ix_pgqueue_jobs_finished",
+        "ix_pgqueue_jobs_claim_limited",
+        "ix_pgqueue_jobs_running_limited",
+        "ux_pgqueue_jobs_unique",
     } <= set(migrated_indexes)
 
     migrate.downgrade(engine)
@@ -168,14 +172,14 @@ def _reloptions(engine: sa.Engine) -> set[str]:
 
 
 def test_the_jobs_table_is_vacuumed_and_analyzed_after_a_fixed_share(pg_server: Any) -> None:
-    # PostgreSQL only (SQLite has no per-table autovacuum); 0003 sets and resets the parameters.
+    # PostgreSQL only (SQLite has no per-table autovacuum); 0004 sets and resets the parameters.
     queue = pgqueue.Queue(pg_server.create_database("autovacuum_settings"))
     try:
         queue.migrate()
         options = _reloptions(queue.engine)
         assert "autovacuum_analyze_scale_factor=0.02" in options
         assert "autovacuum_vacuum_scale_factor=0.02" in options
-        migrate.downgrade(queue.engine, "0002_dashboard")
+        migrate.downgrade(queue.engine, "0003_limits")
         assert _reloptions(queue.engine) == set()
         queue.migrate()
         assert "autovacuum_vacuum_threshold=1000" in _reloptions(queue.engine)

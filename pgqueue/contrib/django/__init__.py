@@ -30,11 +30,19 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from pgqueue.contrib.django.options import TaskOptions, task_options
     from pgqueue.contrib.django.queues import DjangoQueue
-    from pgqueue.contrib.django.tasks import TasksBackend
+    from pgqueue.contrib.django.tasks import TasksBackend, limits
 
     queue: DjangoQueue
 
-__all__ = ["DjangoQueue", "TaskOptions", "TasksBackend", "get_queue", "queue", "task_options"]
+__all__ = [
+    "DjangoQueue",
+    "TaskOptions",
+    "TasksBackend",
+    "get_queue",
+    "limits",
+    "queue",
+    "task_options",
+]
 
 
 def __getattr__(name: str) -> Any:
@@ -51,8 +59,8 @@ def __getattr__(name: str) -> Any:
         from pgqueue.contrib.django import options
 
         return getattr(options, name)
-    if name == "TasksBackend":
-        from pgqueue.contrib.django.tasks import TasksBackend
+    if name in ("TasksBackend", "limits"):
+        from pgqueue.contrib.django import tasks
 
-        return TasksBackend
+        return getattr(tasks, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -45,6 +45,14 @@ class Job(models.Model):  # type: ignore[misc]
     updated_at = models.DateTimeField()
     started_at = models.DateTimeField(null=True)
     finished_at = models.DateTimeField(null=True)
+    # Flow limits (docs/limits.md); None for a job without them.
+    concurrency_key = models.TextField(null=True)
+    max_running = models.IntegerField(null=True)
+    rate_key = models.TextField(null=True)
+    rate_limit = models.IntegerField(null=True)
+    rate_period = models.FloatField(null=True)
+    unique_key = models.TextField(null=True)
+    unique_until = models.TextField(null=True)
 
     class Meta:
         managed = False

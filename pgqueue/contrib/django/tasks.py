@@ -15,7 +15,8 @@ settings.py::
 
 A task's ``module_path`` is its pgqueue task name, ``queue_name`` its queue, ``priority`` its
 priority (higher runs first) and ``run_after`` its due time; :func:`~pgqueue.contrib.django.task_options`
-adds per-task max attempts, retry backoff, timeout and result TTL. ``get_result`` reads the job back:
+adds per-task max attempts, retry backoff, timeout and result TTL, and :func:`limits` flow limits
+(docs/limits.md). ``get_result`` reads the job back:
 queued jobs and jobs waiting for a retry are READY, running ones RUNNING, completed ones
 SUCCESSFUL with the return value, failed and cancelled ones FAILED with the stored error.
 """
@@ -24,10 +25,11 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import inspect
 from collections.abc import Callable
 from dataclasses import dataclass, fields
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from django.db import transaction
 from django.utils import timezone
@@ -38,6 +40,7 @@ from pgqueue.contrib.django.options import TaskOptions, check_options, options_o
 from pgqueue.contrib.django.queues import DjangoQueue, get_queue
 from pgqueue.execution import current_job
 from pgqueue.job import JobState, JobStatus
+from pgqueue.limits import LIMIT_OPTIONS, check_limits
 from pgqueue.retries import RetryPolicy
 from pgqueue.task import Task as PgTask
 
@@ -65,7 +68,50 @@ except ImportError:  # Django 5.2 with the django-tasks backport
     from django_tasks.signals import task_enqueued
     from django_tasks.utils import normalize_json
 
-__all__ = ["PgQueueTask", "TasksBackend", "register", "register_by_name"]
+__all__ = ["PgQueueTask", "TasksBackend", "limits", "register", "register_by_name"]
+
+_LIMITS_ATTRIBUTE = "__pgqueue_limits__"
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def limits(**declared: Any) -> Callable[[F], F]:
+    """Flow limits for a Django task, as :meth:`pgqueue.Queue.task` takes them
+    (``max_running``, ``concurrency_key``, ``rate_limit``, ``rate_limit_key``, ``unique_key``,
+    ``unique_until``). Put it below ``@task``; a bad option fails at import.
+
+    Example::
+
+        from django.tasks import task
+        from pgqueue.contrib.django import limits
+
+        @task()
+        @limits(max_running=1, concurrency_key="customer_id", rate_limit="10/s")
+        def sync_customer(customer_id: int) -> None: ...
+    """
+    config.check_options("limits", declared, LIMIT_OPTIONS)
+
+    def mark(function: F) -> F:
+        check_limits(_arguments_of(function), **declared)
+        setattr(function, _LIMITS_ATTRIBUTE, dict(declared))
+        return function
+
+    return mark
+
+
+def _arguments_of(function: Callable[..., Any], *, takes_context: bool = False) -> Any:
+    """A stand-in with ``function``'s signature, less Django's context argument (which the job's
+    arguments never carry), so argument names resolve against what is enqueued."""
+    signature = inspect.signature(function)
+    parameters = list(signature.parameters.values())
+    if takes_context and parameters:
+        parameters = parameters[1:]
+
+    def arguments(*args: Any, **kwargs: Any) -> None: ...
+
+    arguments.__signature__ = signature.replace(parameters=parameters)  # type: ignore[attr-defined]
+    arguments.__qualname__ = function.__qualname__
+    return arguments
+
 
 OPTION_NAMES = ("DATABASE", "MAX_ATTEMPTS")
 
@@ -258,7 +304,13 @@ def register_by_name(queue: DjangoQueue, name: str) -> PgTask[Any, Any] | None:
     if task is None or not isinstance(task.get_backend(), TasksBackend):
         return None
     options = options_of(task).task_kwargs()
-    registered: PgTask[Any, Any] = queue.task(name=name, **options)(_runner(queue, name))
+    declared = getattr(task.func, _LIMITS_ATTRIBUTE, {})
+    runner = _runner(queue, name)
+    if declared:
+        # Key arguments are named in the Django function's terms: the runner takes them.
+        shape = _arguments_of(task.func, takes_context=task.takes_context)
+        runner.__signature__ = inspect.signature(shape)  # type: ignore[attr-defined]
+    registered: PgTask[Any, Any] = queue.task(name=name, **options, **declared)(runner)
     return registered
 
 

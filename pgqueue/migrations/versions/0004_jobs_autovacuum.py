@@ -6,8 +6,8 @@ the table to be dead and analyze for a tenth to change, so a large backlog drain
 index entries and on statistics from before it arrived. Per-table storage parameters; SQLite has
 no autovacuum of this kind, and nothing changes there.
 
-Revision ID: 0003
-Revises: 0002_dashboard
+Revision ID: 0004
+Revises: 0003_limits
 Create Date: 2026-11-24
 """
 
@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from alembic import op
 
-revision = "0003"
-down_revision = "0002_dashboard"
+revision = "0004"
+down_revision = "0003_limits"
 branch_labels = None
 depends_on = None
 

@@ -1,0 +1,318 @@
+"""Flow control: rate limits, concurrency limits and unique jobs, enforced by the database.
+
+Declared on a task (``@queue.task(max_running=2)``) and overridable per enqueue where that makes
+sense (``task.using(concurrency_key="acme")``). A job carries its limits in its own row; workers
+claim limited jobs with a claim of their own (:mod:`pgqueue.limits.claim`) that locks the
+``pgqueue_limits`` rows of the keys it claims from, so every worker and process counts the same
+slots, and a job without limits never meets any of this. See docs/limits.md.
+
+Example::
+
+    @queue.task(max_running=1, concurrency_key="customer_id")   # one at a time per customer
+    def sync(customer_id: int) -> None: ...
+
+    @queue.task(rate_limit="10/s")                               # across every worker
+    def charge(payment_id: str) -> None: ...
+
+    @queue.task(unique_key="account_id")                         # one waiting job per account
+    def refresh(account_id: int) -> None: ...
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from pgqueue.errors import ConfigError
+
+__all__ = [
+    "LIMIT_OPTIONS",
+    "NO_LIMITS",
+    "UNIQUE_UNTIL",
+    "KeySource",
+    "Limits",
+    "RateLimit",
+    "check_limits",
+]
+
+#: The flow-limit options of ``@queue.task`` (and, per enqueue, of ``using()``).
+LIMIT_OPTIONS = (
+    "max_running",
+    "concurrency_key",
+    "rate_limit",
+    "rate_limit_key",
+    "unique_key",
+    "unique_until",
+)
+
+#: ``unique_until`` values: the key is free again once the holder starts (``"started"``, the
+#: default: one *waiting* job per key), or only once it finishes (``"finished"``: one waiting or
+#: running job per key).
+UNIQUE_UNTIL = ("started", "finished")
+MAX_RUNNING_LIMIT = 1_000_000
+MAX_KEY_LENGTH = 512
+_UNITS = {"s": 1.0, "sec": 1.0, "second": 1.0, "m": 60.0, "min": 60.0, "minute": 60.0}
+_UNITS.update({"h": 3600.0, "hour": 3600.0, "d": 86400.0, "day": 86400.0})
+_RATE = re.compile(r"^\s*(\d+)\s*/\s*(\d+(?:\.\d+)?)?\s*([a-z]+)\s*$")
+
+#: Where a key comes from: the name of one of the handler's arguments, or a callable given the
+#: job's arguments (``lambda order, **_: order["customer"]``).
+KeySource = str | Callable[..., Any]
+
+
+@dataclass(frozen=True, slots=True)
+class RateLimit:
+    """At most ``count`` job starts per ``period`` seconds, in any window of that length.
+
+    Example::
+
+        RateLimit.parse("10/s")     # RateLimit(count=10, period=1.0)
+        RateLimit.parse("100/15m")  # RateLimit(count=100, period=900.0)
+    """
+
+    count: int
+    period: float
+
+    @classmethod
+    def parse(cls, value: object, *, field: str = "rate_limit") -> RateLimit:
+        """``"N/s"``, ``"N/m"``, ``"N/h"``, ``"N/d"`` (or ``"N/10s"`` …), or a RateLimit.
+
+        Example::
+
+            RateLimit.parse("600/m").period   # 60.0
+        """
+        if isinstance(value, RateLimit):
+            return value
+        match = _RATE.match(value) if isinstance(value, str) else None
+        unit = _UNITS.get(match.group(3).rstrip("s") or "s") if match else None
+        if match is None or unit is None:
+            raise ConfigError(
+                f"{field} must look like '10/s', '600/m', '1000/h' or '100/15m', not {value!r}"
+            )
+        count = int(match.group(1))
+        period = float(match.group(2) or 1) * unit
+        if count < 1 or count > MAX_RUNNING_LIMIT or period <= 0:
+            raise ConfigError(
+                f"{field} needs 1 to {MAX_RUNNING_LIMIT} jobs per period, not {value!r}"
+            )
+        return cls(count, period)
+
+    def __str__(self) -> str:
+        return f"{self.count}/{self.period:g}s"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Limits:
+    """A task's declared flow limits (all None: no limits, the free claim path).
+
+    Example::
+
+        Limits(max_running=2, concurrency_key="customer_id", rate_limit=RateLimit(5, 1.0))
+    """
+
+    max_running: int | None = None
+    concurrency_key: KeySource | None = None
+    rate_limit: RateLimit | None = None
+    rate_limit_key: KeySource | None = None
+    unique_key: KeySource | None = None
+    unique_until: str = "started"
+
+    def __bool__(self) -> bool:
+        return bool(self.max_running or self.rate_limit or self.unique_key is not None)
+
+    def columns(
+        self,
+        task: str,
+        function: Callable[..., Any] | None,
+        args: Sequence[Any],
+        kwargs: Mapping[str, Any],
+        options: Mapping[str, Any],
+    ) -> dict[str, Any]:
+        """The job row's limit columns for one enqueue (``options``: the per-call overrides,
+        already checked). Keys are scoped by task: ``"tasks.sync:42"``.
+
+        Example::
+
+            limits.columns("tasks.sync", sync, (42,), {}, {})["concurrency_key"]  # "tasks.sync:42"
+        """
+        max_running = options.get("max_running", self.max_running)
+        rate = options.get("rate_limit", self.rate_limit)
+        if max_running is None and "concurrency_key" in options:
+            raise ConfigError(f"concurrency_key needs max_running (task {task!r} declares none)")
+        if rate is None and "rate_limit_key" in options:
+            raise ConfigError(f"rate_limit_key needs rate_limit (task {task!r} declares none)")
+        columns: dict[str, Any] = dict.fromkeys(_COLUMNS)
+        if max_running is not None:
+            key = _key(
+                task, "concurrency_key", options, self.concurrency_key, function, args, kwargs
+            )
+            if key is not _NONE:
+                columns.update(concurrency_key=key, max_running=max_running)
+        if rate is not None:
+            key = _key(task, "rate_limit_key", options, self.rate_limit_key, function, args, kwargs)
+            if key is not _NONE:
+                columns.update(rate_key=key, rate_limit=rate.count, rate_period=rate.period)
+        if "unique_key" in options or self.unique_key is not None:
+            key = _key(task, "unique_key", options, self.unique_key, function, args, kwargs)
+            if key is not _NONE:
+                until = options.get("unique_until", self.unique_until)
+                columns.update(unique_key=key, unique_until=until)
+        return columns
+
+
+NO_LIMITS = Limits()
+_COLUMNS = (
+    "concurrency_key",
+    "max_running",
+    "rate_key",
+    "rate_limit",
+    "rate_period",
+    "unique_key",
+    "unique_until",
+)
+_NONE = object()
+
+
+def _key(
+    task: str,
+    field: str,
+    options: Mapping[str, Any],
+    source: KeySource | None,
+    function: Callable[..., Any] | None,
+    args: Sequence[Any],
+    kwargs: Mapping[str, Any],
+) -> Any:
+    """The stored key: the task's name, plus ``:value`` for a per-key limit; ``_NONE`` when the
+    key's source gave None (this job has no limit of that kind)."""
+    if field in options:
+        value = options[field]
+    elif source is None:
+        return task
+    elif callable(source):
+        try:
+            value = source(*args, **kwargs)
+        except Exception as exc:
+            raise ConfigError(f"{field} of task {task!r} raised {exc!r}") from exc
+    else:
+        value = _argument(task, field, source, function, args, kwargs)
+    if value is None:
+        return _NONE
+    return f"{task}:{check_key_value(field, value)}"
+
+
+def _argument(
+    task: str,
+    field: str,
+    name: str,
+    function: Callable[..., Any] | None,
+    args: Sequence[Any],
+    kwargs: Mapping[str, Any],
+) -> Any:
+    if name in kwargs:
+        return kwargs[name]
+    if function is None:
+        raise ConfigError(f"{field}={name!r} needs the task {task!r} registered in this process")
+    try:
+        bound = inspect.signature(function).bind(*args, **kwargs)
+    except TypeError as exc:
+        raise ConfigError(f"{field}: the arguments do not fit task {task!r}: {exc}") from exc
+    bound.apply_defaults()
+    return bound.arguments[name]
+
+
+def check_key_value(field: str, value: object) -> str:
+    """A key's value as text: a non-empty str or an int, at most ``MAX_KEY_LENGTH`` characters.
+
+    Example::
+
+        check_key_value("concurrency_key", 42)   # "42"
+    """
+    if isinstance(value, bool) or not isinstance(value, str | int):
+        raise ConfigError(f"{field} must give a str or an int, not {type(value).__name__}")
+    text = str(value)
+    if not text or len(text) > MAX_KEY_LENGTH:
+        raise ConfigError(f"{field} must be 1 to {MAX_KEY_LENGTH} characters, got {text[:40]!r}")
+    return text
+
+
+def check_max_running(value: object) -> int:
+    """A positive whole number of jobs.
+
+    Example::
+
+        check_max_running(3)   # 3; 0, -1, 1.5 and True raise ConfigError
+    """
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_RUNNING_LIMIT:
+        raise ConfigError(
+            f"max_running must be an int from 1 to {MAX_RUNNING_LIMIT}, not {value!r}"
+        )
+    return value
+
+
+def check_unique_until(value: object) -> str:
+    """``"started"`` or ``"finished"``.
+
+    Example::
+
+        check_unique_until("finished")
+    """
+    if value not in UNIQUE_UNTIL:
+        raise ConfigError(f"unique_until must be 'started' or 'finished', not {value!r}")
+    return str(value)
+
+
+def _check_source(
+    field: str, value: object, function: Callable[..., Any], needs: str | None
+) -> KeySource | None:
+    if value is None:
+        return None
+    if needs is not None:
+        raise ConfigError(f"{field} needs {needs}")
+    if callable(value):
+        return value
+    if not isinstance(value, str):
+        raise ConfigError(f"{field} must be an argument name or a callable, not {value!r}")
+    parameters = inspect.signature(function).parameters
+    takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values())
+    if value not in parameters and not takes_any:
+        known = ", ".join(parameters) or "none"
+        raise ConfigError(
+            f"{field}={value!r} is not an argument of {function.__qualname__} (arguments: {known})"
+        )
+    return value
+
+
+def check_limits(
+    function: Callable[..., Any],
+    *,
+    max_running: object = None,
+    concurrency_key: object = None,
+    rate_limit: object = None,
+    rate_limit_key: object = None,
+    unique_key: object = None,
+    unique_until: object = "started",
+) -> Limits:
+    """Validate a task's declared limits against its function (an argument name must be one of
+    its parameters), at declaration time.
+
+    Example::
+
+        check_limits(sync, max_running=1, concurrency_key="customer_id")   # Limits(...)
+    """
+    running = None if max_running is None else check_max_running(max_running)
+    rate = None if rate_limit is None else RateLimit.parse(rate_limit)
+    return Limits(
+        max_running=running,
+        concurrency_key=_check_source(
+            "concurrency_key", concurrency_key, function, None if running else "max_running"
+        ),
+        rate_limit=rate,
+        rate_limit_key=_check_source(
+            "rate_limit_key", rate_limit_key, function, None if rate else "rate_limit"
+        ),
+        unique_key=_check_source("unique_key", unique_key, function, None),
+        unique_until=check_unique_until(unique_until),
+    )
