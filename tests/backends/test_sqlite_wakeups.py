@@ -10,7 +10,6 @@ import sqlite3
 import subprocess
 import sys
 import textwrap
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -70,25 +69,6 @@ def test_a_commit_by_another_connection_runs_the_callbacks(
         wait_until(lambda: len(calls) > seen, "the second commit to be noticed")
     finally:
         other.close()
-
-
-def test_reads_alone_run_nothing(queue: pgqueue.Queue) -> None:
-    watcher = queue.listener
-    assert watcher is not None
-    calls: list[int] = []
-    watcher.subscribe("pgqueue_enqueued", lambda payload: None)
-    queue.enqueue("tasks.noop")  # a commit, noticed before the reads below
-    changed = threading.Event()
-    watcher.on_reconnect(changed.set)
-    wait_until(changed.is_set, "the enqueue to be noticed")
-    watcher.on_reconnect(lambda: calls.append(1))
-    for _ in range(20):
-        queue.status("nothing")
-    # A wake-up for the enqueue already fired; reads change no data_version. Prove the watcher
-    # is still alive with one more commit, then check the reads added nothing before it.
-    queue.enqueue("tasks.noop")
-    wait_until(lambda: calls, "the second enqueue to be noticed")
-    assert len(calls) == 1
 
 
 def test_an_in_memory_database_has_no_listener() -> None:
