@@ -5,6 +5,8 @@ JSON.
     python -m benchmarks --quick              # tiny counts: proves the harness runs
     python -m benchmarks --only drain,roundtrip --backend postgresql
     python -m benchmarks --json results.json  # where the JSON goes ("-": stdout, no table)
+    python -m benchmarks --compare            # pgqueue beside pgqueuer and procrastinate
+    python -m benchmarks --compare --drain-sizes 20000,100000 --repeats 1
 
 PostgreSQL is a throwaway server started here with its default settings (fsync and synchronous
 commit on); SQLite is a fresh file per benchmark. Every figure carries the 1-minute load average
@@ -24,7 +26,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from benchmarks import dashboard, drain, enqueue, history, recovery, roundtrip
+from benchmarks import compare, dashboard, drain, enqueue, history, recovery, roundtrip
 from benchmarks.common import BACKENDS, Databases, Figure, Interference
 
 BENCHMARKS = {
@@ -50,17 +52,72 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="PostgreSQL with fsync and synchronous_commit off: what the flush to disk costs",
     )
+    parser.add_argument(
+        "--history-rows",
+        type=int,
+        default=None,
+        help="history: finished rows under the claim (default 1,000,000)",
+    )
+    parser.add_argument(
+        "--backlog-rows",
+        type=int,
+        default=None,
+        help="history: also measure the claim over this many queued rows (default: no such stage)",
+    )
+    parser.add_argument(
+        "--backlog-queues", type=int, default=None, help="history: ... spread over this many queues"
+    )
+    parser.add_argument(
+        "--compare",
+        action="store_true",
+        help="only the side-by-side run against pgqueuer and procrastinate (the bench extra)",
+    )
+    parser.add_argument(
+        "--drain-sizes",
+        type=lambda text: [int(size) for size in text.split(",") if size.strip()],
+        default=None,
+        metavar="N,N,...",
+        help=f"--compare: the backlogs to drain (default {','.join(map(str, compare.DRAIN_SIZES))})",
+    )
+    parser.add_argument(
+        "--libraries",
+        type=lambda text: [name.strip() for name in text.split(",") if name.strip()],
+        default=None,
+        help="--compare: only these (pgqueue, pgqueuer, procrastinate)",
+    )
+    parser.add_argument(
+        "--steps",
+        type=lambda text: [name.strip() for name in text.split(",") if name.strip()],
+        default=None,
+        help="--compare: only these measurements (drain, bulk, single, pickup)",
+    )
+    parser.add_argument(
+        "--repeats", type=int, default=None, help="--compare: runs per library (default 3)"
+    )
     args = parser.parse_args(argv)
     unknown = [name for name in args.only if name not in BENCHMARKS]
     if unknown:
         parser.error(f"unknown benchmark(s): {', '.join(unknown)}")
 
+    for option in ("history_rows", "backlog_rows", "backlog_queues"):
+        if getattr(args, option) is not None:
+            history.SCALE[option] = getattr(args, option)
     started = datetime.now(UTC)
     load_before = os.getloadavg()
     figures: list[Figure] = []
+    comparison = ""
+    notes: list[str] = []
     databases = Databases(durable=not args.no_durability)
     try:
-        for backend in args.backend or BACKENDS:
+        if args.compare:
+            sizes = compare.Sizes.quick() if args.quick else compare.Sizes()
+            if args.drain_sizes is not None:
+                sizes = replace(sizes, drain=args.drain_sizes)
+            if args.repeats is not None:
+                sizes = replace(sizes, repeats=args.repeats)
+            figures, notes = compare.run(databases, sizes, args.libraries, args.steps)
+            comparison = compare.side_by_side(figures, sizes)
+        for backend in [] if args.compare else args.backend or BACKENDS:
             for name in args.only:
                 print(f"running {name} on {backend} ...", file=sys.stderr, flush=True)
                 interference = Interference(databases)
@@ -83,12 +140,18 @@ def main(argv: list[str] | None = None) -> int:
         "quick": args.quick,
         "durable": not args.no_durability,
         "figures": [asdict(figure) for figure in figures],
+        "comparison": comparison,
+        "notes": notes,
     }
     if args.json == "-":
         json.dump(report, sys.stdout, indent=2)
         print()
         return 0
     print_table(figures)
+    if comparison:
+        print("\n" + comparison)
+    for note in notes:
+        print(f"note: {note}", file=sys.stderr)
     Path(args.json).write_text(json.dumps(report, indent=2) + "\n")
     print(f"\nJSON: {args.json}   machine: {report['machine']}", file=sys.stderr)
     return 0

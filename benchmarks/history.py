@@ -21,6 +21,9 @@ from pgqueue import Queue, statements
 NAME = "history"
 DUE = 1_000
 CLAIM = 10
+#: Finished rows to add (``--history-rows``), and the backlog spread over queues added after
+#: them (``--backlog-rows``, ``--backlog-queues``; 0 rows: no such stage).
+SCALE = {"history_rows": 1_000_000, "backlog_rows": 0, "backlog_queues": 1_000}
 
 _COLUMNS = (
     "id, task, queue, state, payload, priority, run_at, attempts, max_attempts, stall_count, "
@@ -36,6 +39,16 @@ _HISTORY = {
     "sqlite": "WITH RECURSIVE g(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM g WHERE n < :rows) "
     f"INSERT INTO pgqueue_jobs ({_COLUMNS}) SELECT {_VALUES.format(n='n')} FROM g",
 }
+_BACKLOG_VALUES = (
+    "'backlog-' || {n}, 'bench.noop', 'q' || ({n} % :queues), 'queued', "
+    '\'{{"args": [], "kwargs": {{}}}}\', 0, :at, 0, 5, 0, 3600, NULL, :at, :at, NULL, NULL'
+)
+_BACKLOG = {
+    "postgresql": f"INSERT INTO pgqueue_jobs ({_COLUMNS}) "
+    f"SELECT {_BACKLOG_VALUES.format(n='g')} FROM generate_series(1, :rows) AS g",
+    "sqlite": "WITH RECURSIVE g(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM g WHERE n < :rows) "
+    f"INSERT INTO pgqueue_jobs ({_COLUMNS}) SELECT {_BACKLOG_VALUES.format(n='n')} FROM g",
+}
 _SIZE = {
     "postgresql": "SELECT pg_total_relation_size('pgqueue_jobs')",
     "sqlite": "SELECT page_count * page_size FROM pragma_page_count(), pragma_page_size()",
@@ -43,7 +56,8 @@ _SIZE = {
 
 
 def run(databases: Databases, backend: str, *, quick: bool) -> list[Figure]:
-    rows = 10_000 if quick else 1_000_000
+    rows = 10_000 if quick else SCALE["history_rows"]
+    backlog, queues = (2_000, 20) if quick else (SCALE["backlog_rows"], SCALE["backlog_queues"])
     samples = 20 if quick else 300
     load = os.getloadavg()[0]
     figures: list[Figure] = []
@@ -54,9 +68,16 @@ def run(databases: Databases, backend: str, *, quick: bool) -> list[Figure]:
             (f"{rows:,} finished rows", lambda: _add_history(queue, rows)),
             (f"{rows:,} finished rows, analyzed", lambda: _analyze(queue)),
         )
+        if backlog:
+            backlog_stage = f"{rows:,} finished rows, {backlog:,} queued across {queues:,} queues"
+            stages += (
+                (backlog_stage, lambda: _add_backlog(queue, backlog, queues)),
+                (f"{backlog_stage}, claims bound to one queue", lambda: None),
+            )
         for stage, prepare in stages:
             prepare()
-            seconds = _claim_times(queue, samples)
+            bound = ["q7"] if "bound to one queue" in stage else None
+            seconds = _claim_times(queue, samples, bound)
             settings = f"claim {CLAIM} of {DUE} due jobs, {stage}"
             size = float(scalar(queue, _SIZE[backend])) / 2**20
             figures += [
@@ -83,7 +104,7 @@ def run(databases: Databases, backend: str, *, quick: bool) -> list[Figure]:
     return figures
 
 
-def _claim_times(queue: Queue, samples: int) -> list[float]:
+def _claim_times(queue: Queue, samples: int, queues: list[str] | None = None) -> list[float]:
     seconds = []
     with queue.engine.connect() as conn:
         for _ in range(samples):
@@ -92,12 +113,14 @@ def _claim_times(queue: Queue, samples: int) -> list[float]:
                 lock_token=uuid.uuid4().hex,
                 limit=CLAIM,
                 lease=30,
-                queues=None,
+                queues=queues,
                 clock=queue.backend.clock(),
             )
+            values = {statements.CLAIM_LIMIT: CLAIM}
             started = time.perf_counter()
             with conn.begin() as transaction:
-                claimed = len(conn.execute(statement).all())
+                # The worker's way to run it (on PostgreSQL: bitmap scans off for the claim).
+                claimed = len(queue.backend.claim(conn, statement, values))
                 transaction.rollback()
             seconds.append(time.perf_counter() - started)
             assert claimed == CLAIM, claimed
@@ -113,6 +136,16 @@ def _add_history(queue: Queue, rows: int) -> None:
         params.update({key: _sqlite_text(params[key]) for key in ("at", "expires")})
     with queue.engine.begin() as conn:
         conn.execute(sa.text(_HISTORY[queue.backend.name]), params)
+
+
+def _add_backlog(queue: Queue, rows: int, queues: int) -> None:
+    at = datetime.now(UTC) - timedelta(minutes=10)
+    params: dict[str, object] = {"rows": rows, "queues": queues, "at": at}
+    if queue.backend.name == "sqlite":
+        params["at"] = _sqlite_text(at)
+    with queue.engine.begin() as conn:
+        conn.execute(sa.text(_BACKLOG[queue.backend.name]), params)
+    _analyze(queue)
 
 
 def _analyze(queue: Queue) -> None:

@@ -19,6 +19,8 @@ def markdown(report: dict[str, Any]) -> str:
         f"1-minute load average before/after: {report['load_before'][0]} / "
         f"{report['load_after'][0]}.",
     ]
+    if report.get("comparison"):
+        lines += ["", report["comparison"]]
     for backend in ("postgresql", "sqlite"):
         figures = [f for f in report["figures"] if f["backend"] == backend]
         if not figures:

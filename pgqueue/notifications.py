@@ -20,11 +20,11 @@ import socket
 import threading
 from collections import defaultdict
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 from sqlalchemy import Engine
 
-__all__ = ["ENQUEUED_CHANNEL", "FINISHED_CHANNEL", "Listener", "finished_payload"]
+__all__ = ["ENQUEUED_CHANNEL", "FINISHED_CHANNEL", "Listener", "WakeUps", "finished_payload"]
 
 logger = logging.getLogger("pgqueue.notifications")
 
@@ -45,6 +45,26 @@ _CONNECT_TIMEOUT_SECONDS = 10
 def finished_payload(state: str, job_id: str) -> str:
     """The FINISHED_CHANNEL payload for a job that reached ``state``."""
     return f"{state}:{job_id}"
+
+
+class WakeUps(Protocol):
+    """What a Queue's listener offers its waiters and workers, whatever the database: this
+    module's :class:`Listener` on PostgreSQL, ``backends.sqlite_watch.FileWatcher`` on SQLite
+    (which cannot carry payloads, so only its ``on_reconnect`` callbacks run)."""
+
+    def subscribe(
+        self, channel: str, callback: Callable[[str], None], *, wait: float = 10.0
+    ) -> Callable[[], None]:
+        """Call ``callback(payload)`` for notifications on ``channel``; returns the remover."""
+        ...
+
+    def on_reconnect(self, callback: Callable[[], None]) -> Callable[[], None]:
+        """Call ``callback()`` whenever something may have been missed; returns the remover."""
+        ...
+
+    def stop(self) -> None:
+        """Stop listening (idempotent)."""
+        ...
 
 
 class Listener:

@@ -35,7 +35,7 @@ from pgqueue.limits.statements import limit_unique_holder
 from pgqueue.notifications import (
     ENQUEUED_CHANNEL,
     FINISHED_CHANNEL,
-    Listener,
+    WakeUps,
     finished_payload,
 )
 from pgqueue.periodic import (
@@ -157,7 +157,8 @@ class Queue:
         self.tasks: dict[str, Task[Any, Any]] = {}
         #: Periodic schedules by name (see :meth:`periodic`).
         self.schedules: dict[str, Schedule] = {}
-        self._listener: Listener | None = None
+        self._listener: WakeUps | None = None
+        self._listener_made = False
         self._listener_lock = threading.Lock()
         self._finished_listeners: list[Callable[[str, str], None]] = []
         self._waiters = Waiters(self)
@@ -177,14 +178,17 @@ class Queue:
         return engine.execution_options(schema_translate_map=self._schema_map)
 
     @property
-    def listener(self) -> Listener | None:
-        """The shared LISTEN connection, started on first use; None where there is none to be
-        had (SQLite; transaction pooling without ``session_url``), and waiters poll."""
-        if not self.backend.supports_notify or self.session_engine is None:
-            return None
+    def listener(self) -> WakeUps | None:
+        """Wake-ups from other processes, started on first use and shared by every waiter and
+        worker of this Queue: the LISTEN connection on PostgreSQL (on ``session_url`` when
+        given), a watch on the database file on SQLite (see ``Backend.listener``); None where
+        there are none (transaction pooling without ``session_url``, an in-memory SQLite
+        database), and waiters and workers poll."""
         with self._listener_lock:
-            if self._listener is None:
-                self._listener = Listener(self.session_engine, channel=self.backend.channel)
+            if not self._listener_made:
+                engine = self.session_engine if self.session_engine is not None else self.engine
+                self._listener = self.backend.listener(engine)
+                self._listener_made = True
             return self._listener
 
     def add_finished_listener(self, callback: Callable[[str, str], None]) -> Callable[[], None]:
@@ -447,12 +451,15 @@ class Queue:
             def build(item: tuple[Any, ...] | list[Any] | JobSpec) -> dict[str, Any]:
                 return self._row(task, defaults, options, item, span.carrier)
 
-            fresh = (
-                not _chosen_ids(items, options)
-                and not _unique(items, options, defaults)
-                and not _linked(items, options)
-            )
-            if connection is None and session is None and fresh:
+            own = connection is None and session is None
+            unique = _unique(items, options, defaults)
+            linked = _linked(items, options)
+            small = len(items) <= self.backend.committed_enqueue_limit
+            if own and not unique and not linked and small:
+                # Few enough jobs for one statement that commits itself (with its wake-up).
+                return self._insert_committed([build(item) for item in items])
+            fresh = not _chosen_ids(items, options) and not unique and not linked
+            if own and fresh:
                 # Fresh ids in pgqueue's own transaction: the rows are built while the first
                 # ones are written. A bad item still fails the call and rolls everything back.
                 with self.connect() as conn:
@@ -694,21 +701,30 @@ class Queue:
         outcomes = {**self._outcomes(conn, [i for i in unique if i not in settled]), **holders}
         for queue_name in {row["queue"] for row in unique.values() if row["id"] in queued}:
             self.backend.notify(conn, ENQUEUED_CHANNEL, queue_name)
-        results: list[EnqueueResult] = []
-        seen: set[str] = set()
+        return _results(rows, queued, outcomes)
+
+    def _insert_committed(self, rows: list[dict[str, Any]]) -> list[EnqueueResult]:
+        """:meth:`_insert` as one statement that commits itself, wake-up included (see
+        ``Backend.enqueue_committed``). Existing ids are looked up afterwards: under READ
+        COMMITTED a second statement in the same transaction would take a new snapshot too."""
+        unique: dict[str, dict[str, Any]] = {}
         for row in rows:
-            job_id = row["id"]
-            if job_id in queued and job_id not in seen:
-                result = EnqueueResult(id=job_id, status="queued")
-            elif job_id in queued:
-                result = EnqueueResult(
-                    id=job_id, status="duplicate", existing_state=JobState.QUEUED
+            unique.setdefault(row["id"], row)
+        ordered = sorted(unique.values(), key=lambda row: row["id"])
+        try:
+            queued = set(
+                self.backend.enqueue_committed(
+                    self.engine, ordered, self.backend.clock(), ENQUEUED_CHANNEL
                 )
-            else:
-                result = outcomes[job_id]
-            seen.add(job_id)
-            results.append(result)
-        return results
+            )
+        except DBAPIError as exc:
+            raise self.backend.translate(exc) from exc
+        existing = [i for i in unique if i not in queued]
+        outcomes: dict[str, EnqueueResult] = {}
+        if existing:
+            with self.connect(write=False) as conn:
+                outcomes = self._outcomes(conn, existing)
+        return _results(rows, queued, outcomes)
 
     def _link(
         self, conn: Connection, linked: list[dict[str, Any]], queued: set[str], clock: Any
@@ -1010,6 +1026,26 @@ def _linked(items: list[Any], options: Mapping[str, Any]) -> bool:
         isinstance(item, JobSpec) and any(getattr(item, key) is not None for key in _LINK_FIELDS)
         for item in items
     )
+
+
+def _results(
+    rows: list[dict[str, Any]], queued: set[str], outcomes: Mapping[str, EnqueueResult]
+) -> list[EnqueueResult]:
+    """One result per row, in order: an id repeated in one call is queued once, then reported
+    as a duplicate of that queued job."""
+    results: list[EnqueueResult] = []
+    seen: set[str] = set()
+    for row in rows:
+        job_id = row["id"]
+        if job_id in queued and job_id not in seen:
+            result = EnqueueResult(id=job_id, status="queued")
+        elif job_id in queued:
+            result = EnqueueResult(id=job_id, status="duplicate", existing_state=JobState.QUEUED)
+        else:
+            result = outcomes[job_id]
+        seen.add(job_id)
+        results.append(result)
+    return results
 
 
 def _unique(items: list[Any], options: Mapping[str, Any], defaults: Mapping[str, Any]) -> bool:

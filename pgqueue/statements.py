@@ -75,6 +75,7 @@ __all__ = [
     "job_complete_many",
     "job_enqueue",
     "job_enqueue_many",
+    "job_enqueue_notify",
     "job_expire_results",
     "job_extend_leases",
     "job_fail",
@@ -101,6 +102,7 @@ __all__ = [
     "schedule_states",
     "session_setting",
     "table_lock_exclusive",
+    "transaction_setting",
     "worker_delete",
     "worker_list",
     "worker_prune",
@@ -212,6 +214,18 @@ def job_enqueue_many(insert: Any, clock: Clock) -> ReturningInsert[tuple[str]]:
     )
     statement = insert(JOBS).from_select(list(values), select(*values.values()))
     return _insert_or_requeue(statement)
+
+
+def job_enqueue_notify(insert: Any, clock: Clock, channel: str) -> Select[tuple[str, Any]]:
+    """PostgreSQL: :func:`job_enqueue_many` and its wake-up in one statement, so that a producer
+    outside any transaction commits both in one round trip (no ``BEGIN``/``COMMIT`` of its own).
+
+    Returns one row per id queued; ``pg_notify(channel, queue)`` runs once per such row (the
+    server folds identical notifications of one transaction into one), so nothing is sent when
+    every id already existed.
+    """
+    queued = job_enqueue_many(insert, clock).returning(JOBS.c.queue).cte("queued")
+    return select(queued.c.id, func.pg_notify(literal(channel, Text), queued.c.queue))
 
 
 def _insert_or_requeue(statement: Any) -> ReturningInsert[tuple[str]]:
@@ -1077,6 +1091,12 @@ def advisory_lock_held(key: int) -> Select[Any]:
     it fails outright when the connection is gone)."""
     held = _advisory_locks_held().where(_PG_LOCKS.c.pid == func.pg_backend_pid()).subquery()
     return select(exists().where(held.c[0] == key))
+
+
+def transaction_setting(name: str, value: str) -> Select[Any]:
+    """PostgreSQL: set a run-time parameter until the end of this transaction (``SET LOCAL``):
+    safe behind a transaction-pooling pgbouncer, where a session setting would leak to others."""
+    return select(func.set_config(name, value, True))
 
 
 def session_setting(name: str, value: str) -> Select[Any]:

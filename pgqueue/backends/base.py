@@ -12,7 +12,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from itertools import islice
-from typing import Any, NamedTuple, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, TypeVar
 
 from sqlalchemy import ColumnElement, Connection, Engine, Table, func, literal
 from sqlalchemy.dialects.postgresql import INTERVAL
@@ -20,6 +20,9 @@ from sqlalchemy.engine import URL
 from sqlalchemy.exc import DBAPIError
 
 from pgqueue.schema import UTCDateTime
+
+if TYPE_CHECKING:
+    from pgqueue.notifications import WakeUps
 
 __all__ = ["Backend", "Clock", "Completion", "split_holder"]
 
@@ -123,8 +126,31 @@ class Backend(Protocol):
         first ones are being written (an exception from the iterator propagates)."""
         ...
 
+    #: Most jobs :meth:`enqueue_committed` takes in one call (0: it never does).
+    committed_enqueue_limit: int
+
+    def enqueue_committed(
+        self, engine: Engine, rows: Sequence[dict[str, Any]], clock: Clock, channel: str
+    ) -> list[str]:
+        """:meth:`enqueue_rows` and the wake-up on ``channel`` (payload: the queue) as one
+        statement that commits itself, outside any transaction (at most
+        ``committed_enqueue_limit`` rows): one round trip for a producer that leaves the
+        transaction to pgqueue. A connection found dead on its first statement (it died while
+        idle in the pool) is replaced and the statement sent once more."""
+        ...
+
+    def claim(self, connection: Connection, statement: Any, values: dict[str, Any]) -> list[Any]:
+        """Run a worker's claim (``statements.job_claim``) in the caller's transaction; its rows
+        as mappings."""
+        ...
+
     def begin(self, engine: Engine, *, write: bool = True) -> AbstractContextManager[Connection]:
         """A connection inside a transaction, committed on success, rolled back on error."""
+        ...
+
+    def listener(self, engine: Engine) -> WakeUps | None:
+        """Wake-ups from other processes for ``engine``'s database (started on first
+        subscription), or None where there are none (the workers' and waiters' polls remain)."""
         ...
 
     def lock_migrations(

@@ -14,6 +14,7 @@ import sqlite3
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import sqlalchemy as sa
@@ -23,6 +24,7 @@ from sqlalchemy.exc import DBAPIError
 
 from pgqueue import statements
 from pgqueue.backends.base import Clock, Completion, iter_chunks
+from pgqueue.backends.sqlite_watch import FileWatcher
 from pgqueue.config import utc_now
 from pgqueue.errors import BackendError, ConfigError, SchemaMissingError
 
@@ -106,6 +108,19 @@ class SQLiteBackend:
             queued.extend(connection.scalars(statement, chunk))
         return queued
 
+    # Every SQLite write takes the file's write lock with BEGIN IMMEDIATE first (see above).
+    committed_enqueue_limit = 0
+
+    def enqueue_committed(
+        self, engine: Engine, rows: Sequence[dict[str, Any]], clock: Clock, channel: str
+    ) -> list[str]:
+        raise NotImplementedError(
+            "SQLite enqueues inside a transaction (committed_enqueue_limit 0)"
+        )
+
+    def claim(self, connection: Connection, statement: Any, values: dict[str, Any]) -> list[Any]:
+        return list(connection.execute(statement, values).mappings().all())
+
     @contextmanager
     def begin(self, engine: Engine, *, write: bool = True) -> Iterator[Connection]:
         with engine.connect() as connection:
@@ -113,6 +128,13 @@ class SQLiteBackend:
                 connection = connection.execution_options(**{READ_ONLY: True})
             with connection.begin():
                 yield connection
+
+    def listener(self, engine: Engine) -> FileWatcher | None:
+        # An in-memory or URI-named database has no file of its own to watch.
+        database = engine.url.database
+        if not database or database == ":memory:" or database.startswith("file:"):
+            return None
+        return FileWatcher(Path(database).resolve())
 
     def lock_migrations(
         self, connection: Connection, key: int, *, tables: Sequence[str] = ()

@@ -43,11 +43,12 @@ __all__ = [
 DEFAULT_CONCURRENCY = 4
 #: Seconds a claim is good for without a heartbeat (the visibility timeout).
 DEFAULT_LEASE = 30.0
-#: PostgreSQL: LISTEN/NOTIFY wakes an idle worker at once; polling only catches what NOTIFY cannot
-#: announce (a delayed job or a retry becoming due) and a LISTEN connection that is down.
+#: With wake-ups (LISTEN/NOTIFY on PostgreSQL, the watch on the database file on SQLite) an idle
+#: worker is woken at once; polling only catches what they cannot announce (a delayed job or a
+#: retry becoming due) and a listener that is down.
 DEFAULT_POLL_INTERVAL = 1.0
-#: A database that cannot push wake-ups (SQLite): an idle worker looks this often, so a new job
-#: starts within ~0.1 s.
+#: Without wake-ups (an in-memory SQLite database, transaction pooling without ``session_url``):
+#: an idle worker looks this often, so a new job starts within ~0.1 s.
 DEFAULT_SQLITE_POLL_INTERVAL = 0.1
 #: Seconds a stopping worker waits for running jobs before handing them back to the queue.
 DEFAULT_GRACE_PERIOD = 30.0
@@ -195,8 +196,8 @@ class WorkerConfig:
             object.__setattr__(self, name, value)
 
     def poll_seconds(self, *, pushed_wake_ups: bool) -> float:
-        """``poll_interval``, or its default for a database that can (PostgreSQL) or cannot
-        (SQLite) push wake-ups."""
+        """``poll_interval``, or its default for a queue that hears wake-ups (a listener: LISTEN
+        on PostgreSQL, the file watch on SQLite) or does not."""
         if self.poll_interval is not None:
             return self.poll_interval
         return DEFAULT_POLL_INTERVAL if pushed_wake_ups else DEFAULT_SQLITE_POLL_INTERVAL

@@ -48,7 +48,7 @@ class Worker:
     ``pruner`` runs the pruner (expired results, old finished jobs; see docs/results.md) under the
     reaper's leader: None (the default) runs one with the default settings whenever the embedded
     reaper runs, True even without it, a :class:`~pgqueue.Pruner` for other settings, False none.
-    ``poll_interval`` (default 1 s on PostgreSQL, 0.1 s on SQLite) is how often an idle worker looks
+    ``poll_interval`` (default 1 s; 0.1 s where no wake-ups can be had) is how often an idle worker looks
     for due jobs without being woken; ``grace_period`` how long a stop waits for running jobs.
     ``log_completions`` logs one INFO line per completed job on the ``pgqueue.jobs`` logger
     (task, id, duration, attempt); False, or that logger's level, turns it off.
@@ -103,7 +103,8 @@ class Worker:
         self.concurrency, self.lease = config.concurrency, config.lease
         self.heartbeat: float = config.heartbeat or 0.0
         self.reaper, self.scheduler, self.pruner = config.reaper, config.scheduler, config.pruner
-        self.poll_interval = config.poll_seconds(pushed_wake_ups=queue.backend.supports_notify)
+        # Wake-ups from the listener: LISTEN on PostgreSQL, the watch on the file on SQLite.
+        self.poll_interval = config.poll_seconds(pushed_wake_ups=queue.listener is not None)
         self.grace_period = config.grace_period
         self._loop = WorkerLoop(
             queue,

@@ -125,7 +125,7 @@ class JobStore:
             ),
         )
         values = {statements.CLAIM_LIMIT: limit, statements.CLAIM_LOCK_TOKEN: lock_token}
-        rows = list(conn.execute(statement, values).mappings().all())
+        rows = self.backend.claim(conn, statement, values)
         if len(rows) < limit:
             # Slots left over: jobs with flow limits have a claim of their own (pgqueue.limits).
             limited = claim_limited(

@@ -35,6 +35,7 @@ def test_manage_py_test_with_workers_exits_0(alias: str, tmp_path: Path) -> None
         )
     else:
         env["SHOP_SQLITE_PATH"] = str(tmp_path / "shop.sqlite3")
+        env["SHOP_SQLITE_TEST_PATH"] = str(tmp_path / "test_shop.sqlite3")
     done = subprocess.run(
         [sys.executable, "manage.py", "test", "shop", "--noinput", "-v", "2"],
         cwd=EXAMPLE,

@@ -35,3 +35,34 @@ def test_quick_benchmark_run(tmp_path: Path) -> None:
         for benchmark in ("enqueue", "drain", "pickup", "enqueue_and_wait", "recovery", "claim"):
             assert (benchmark, backend) in seen
     assert all(math.isfinite(f["value"]) and f["value"] > 0 for f in report["figures"])
+
+
+@pytest.mark.slow
+def test_quick_comparison_run(tmp_path: Path) -> None:
+    """``--compare --quick``: every library of the bench extra through the same protocol."""
+    require_postgres()
+    output = tmp_path / "compare.json"
+    done = subprocess.run(
+        [sys.executable, "-m", "benchmarks", "--compare", "--quick", "--json", str(output)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr
+    report = json.loads(output.read_text())
+    assert report["notes"] == []  # the bench extra is part of dev: every rival ran
+    libraries = {figure["metric"] for figure in report["figures"]}
+    assert libraries == {"pgqueue", "pgqueuer", "procrastinate"}
+    measured = {(f["benchmark"], f["metric"]) for f in report["figures"]}
+    for benchmark in (
+        "compare drain 300",
+        "compare bulk per call",
+        "compare bulk one call",
+        "compare single p50",
+        "compare pickup p50",
+    ):
+        assert {(benchmark, library) for library in libraries} <= measured
+    assert all(math.isfinite(f["value"]) and f["value"] > 0 for f in report["figures"])
+    assert "| pickup p50 (from the enqueue call) (ms) |" in report["comparison"]
+    assert "pgqueue / best rival" in done.stdout

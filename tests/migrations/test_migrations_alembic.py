@@ -162,3 +162,27 @@ def test_migrations_ship_inside_the_package() -> None:
     versions = files("pgqueue") / "migrations" / "versions"
     assert any(p.name.startswith("0001") for p in versions.iterdir())
     assert (files("pgqueue") / "migrations" / "env.py").is_file()
+
+
+def _reloptions(engine: sa.Engine) -> set[str]:
+    with engine.connect() as conn:
+        options = conn.exec_driver_sql(
+            "SELECT reloptions FROM pg_class WHERE relname = 'pgqueue_jobs'"
+        ).scalar()
+    return set(options or [])
+
+
+def test_the_jobs_table_is_vacuumed_and_analyzed_after_a_fixed_share(pg_server: Any) -> None:
+    # PostgreSQL only (SQLite has no per-table autovacuum); 0004 sets and resets the parameters.
+    queue = pgqueue.Queue(pg_server.create_database("autovacuum_settings"))
+    try:
+        queue.migrate()
+        options = _reloptions(queue.engine)
+        assert "autovacuum_analyze_scale_factor=0.02" in options
+        assert "autovacuum_vacuum_scale_factor=0.02" in options
+        migrate.downgrade(queue.engine, "0003_limits")
+        assert _reloptions(queue.engine) == set()
+        queue.migrate()
+        assert "autovacuum_vacuum_threshold=1000" in _reloptions(queue.engine)
+    finally:
+        queue.close()

@@ -21,7 +21,8 @@ def test_defaults(queue: pgqueue.Queue) -> None:
     assert worker.concurrency == worker_module.DEFAULT_CONCURRENCY
     assert worker.lease == worker_module.DEFAULT_LEASE
     assert worker.heartbeat == worker_module.DEFAULT_LEASE / 3
-    assert worker.poll_interval == worker_module.DEFAULT_SQLITE_POLL_INTERVAL
+    # SQLite files have wake-ups too (the watch on the file): the poll is only the fallback.
+    assert worker.poll_interval == worker_module.DEFAULT_POLL_INTERVAL
     assert worker.grace_period == worker_module.DEFAULT_GRACE_PERIOD
     assert worker.queues is None and worker.reaper is True
     assert worker.id in repr(worker)
@@ -30,6 +31,11 @@ def test_defaults(queue: pgqueue.Queue) -> None:
 def test_poll_interval_default_follows_the_backend() -> None:
     queue = pgqueue.Queue("postgresql://nobody@127.0.0.1:1/none")
     assert pgqueue.Worker(queue).poll_interval == worker_module.DEFAULT_POLL_INTERVAL
+
+
+def test_a_database_without_wake_ups_is_polled_briskly() -> None:
+    queue = pgqueue.Queue("sqlite:///:memory:")
+    assert pgqueue.Worker(queue).poll_interval == worker_module.DEFAULT_SQLITE_POLL_INTERVAL
 
 
 @pytest.mark.parametrize("heartbeat", [30, 45, 30.0])

@@ -64,6 +64,12 @@ else:
                 # WAL: workers read while a request writes (pgqueue's connections use it too).
                 "init_command": "PRAGMA journal_mode=WAL",
             },
+            # A test database in a file, not Django's default in-memory one: that one is shared
+            # between connections in SQLite's shared-cache mode, which fails "database table is
+            # locked" at once instead of waiting, so a worker's handler could fail its attempt.
+            "TEST": {
+                "NAME": os.environ.get("SHOP_SQLITE_TEST_PATH", BASE_DIR / "test_shop.sqlite3")
+            },
         }
     }
 

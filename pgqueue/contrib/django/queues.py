@@ -16,7 +16,7 @@ from sqlalchemy import Connection, Engine
 from pgqueue.contrib.django import connection as bridge
 from pgqueue.errors import ConfigError, PgQueueError
 from pgqueue.execution import current_job
-from pgqueue.notifications import Listener
+from pgqueue.notifications import WakeUps
 from pgqueue.queue import Queue
 from pgqueue.task import Task
 
@@ -64,7 +64,7 @@ class DjangoQueue(Queue):
         return f"DjangoQueue(database={self.database!r})"
 
     @property
-    def listener(self) -> Listener | None:
+    def listener(self) -> WakeUps | None:
         """As :attr:`Queue.listener`, connecting to the database ``DATABASES`` names now."""
         # Django's test runner switches NAME to the test database after the apps (and so this
         # queue) were imported; pooled connections ask Django each time, LISTEN uses the URL.

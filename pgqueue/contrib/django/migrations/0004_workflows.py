@@ -1,4 +1,4 @@
-"""Workflows: pgqueue's Alembic revision 0004_workflows (the ``waiting`` state, the
+"""Workflows: pgqueue's Alembic revision 0005_workflows (the ``waiting`` state, the
 dependencies table, ``workflow_id``) on Django's connection, and the Job model's state to match."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from django.db import migrations, models
 
 from pgqueue.contrib.django.connection import downgrade_schema, upgrade_schema
 
-ALEMBIC_REVISION = "0004_workflows"
+ALEMBIC_REVISION = "0005_workflows"
 
 
 def upgrade(apps: Any, schema_editor: Any) -> None:
@@ -17,7 +17,7 @@ def upgrade(apps: Any, schema_editor: Any) -> None:
 
 
 def downgrade(apps: Any, schema_editor: Any) -> None:
-    downgrade_schema(schema_editor.connection.alias, "0003_limits")
+    downgrade_schema(schema_editor.connection.alias, "0004")
 
 
 class Migration(migrations.Migration):  # type: ignore[misc]

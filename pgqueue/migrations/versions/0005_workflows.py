@@ -1,7 +1,7 @@
 """Workflows: the ``waiting`` state, job dependencies and workflow ids.
 
-Revision ID: 0004_workflows
-Revises: 0003_limits
+Revision ID: 0005_workflows
+Revises: 0004
 Create Date: 2026-11-24
 
 Other branches may add revisions concurrently; the lead re-chains ``down_revision`` at merge.
@@ -15,8 +15,8 @@ import sqlalchemy as sa
 from alembic import op
 from alembic.operations import BatchOperations
 
-revision = "0004_workflows"
-down_revision = "0003_limits"
+revision = "0005_workflows"
+down_revision = "0004"
 branch_labels = None
 depends_on = None
 

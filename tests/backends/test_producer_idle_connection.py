@@ -1,0 +1,160 @@
+"""PostgreSQL: a pooled connection that the server ended while it sat idle costs the producer
+nothing. pgqueue's engine has no pre-ping (a round trip per checkout); a socket check at checkout
+drops such a connection, and the one-statement enqueue retries once on a fresh connection when
+the loss shows only on its statement."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+import sqlalchemy as sa
+from conditions import wait_until
+from conftest import _truncate, count_jobs
+from sqlalchemy import event
+
+import pgqueue
+from pgqueue.backends import postgres
+from pgqueue.notifications import ENQUEUED_CHANNEL
+
+pytestmark = pytest.mark.postgres
+
+
+@pytest.fixture
+def pg_url(pg_migrated_url: str) -> str:
+    _truncate(pg_migrated_url)
+    return pg_migrated_url
+
+
+@pytest.fixture
+def queue(pg_url: str) -> Iterator[pgqueue.Queue]:
+    q = pgqueue.Queue(pg_url, allow_unknown_tasks=True)
+    yield q
+    q.close()
+
+
+def _terminate_others(url: str) -> None:
+    """End every other session on the database, as a restart or an idle timeout would."""
+    admin = sa.create_engine(url)
+    try:
+        with admin.connect() as conn:
+            conn.exec_driver_sql(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            )
+            conn.commit()
+            wait_until(
+                lambda: (
+                    not conn.exec_driver_sql(
+                        "SELECT count(*) FROM pg_stat_activity "
+                        "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+                    ).scalar()
+                ),
+                "the other sessions to end",
+            )
+    finally:
+        admin.dispose()
+
+
+def test_the_engine_has_no_pre_ping_by_default(queue: pgqueue.Queue) -> None:
+    assert queue.engine.pool._pre_ping is False  # type: ignore[attr-defined]
+
+
+def test_enqueue_succeeds_after_its_idle_pooled_connection_was_terminated(
+    queue: pgqueue.Queue,
+) -> None:
+    assert queue.enqueue("tasks.noop").queued
+    assert queue.engine.pool.checkedin() == 1
+    _terminate_others(queue.engine.url.render_as_string(hide_password=False))
+    assert queue.enqueue("tasks.noop").queued  # one-statement path
+    assert len(queue.enqueue_many("tasks.noop", [()] * 6000)) == 6000  # transaction path
+    assert count_jobs(queue) == 6002
+
+
+def test_a_transaction_read_succeeds_after_the_connection_was_terminated(
+    queue: pgqueue.Queue,
+) -> None:
+    job_id = queue.enqueue("tasks.noop").id
+    _terminate_others(queue.engine.url.render_as_string(hide_password=False))
+    status = queue.status(job_id)
+    assert status is not None and status.state == "queued"
+
+
+def test_the_enqueue_retries_once_when_the_loss_shows_on_its_statement(
+    queue: pgqueue.Queue,
+) -> None:
+    # Without the checkout check the dead connection is handed out, and only the statement
+    # finds it gone: the enqueue sends it again on a fresh connection.
+    event.remove(queue.engine, "checkout", postgres._check_idle_connection)
+    assert queue.enqueue("tasks.noop").queued
+    _terminate_others(queue.engine.url.render_as_string(hide_password=False))
+    result = queue.enqueue("tasks.noop", id="after-the-loss")
+    assert result.queued and result.id == "after-the-loss"
+    assert count_jobs(queue) == 2
+
+
+def test_a_second_loss_in_a_row_is_an_error(
+    queue: pgqueue.Queue, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls: list[str] = []
+
+    def lost(engine: sa.Engine, statement: object, jobs: str) -> list[str]:
+        calls.append(jobs)
+        raise sa.exc.OperationalError(
+            "INSERT", {}, Exception("server closed the connection"), connection_invalidated=True
+        )
+
+    monkeypatch.setattr(postgres, "_run_autocommit", lost)
+    with pytest.raises(pgqueue.BackendError, match="server closed the connection"):
+        queue.enqueue("tasks.noop")
+    assert len(calls) == 2  # the first try and the one retry, with the same jobs
+    assert calls[0] == calls[1]
+
+
+def test_other_errors_are_not_retried(
+    queue: pgqueue.Queue, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls: list[str] = []
+
+    def refused(engine: sa.Engine, statement: object, jobs: str) -> list[str]:
+        calls.append(jobs)
+        raise sa.exc.OperationalError("INSERT", {}, Exception("disk full"))
+
+    monkeypatch.setattr(postgres, "_run_autocommit", refused)
+    with pytest.raises(pgqueue.BackendError, match="disk full"):
+        queue.enqueue("tasks.noop")
+    assert len(calls) == 1
+
+
+def test_pre_ping_can_still_be_chosen(pg_url: str) -> None:
+    queue = pgqueue.Queue(pg_url, allow_unknown_tasks=True, engine_options={"pool_pre_ping": True})
+    try:
+        assert queue.engine.pool._pre_ping is True  # type: ignore[attr-defined]
+        assert not event.contains(queue.engine, "checkout", postgres._check_idle_connection)
+        queue.enqueue("tasks.noop")
+        _terminate_others(pg_url)
+        assert queue.enqueue("tasks.noop").queued
+    finally:
+        queue.close()
+
+
+def test_the_one_statement_enqueue_wakes_listeners(queue: pgqueue.Queue) -> None:
+    heard: list[str] = []
+    listener = queue.listener
+    assert listener is not None
+    listener.subscribe(ENQUEUED_CHANNEL, heard.append)
+    queue.enqueue("tasks.noop", queue="mail")
+    wait_until(lambda: "mail" in heard, "the enqueue's notification")
+
+
+def test_an_existing_id_sends_no_notification(queue: pgqueue.Queue) -> None:
+    heard: list[str] = []
+    listener = queue.listener
+    assert listener is not None
+    listener.subscribe(ENQUEUED_CHANNEL, heard.append)
+    queue.enqueue("tasks.noop", id="once", queue="first")
+    wait_until(lambda: "first" in heard, "the first enqueue's notification")
+    assert queue.enqueue("tasks.noop", id="once", queue="second").status == "duplicate"
+    queue.enqueue("tasks.noop", queue="third")
+    wait_until(lambda: "third" in heard, "the third enqueue's notification")
+    assert "second" not in heard
