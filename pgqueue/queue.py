@@ -451,7 +451,7 @@ class Queue:
             def build(item: tuple[Any, ...] | list[Any] | JobSpec) -> dict[str, Any]:
                 return self._row(task, defaults, options, item, span.carrier)
 
-            own = connection is None and session is None
+            own = connection is None and session is None and not self._joins_open_transaction()
             unique = _unique(items, options, defaults)
             linked = _linked(items, options)
             small = len(items) <= self.backend.committed_enqueue_limit
@@ -702,6 +702,11 @@ class Queue:
         for queue_name in {row["queue"] for row in unique.values() if row["id"] in queued}:
             self.backend.notify(conn, ENQUEUED_CHANNEL, queue_name)
         return _results(rows, queued, outcomes)
+
+    def _joins_open_transaction(self) -> bool:
+        """Whether :meth:`connect` without a connection joins a transaction the caller has open
+        (a framework's, see ``contrib.django``): then no enqueue may commit by itself."""
+        return False
 
     def _insert_committed(self, rows: list[dict[str, Any]]) -> list[EnqueueResult]:
         """:meth:`_insert` as one statement that commits itself, wake-up included (see

@@ -62,7 +62,7 @@ def test_the_distribution_and_its_extras_use_the_free_name() -> None:
         requirement
         for requirements in project["optional-dependencies"].values()
         for requirement in requirements
-        if requirement.startswith("pgqueue")
+        if re.split(r"[\[<>=!~; ]", requirement, maxsplit=1)[0] in ("pgqueue", DISTRIBUTION)
     ]
     assert self_references and all(r.startswith(f"{DISTRIBUTION}[") for r in self_references)
     # The import package keeps its name.

@@ -89,6 +89,11 @@ class DjangoQueue(Queue):
             with super().connect(connection=connection, session=session, write=write) as conn:
                 yield conn
 
+    def _joins_open_transaction(self) -> bool:
+        # Inside transaction.atomic() connect() joins Django's transaction: an enqueue there must
+        # not take the one-statement path that commits by itself.
+        return bridge.in_transaction(self.database)
+
     def enqueue_and_wait(self, task: str, /, *args: Any, **kwargs: Any) -> Any:
         """As :meth:`Queue.enqueue_and_wait`; refused inside ``transaction.atomic()``, where no
         worker could see the job before the wait ends."""
