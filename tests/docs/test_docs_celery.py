@@ -26,24 +26,30 @@ def expected_output(code: str) -> list[str]:
     ]
 
 
-def test_the_celery_page_runs_and_prints_what_it_says(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.chdir(tmp_path)
-    namespace: dict[str, object] = {"__name__": "celery_tour"}
-    samples = blocks(PAGE, "python")
-    assert len(samples) >= 8
+def run_page_samples(page: Path, module_name: str, at_least: int) -> None:
+    """Run ``page``'s Python samples in order in one namespace; each must print what its
+    ``print(...)  # comment`` lines say."""
+    namespace: dict[str, object] = {"__name__": module_name}
+    samples = blocks(page, "python")
+    assert len(samples) >= at_least
     try:
         for number, code in enumerate(samples, 1):
             out = io.StringIO()
             with contextlib.redirect_stdout(out):
-                exec(compile(code, f"celery.md sample {number}", "exec"), namespace)
+                exec(compile(code, f"{page.name} sample {number}", "exec"), namespace)
             printed = [" ".join(line.split()) for line in out.getvalue().splitlines()]
             assert printed == [" ".join(e.split()) for e in expected_output(code)], code
     finally:
         queue = namespace.get("queue")
         if queue is not None:
             queue.close()  # type: ignore[attr-defined]
+
+
+def test_the_celery_page_runs_and_prints_what_it_says(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    run_page_samples(PAGE, "celery_tour", at_least=8)
 
 
 def test_the_page_is_in_the_docs_nav() -> None:
