@@ -12,15 +12,6 @@ import pgqueue
 from pgqueue import JobSpec, JobState, statements
 
 
-@pytest.fixture
-def add(queue: pgqueue.Queue) -> pgqueue.Task[[int, int], int]:
-    @queue.task(name="tasks.add")
-    def add(a: int, b: int) -> int:
-        return a + b
-
-    return add
-
-
 def set_state(queue: pgqueue.Queue, job_id: str, state: str, **values: object) -> None:
     with queue.engine.begin() as conn:
         conn.execute(
