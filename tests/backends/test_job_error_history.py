@@ -7,6 +7,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from conftest import claim_jobs
 
 import pgqueue
 from pgqueue import schema, statements
@@ -64,17 +65,7 @@ def test_reaper_stall_is_an_attempt_error(queue: pgqueue.Queue) -> None:
     start = datetime.now(UTC)
     with queue.connect() as conn:
         conn.execute(statements.job_make_due(ids=[job.id], clock=queue.backend.clock(start)))
-        conn.execute(
-            statements.job_claim(
-                worker_id="gone",
-                lock_token="t",
-                limit=1,
-                lease=1,
-                queues=None,
-                clock=queue.backend.clock(start),
-                ids=[job.id],
-            )
-        )
+    claim_jobs(queue, now=start, worker_id="gone", lease=1, limit=1, ids=[job.id])
     reaper = Reaper(queue, crash_detection=False)
     reaper.run_once(now=start + timedelta(hours=1))
     errors = read_attempt_errors(queue, job.id)
