@@ -185,6 +185,36 @@ class Backend(Protocol):
         met a dropped connection, a lock timeout or a restart."""
         ...
 
+    def session_connection(self, engine: Engine, label: str) -> Connection:
+        """A connection of its own (outside the pool, autocommit), named ``label`` where the
+        database shows names, for holding session locks (only where :attr:`session_locks`)."""
+        ...
+
+    def set_session(self, connection: Connection, name: str, value: str) -> None:
+        """Set a run-time parameter for the rest of ``connection``'s session (only where
+        :attr:`session_locks`)."""
+        ...
+
+    def try_lock(self, connection: Connection, key: int) -> bool:
+        """Take the session lock ``key`` on a :meth:`session_connection` if it is free; True when
+        that session holds it (only where :attr:`session_locks`)."""
+        ...
+
+    def holds_lock(self, connection: Connection, key: int) -> bool:
+        """Whether that session still holds the lock ``key``; raises when the connection is gone
+        (the lock went with it)."""
+        ...
+
+    def unlock(self, connection: Connection, key: int) -> None:
+        """Release the session lock ``key`` held on ``connection``."""
+        ...
+
+    def orphaned_jobs(self, *, limit: int) -> Any:
+        """The statement selecting up to ``limit`` ``processing`` jobs whose worker's liveness
+        lock nobody holds any more (the reaper's crash detection; only where
+        :attr:`session_locks`), locked for the reaper's transaction."""
+        ...
+
     def leaders(self, connection: Connection, now: datetime) -> list[tuple[str, str, Any]]:
         """Who leads each maintenance role now: ``(role, holder, lease end or None)``."""
         ...

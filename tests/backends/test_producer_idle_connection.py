@@ -14,7 +14,7 @@ from conftest import _truncate, count_jobs
 from sqlalchemy import event
 
 import pgqueue
-from pgqueue.backends import postgres
+from pgqueue.backends.postgres import backend as postgres
 from pgqueue.notifications import ENQUEUED_CHANNEL
 
 pytestmark = pytest.mark.postgres

@@ -24,7 +24,8 @@ from sqlalchemy.exc import DBAPIError
 
 from pgqueue import statements
 from pgqueue.backends.base import Clock, Completion, iter_chunks
-from pgqueue.backends.sqlite_watch import FileWatcher
+from pgqueue.backends.sqlite import statements as sqlite_statements
+from pgqueue.backends.sqlite.watch import FileWatcher
 from pgqueue.config import utc_now
 from pgqueue.errors import BackendError, ConfigError, SchemaMissingError
 
@@ -35,6 +36,8 @@ BUSY_TIMEOUT_SECONDS = 30.0
 ENQUEUE_CHUNK = 1000
 # Execution option that marks a read-only transaction: it begins DEFERRED and never blocks writers.
 READ_ONLY = "pgqueue_read_only"
+# Leadership is a lease row and leases alone find dead workers (session_locks is False).
+_NO_SESSION_LOCKS = "SQLite has no session locks (session_locks is False)"
 
 
 class SQLiteBackend:
@@ -173,8 +176,26 @@ class SQLiteBackend:
             if job.id in held
         ]
         if rows:
-            connection.execute(statements.job_complete_each(clock), rows)
+            connection.execute(sqlite_statements.job_complete_each(clock), rows)
         return held
+
+    def session_connection(self, engine: Engine, label: str) -> Connection:
+        raise NotImplementedError(_NO_SESSION_LOCKS)
+
+    def set_session(self, connection: Connection, name: str, value: str) -> None:
+        raise NotImplementedError(_NO_SESSION_LOCKS)
+
+    def try_lock(self, connection: Connection, key: int) -> bool:
+        raise NotImplementedError(_NO_SESSION_LOCKS)
+
+    def holds_lock(self, connection: Connection, key: int) -> bool:
+        raise NotImplementedError(_NO_SESSION_LOCKS)
+
+    def unlock(self, connection: Connection, key: int) -> None:
+        raise NotImplementedError(_NO_SESSION_LOCKS)
+
+    def orphaned_jobs(self, *, limit: int) -> Any:
+        raise NotImplementedError(_NO_SESSION_LOCKS)
 
     def refuses_value(self, error: DBAPIError) -> bool:
         # "string or blob too big", a constraint, a value the driver cannot bind.

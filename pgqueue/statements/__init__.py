@@ -1,0 +1,145 @@
+"""Every portable SQL statement pgqueue runs, one small builder each, over SQLAlchemy Core.
+
+Builders are noun-first (``job_enqueue``, ``job_claim``, ``job_complete`` …), return a statement
+and execute nothing: the caller owns the connection and the transaction. Time always comes from a
+:class:`~pgqueue.backends.base.Clock` so tests can move it with ``now=``.
+
+By area: :mod:`.enqueue`, :mod:`.claim` (and the fence every transition out of ``processing``
+uses), :mod:`.outcomes`, :mod:`.maintenance` (pruner, schedules, reaper, worker registry, lease
+rows) and :mod:`.queries` (reads, operator views, history). A statement only one database can
+run lives with its backend (``pgqueue.backends.postgres.statements``,
+``pgqueue.backends.sqlite.statements``); this package re-exports the portable ones, so
+``from pgqueue import statements; statements.job_claim(...)`` reads the same everywhere.
+"""
+
+from __future__ import annotations
+
+from pgqueue.statements.claim import (
+    CLAIM_LIMIT,
+    CLAIM_LOCK_TOKEN,
+    CLAIMED_COLUMNS,
+    fenced,
+    job_claim,
+    job_extend_leases,
+)
+from pgqueue.statements.enqueue import (
+    ENQUEUE_COLUMNS,
+    LIMIT_COLUMNS,
+    insert_or_requeue,
+    job_enqueue,
+)
+from pgqueue.statements.maintenance import (
+    STALE_COLUMNS,
+    dependencies_prune,
+    job_counts,
+    job_delete,
+    job_expire_results,
+    job_prunable_count,
+    job_prune,
+    job_reap,
+    job_stale,
+    job_ttl_kept,
+    leader_current,
+    leader_elect,
+    leader_resign,
+    schedule_advance,
+    schedule_delete_all,
+    schedule_start,
+    schedule_states,
+    worker_delete,
+    worker_list,
+    worker_prune,
+    worker_upsert,
+)
+from pgqueue.statements.outcomes import (
+    job_cancel,
+    job_complete,
+    job_fail,
+    job_held,
+    job_release,
+    job_retry,
+    job_retry_many,
+)
+from pgqueue.statements.queries import (
+    HISTORY_COLUMNS,
+    JOB_COLUMNS,
+    clock_read,
+    dependencies_delete_all,
+    job_count,
+    job_delete_all,
+    job_finished_counts,
+    job_get,
+    job_history,
+    job_history_span,
+    job_ids,
+    job_list,
+    job_live_count,
+    job_make_due,
+    job_oldest_due,
+    job_outcomes,
+    job_recent_errors,
+    job_result,
+    result_expired,
+    worker_live,
+)
+
+__all__ = [
+    "CLAIMED_COLUMNS",
+    "CLAIM_LIMIT",
+    "CLAIM_LOCK_TOKEN",
+    "ENQUEUE_COLUMNS",
+    "HISTORY_COLUMNS",
+    "JOB_COLUMNS",
+    "LIMIT_COLUMNS",
+    "STALE_COLUMNS",
+    "clock_read",
+    "dependencies_delete_all",
+    "dependencies_prune",
+    "fenced",
+    "insert_or_requeue",
+    "job_cancel",
+    "job_claim",
+    "job_complete",
+    "job_count",
+    "job_counts",
+    "job_delete",
+    "job_delete_all",
+    "job_enqueue",
+    "job_expire_results",
+    "job_extend_leases",
+    "job_fail",
+    "job_finished_counts",
+    "job_get",
+    "job_held",
+    "job_history",
+    "job_history_span",
+    "job_ids",
+    "job_list",
+    "job_live_count",
+    "job_make_due",
+    "job_oldest_due",
+    "job_outcomes",
+    "job_prunable_count",
+    "job_prune",
+    "job_reap",
+    "job_recent_errors",
+    "job_release",
+    "job_result",
+    "job_retry",
+    "job_retry_many",
+    "job_stale",
+    "job_ttl_kept",
+    "leader_current",
+    "leader_elect",
+    "leader_resign",
+    "result_expired",
+    "schedule_advance",
+    "schedule_delete_all",
+    "schedule_start",
+    "schedule_states",
+    "worker_delete",
+    "worker_list",
+    "worker_live",
+    "worker_prune",
+    "worker_upsert",
+]
