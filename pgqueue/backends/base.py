@@ -19,7 +19,7 @@ from sqlalchemy.dialects.postgresql import INTERVAL
 from sqlalchemy.engine import URL
 from sqlalchemy.exc import DBAPIError
 
-from pgqueue.schema import UTCDateTime
+from pgqueue.backends.types import UTCDateTime
 
 if TYPE_CHECKING:
     from pgqueue.notifications import WakeUps
@@ -91,6 +91,14 @@ class Backend(Protocol):
     session_locks: bool
     #: The database schema holding pgqueue's tables (None: the connection's default).
     schema: str | None
+    #: True when the database takes one writer at a time (SQLite): writers in parallel only
+    #: queue for its lock, so a bulk writer should not split its work.
+    single_writer: bool
+
+    def supports_jdbc(self, url: URL) -> bool:
+        """Whether a JVM's JDBC driver can read the database ``url`` names (PostgreSQL over the
+        network: a host; never a SQLite file)."""
+        ...
 
     def create_engine(self, url: Any, **options: Any) -> Engine:
         """An Engine configured for pgqueue's use of this database."""

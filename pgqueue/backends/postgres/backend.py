@@ -16,6 +16,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy import Connection, Engine, Table, Text, bindparam, event, func, select
 from sqlalchemy.dialects import postgresql
+from sqlalchemy.engine import URL
 from sqlalchemy.exc import DBAPIError, DisconnectionError, OperationalError
 
 from pgqueue import statements
@@ -115,6 +116,7 @@ class PostgresBackend:
     """
 
     name = "postgresql"
+    single_writer = False
 
     def __init__(
         self, *, schema: str | None = None, pooler: str | None = None, sessions: bool = True
@@ -317,6 +319,10 @@ class PostgresBackend:
     def refuses_value(self, error: DBAPIError) -> bool:
         sqlstate = getattr(error.orig, "sqlstate", None)
         return sqlstate is not None and sqlstate.startswith(_REFUSED_VALUE_CLASSES)
+
+    def supports_jdbc(self, url: URL) -> bool:
+        # The JDBC driver speaks TCP only: a Unix socket (no host) is out of its reach.
+        return url.host is not None
 
     def missing_database(self, url: Any) -> str | None:
         # Connecting never creates a database here; the server says what is missing.

@@ -24,6 +24,7 @@ from typing import Any
 
 from sqlalchemy import Engine
 
+from pgqueue.backends.wakeups import WakeUpThread
 from pgqueue.notifications import CHANNELS
 
 __all__ = ["Listener"]
@@ -34,11 +35,10 @@ _BACKOFF_MAX_SECONDS = 5.0
 # An idle connection runs ``SELECT 1`` this often; psycopg queues notifications that arrive
 # meanwhile for the next notifies() call, so the ping loses nothing.
 _PING_SECONDS = 10.0
-_STOP_SECONDS = 2.0
 _CONNECT_TIMEOUT_SECONDS = 10
 
 
-class Listener:
+class Listener(WakeUpThread):
     """A background thread holding a LISTEN connection.
 
     Example::
@@ -46,25 +46,21 @@ class Listener:
         unsubscribe = listener.subscribe(FINISHED_CHANNEL, lambda payload: print(payload))
     """
 
+    thread_name = "pgqueue-listener"
+
     def __init__(self, engine: Engine, *, channel: Callable[[str], str] | None = None) -> None:
+        super().__init__()
         self._engine = engine
         # pgqueue's channel names -> the names on the server (a Queue's schema suffixes them).
         self._names = {name: name if channel is None else channel(name) for name in CHANNELS}
         self._by_name = {server: name for name, server in self._names.items()}
-        self._lock = threading.Lock()
         self._callbacks: dict[str, list[Callable[[str], None]]] = defaultdict(list)
-        self._reconnect_callbacks: list[Callable[[], None]] = []
         # Channels with (or once with) a subscriber, and those the live connection LISTENs on.
         # A worker process only ever hears enqueues, not every finished job's NOTIFY.
         self._channels: set[str] = set()
         self._listened: set[str] = set()
         self._listened_changed = threading.Condition(self._lock)
-        self._thread: threading.Thread | None = None
-        self._stopping = threading.Event()
-        self.listening = threading.Event()
         self._connection: Any = None
-        # Written by stop() to end the thread's select() at once.
-        self._wake: socket.socket | None = None
 
     @property
     def backend_pid(self) -> int | None:
@@ -96,36 +92,6 @@ class Listener:
 
         return unsubscribe
 
-    def on_reconnect(self, callback: Callable[[], None]) -> Callable[[], None]:
-        """Call ``callback()`` whenever a connection starts listening (the first one, and every
-        re-established one after a loss); returns the remover."""
-        with self._lock:
-            self._reconnect_callbacks.append(callback)
-
-        def remove() -> None:
-            with self._lock:
-                if callback in self._reconnect_callbacks:
-                    self._reconnect_callbacks.remove(callback)
-
-        return remove
-
-    def stop(self) -> None:
-        """Stop the thread and close the connection (idempotent)."""
-        self._stopping.set()
-        with self._lock:
-            if self._wake is not None:
-                self._wake.send(b"\0")
-        thread = self._thread
-        if thread is not None and thread is not threading.current_thread():
-            thread.join(timeout=_STOP_SECONDS)
-        self._thread = None
-
-    def _ensure_started(self) -> None:
-        if self._thread is None or not self._thread.is_alive():
-            self._stopping.clear()
-            self._thread = threading.Thread(target=self._run, name="pgqueue-listener", daemon=True)
-            self._thread.start()
-
     def _connect(self) -> Any:
         import psycopg
 
@@ -145,19 +111,7 @@ class Listener:
             self._listened |= missing
             self._listened_changed.notify_all()
 
-    def _run(self) -> None:
-        woken, wake = socket.socketpair()
-        with self._lock:
-            self._wake = wake
-        try:
-            self._reconnect_forever(woken)
-        finally:
-            with self._lock:
-                self._wake = None
-            woken.close()
-            wake.close()
-
-    def _reconnect_forever(self, woken: socket.socket) -> None:
+    def _serve(self, woken: socket.socket) -> None:
         backoff = 0.1
         while not self._stopping.is_set():
             try:
@@ -210,12 +164,3 @@ class Listener:
                 callback(payload)
             except Exception:
                 logger.exception("notification callback failed")
-
-    def _fire_reconnect(self) -> None:
-        with self._lock:
-            callbacks = list(self._reconnect_callbacks)
-        for callback in callbacks:
-            try:
-                callback()
-            except Exception:
-                logger.exception("reconnect callback failed")

@@ -20,6 +20,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy import Connection, Engine, Table, event
 from sqlalchemy.dialects import sqlite
+from sqlalchemy.engine import URL
 from sqlalchemy.exc import DBAPIError
 
 from pgqueue import statements
@@ -44,6 +45,7 @@ class SQLiteBackend:
     """The embedded backend."""
 
     name = "sqlite"
+    single_writer = True
     supports_notify = False
     session_locks = False
 
@@ -202,6 +204,9 @@ class SQLiteBackend:
         return isinstance(
             error.orig, sqlite3.DataError | sqlite3.IntegrityError | sqlite3.InterfaceError
         )
+
+    def supports_jdbc(self, url: URL) -> bool:
+        return False
 
     def missing_database(self, url: Any) -> str | None:
         database = url.database
