@@ -9,16 +9,13 @@ import sqlalchemy as sa
 from conftest import count_jobs
 
 import pgqueue
-from pgqueue import JobSpec, JobState, statements
+from pgqueue import JobSpec, JobState
+from pgqueue.schema import JOBS
 
 
 def set_state(queue: pgqueue.Queue, job_id: str, state: str, **values: object) -> None:
     with queue.engine.begin() as conn:
-        conn.execute(
-            sa.update(statements.JOBS)
-            .where(statements.JOBS.c.id == job_id)
-            .values(state=state, **values)
-        )
+        conn.execute(sa.update(JOBS).where(JOBS.c.id == job_id).values(state=state, **values))
 
 
 def test_enqueue_creates_a_queued_job(

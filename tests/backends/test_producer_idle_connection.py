@@ -12,7 +12,7 @@ from conftest import POSTGRES_ONLY, count_jobs
 from sqlalchemy import event
 
 import pgqueue
-from pgqueue.backends import postgres
+from pgqueue.backends.postgres import backend as postgres
 from pgqueue.notifications import ENQUEUED_CHANNEL
 
 pytestmark = [

@@ -1,4 +1,4 @@
-"""SQLite: wake-ups across processes from the database file (``backends.sqlite_watch``).
+"""SQLite: wake-ups across processes from the database file (``backends.sqlite.watch``).
 
 A commit by another connection or process runs the Queue's listener's ``on_reconnect``
 callbacks, so an idle worker claims and a waiter re-reads without waiting for its poll."""
@@ -17,8 +17,8 @@ from conditions import wait_until
 from conftest import SQLITE_ONLY
 
 import pgqueue
-from pgqueue.backends import sqlite_watch
-from pgqueue.backends.sqlite_watch import FileWatcher
+from pgqueue.backends.sqlite import watch as sqlite_watch
+from pgqueue.backends.sqlite.watch import FileWatcher
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -17,8 +17,9 @@ from pyspark.sql import types as T
 from spark_support import migrated_postgres, spark_session
 
 import pgqueue
-from pgqueue import ConfigError, JobState, statements
+from pgqueue import ConfigError, JobState
 from pgqueue.contrib.spark import enqueue_dataframe, job_id_for
+from pgqueue.schema import JOBS
 
 DUE = datetime(2031, 5, 6, 7, 8, 9, tzinfo=UTC)
 ROWS_SCHEMA = T.StructType(
@@ -77,9 +78,7 @@ def rows_df(spark: SparkSession, count: int) -> Any:
 
 def set_state(queue: pgqueue.Queue, job_ids: list[str], state: str) -> None:
     with queue.engine.begin() as conn:
-        conn.execute(
-            sa.update(statements.JOBS).where(statements.JOBS.c.id.in_(job_ids)).values(state=state)
-        )
+        conn.execute(sa.update(JOBS).where(JOBS.c.id.in_(job_ids)).values(state=state))
 
 
 def test_rows_become_jobs_with_their_arguments_and_options(

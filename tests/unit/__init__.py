@@ -1,2 +1,3 @@
-"""Unit tests. A package, so that its conftest does not take the place of tests/conftest.py as
-the module ``conftest`` that other tests import helpers from."""
+"""Unit tests: a package, so that its conftest does not take the place of tests/conftest.py
+as the module ``conftest`` other tests import helpers from.
+"""
