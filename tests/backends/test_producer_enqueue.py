@@ -13,15 +13,6 @@ from pgqueue import JobSpec, JobState
 from pgqueue.schema import JOBS
 
 
-@pytest.fixture
-def add(queue: pgqueue.Queue) -> pgqueue.Task[[int, int], int]:
-    @queue.task(name="tasks.add")
-    def add(a: int, b: int) -> int:
-        return a + b
-
-    return add
-
-
 def set_state(queue: pgqueue.Queue, job_id: str, state: str, **values: object) -> None:
     with queue.engine.begin() as conn:
         conn.execute(sa.update(JOBS).where(JOBS.c.id == job_id).values(state=state, **values))

@@ -22,13 +22,8 @@ HOUR = timedelta(hours=1)
 DAY = timedelta(days=1)
 
 
-@pytest.fixture(autouse=True)
-def add(queue: pgqueue.Queue) -> pgqueue.Task[[int, int], int]:
-    @queue.task(name="tasks.add")
-    def add(a: int, b: int) -> int:
-        return a + b
-
-    return add
+# Every test here finishes ``tasks.add`` jobs (the shared ``add`` fixture registers it).
+pytestmark = pytest.mark.usefixtures("add")
 
 
 def finished(

@@ -4,7 +4,6 @@ Spark's retries never duplicate or lose a job."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any
@@ -41,13 +40,6 @@ ROWS_SCHEMA = T.StructType(
 @pytest.fixture(scope="session")
 def spark() -> SparkSession:
     return spark_session()  # type: ignore[no-any-return]
-
-
-@pytest.fixture
-def queue(db_url: str) -> Iterator[pgqueue.Queue]:
-    q = pgqueue.Queue(db_url)
-    yield q
-    q.close()
 
 
 @pytest.fixture
