@@ -1,5 +1,5 @@
 """Conformance of PostgreSQL's own statements (``pgqueue.backends.postgres.statements``), on
-PostgreSQL through the shared ``queue`` fixture (its ``db_url`` narrowed to PostgreSQL)."""
+PostgreSQL through the shared ``queue`` fixture (narrowed by ``POSTGRES_ONLY``)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from collections.abc import Iterator
 import pytest
 import sqlalchemy as sa
 from conformance_support import T0, claim, enqueue, fixed, job_row, row_of, state_of
+from conftest import POSTGRES_ONLY
 from sqlalchemy.dialects import postgresql
 
 import pgqueue
@@ -17,7 +18,7 @@ from pgqueue.backends.postgres import statements as pg
 from pgqueue.job import JobState
 from pgqueue.maintenance.leadership import close_quietly
 
-pytestmark = pytest.mark.parametrize("db_url", ["postgresql"], indirect=True)
+pytestmark = POSTGRES_ONLY
 
 KEY = 0x5151_0001
 

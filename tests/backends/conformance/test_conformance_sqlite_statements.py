@@ -1,5 +1,5 @@
 """Conformance of SQLite's own statements (``pgqueue.backends.sqlite.statements``), on SQLite
-through the shared ``queue`` fixture (its ``db_url`` narrowed to SQLite)."""
+through the shared ``queue`` fixture (narrowed by ``SQLITE_ONLY``)."""
 
 from __future__ import annotations
 
@@ -7,16 +7,15 @@ from datetime import timedelta
 
 import pytest
 from conformance_support import T0, claim, enqueue, fixed, job_row, row_of, state_of
+from conftest import SQLITE_ONLY
 
 import pgqueue
 from pgqueue.backends import Clock
 from pgqueue.backends.sqlite import statements as lite
 from pgqueue.job import JobState
 
-ON_SQLITE = pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
 
-
-@ON_SQLITE
+@SQLITE_ONLY
 def test_job_complete_each_stores_each_held_job_under_executemany(queue: pgqueue.Queue) -> None:
     enqueue(queue, job_row("mine"), job_row("theirs"))
     tokens = {row["id"]: row["lock_token"] for row in claim(queue)}
