@@ -115,3 +115,39 @@ def test_job_orphaned_passes_over_workers_without_a_lock_key(queue: pgqueue.Queu
     claim(queue, worker="never-registered")
     with queue.engine.begin() as conn:
         assert conn.execute(pg.job_orphaned(limit=10)).all() == []
+
+
+def test_schema_exists(queue: pgqueue.Queue) -> None:
+    with queue.engine.connect() as conn:
+        assert conn.scalar(pg.schema_exists("public")) is True
+        assert conn.scalar(pg.schema_exists("pgqueue_no_such_schema")) is None
+
+
+def test_notify_and_notify_many_deliver_on_commit(queue: pgqueue.Queue) -> None:
+    with queue.engine.connect() as conn:
+        conn.exec_driver_sql("LISTEN pgqueue_conformance")
+        conn.commit()
+        conn.execute(pg.notify(), {"channel": "pgqueue_conformance", "payload": "one"})
+        conn.execute(
+            pg.notify_many(), {"channel": "pgqueue_conformance", "payloads": ["two", "two", "3"]}
+        )
+        conn.commit()
+        driver = conn.connection.driver_connection
+        heard = [n.payload for n in driver.notifies(timeout=1, stop_after=3)]  # type: ignore[union-attr]
+    assert heard == ["one", "two", "3"]  # identical ones of a transaction are folded
+
+
+def test_leaders_holding_locks_names_only_granted_leader_sessions(
+    queue: pgqueue.Queue, session: sa.Connection
+) -> None:
+    with queue.engine.connect() as conn:
+        assert conn.execute(pg.leaders_holding_locks()).all() == []
+        pg_label = "pgqueue leader reaper 7@host"
+        leader = queue.backend.session_connection(queue.engine, pg_label)
+        try:
+            assert leader.scalar(pg.advisory_lock_try(KEY))
+            conn.commit()  # pg_stat_activity is read once per transaction
+            rows = conn.execute(pg.leaders_holding_locks()).all()
+        finally:
+            close_quietly(leader)
+    assert [row.label for row in rows] == ["reaper 7@host"]
