@@ -91,6 +91,9 @@ class Backend(Protocol):
     session_locks: bool
     #: The database schema holding pgqueue's tables (None: the connection's default).
     schema: str | None
+    #: Seconds between an ``enqueue_and_wait`` waiter's own re-reads of its job (first,
+    #: longest): brisk where nothing tells a waiter about a worker in another process.
+    wait_poll: tuple[float, float]
 
     def create_engine(self, url: Any, **options: Any) -> Engine:
         """An Engine configured for pgqueue's use of this database."""

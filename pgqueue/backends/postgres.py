@@ -113,6 +113,8 @@ class PostgresBackend:
     """
 
     name = "postgresql"
+    # Notifications wake waiters; their own re-read is a rarely needed safety net.
+    wait_poll = (0.5, 5.0)
 
     def __init__(
         self, *, schema: str | None = None, pooler: str | None = None, sessions: bool = True

@@ -20,6 +20,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from pgqueue import statements
+from pgqueue._rows import status_from_row
 from pgqueue.backends.base import split_holder
 from pgqueue.dashboard import queries
 from pgqueue.dashboard.throughput import MINUTE, Counts, Throughput
@@ -473,7 +474,7 @@ def read_jobs(
     page = rows[:limit]
     next_cursor = encode_cursor(page[-1][0], page[-1][1]) if len(rows) > limit else None
     return JobsPage(
-        jobs=[queue.status_from_row(row) for _, _, row in page],
+        jobs=[status_from_row(queue.serializer, row) for _, _, row in page],
         changed=[moment for moment, _, _ in page],
         next_cursor=next_cursor,
         now=current,

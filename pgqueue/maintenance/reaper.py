@@ -255,7 +255,7 @@ class Reaper(MaintenanceService):
             dead = [(job.id, str(job.state)) for job in released if job.retry_in is None]
             if dead:
                 try:
-                    self.queue.jobs_finished(dead)  # wakes in-process waiters (SQLite)
+                    self.queue._jobs_finished(dead)  # wakes in-process waiters (SQLite)
                 except Exception:
                     logger.exception("a finished-job callback failed")
             for job in released:
