@@ -8,7 +8,7 @@ The work happens below it: :mod:`pgqueue._database` (engines, connections, error
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Coroutine, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from datetime import datetime, timedelta, tzinfo
 from typing import Any, ParamSpec, TypeVar, Unpack, overload
@@ -453,7 +453,7 @@ class Queue:
         # Taken here, on the loop: a generator of items must not run on another thread.
         return await asyncio.to_thread(self.enqueue_many, task, list(items), **options)
 
-    async def aenqueue_and_wait(
+    def aenqueue_and_wait(
         self,
         task: str,
         /,
@@ -462,14 +462,18 @@ class Queue:
         *,
         timeout: float | timedelta | None = None,
         **options: Unpack[EnqueueOptions],
-    ) -> Any:
+    ) -> Coroutine[Any, Any, Any]:
         """:meth:`enqueue_and_wait` for asyncio code; the event loop is never blocked.
+
+        The options, and the refusal inside a transaction the caller has open (see
+        ``connections``), are checked at the call, on the caller's thread; the returned
+        awaitable enqueues and waits.
 
         Example::
 
             total = await queue.aenqueue_and_wait("tasks.add", args=[1, 2], timeout=30)
         """
-        return await await_for(self._wait(task, args, kwargs, timeout, options))
+        return await_for(self._wait(task, args, kwargs, timeout, options))
 
     def _wait(
         self,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Coroutine, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar, Unpack
 
@@ -147,12 +147,12 @@ class Task(Generic[P, R]):
         """:meth:`enqueue_many` for asyncio code (``await add.aenqueue_many([(1, 2), (3, 4)])``)."""
         return await self.queue.aenqueue_many(self.name, items)
 
-    async def aenqueue_and_wait(
+    def aenqueue_and_wait(
         self, *args: Any, timeout: float | timedelta | None = None, **kwargs: Any
-    ) -> R:
-        """:meth:`enqueue_and_wait` for asyncio code (``await add.aenqueue_and_wait(1, 2)``)."""
-        value: R = await self.queue.aenqueue_and_wait(self.name, args, kwargs, timeout=timeout)
-        return value
+    ) -> Coroutine[Any, Any, R]:
+        """:meth:`enqueue_and_wait` for asyncio code (``await add.aenqueue_and_wait(1, 2)``);
+        checked at the call, as :meth:`Queue.aenqueue_and_wait` is."""
+        return self.queue.aenqueue_and_wait(self.name, args, kwargs, timeout=timeout)
 
     def s(self, *args: Any, **kwargs: Any) -> Signature:
         """This task's call as a workflow step, not enqueued (see :func:`pgqueue.chain`).
@@ -222,12 +222,9 @@ class BoundTask(Generic[P, R]):
         """:meth:`enqueue_many` for asyncio code, with the bound options as every job's defaults."""
         return await self.task.queue.aenqueue_many(self.task.name, items, **self.options)
 
-    async def aenqueue_and_wait(
+    def aenqueue_and_wait(
         self, *args: Any, timeout: float | timedelta | None = None, **kwargs: Any
-    ) -> R:
-        """:meth:`enqueue_and_wait` for asyncio code."""
+    ) -> Coroutine[Any, Any, R]:
+        """:meth:`enqueue_and_wait` for asyncio code (checked at the call)."""
         queue, name = self.task.queue, self.task.name
-        value: R = await queue.aenqueue_and_wait(
-            name, args, kwargs, timeout=timeout, **self.options
-        )
-        return value
+        return queue.aenqueue_and_wait(name, args, kwargs, timeout=timeout, **self.options)
