@@ -33,7 +33,7 @@ from pgqueue.errors import (
 from pgqueue.notifications import WakeUps
 from pgqueue.serde import MAX_DEPTH
 
-__all__ = ["ConnectionProvider", "Database"]
+__all__ = ["ConnectionProvider", "Database", "translate"]
 
 
 class ConnectionProvider:
@@ -167,12 +167,7 @@ class Database:
         """The pgqueue error a driver or SQLAlchemy error means (raise it ``from error``);
         anything else is returned as it is. A database that cannot be reached for now gives a
         :class:`~pgqueue.TransientBackendError`."""
-        if isinstance(error, PgQueueError) or not isinstance(error, DBAPIError):
-            return error
-        translated = self.backend.translate(error)
-        if type(translated) is BackendError and self.backend.unreachable(error):
-            return TransientBackendError(str(translated))
-        return translated
+        return translate(self.backend, error)
 
     @contextmanager
     def translating(self) -> Iterator[None]:
@@ -243,6 +238,17 @@ class Database:
         if self._schema_map is None:
             return engine
         return engine.execution_options(schema_translate_map=self._schema_map)
+
+
+def translate(backend: Backend, error: BaseException) -> BaseException:
+    """:meth:`Database.translate` where there is a backend but no Database (migrations, which
+    take the caller's engine)."""
+    if isinstance(error, PgQueueError) or not isinstance(error, DBAPIError):
+        return error
+    translated = backend.translate(error)
+    if type(translated) is BackendError and backend.unreachable(error):
+        return TransientBackendError(str(translated))
+    return translated
 
 
 def _backend(url: URL, schema: str | None, pooler: str | None, direct: URL | None) -> Backend:

@@ -24,10 +24,10 @@ from typing import TYPE_CHECKING
 
 from pgqueue import config, statements
 from pgqueue._rows import status_from_row
+from pgqueue.config import DEFAULT_WORKER_TTL, STALLED_ERROR_TYPE
 from pgqueue.errors import ConfigError
 from pgqueue.job import CLAIMABLE_STATES, FINISHED_STATES, JobState, JobStatus
 from pgqueue.limits.stats import held_back
-from pgqueue.maintenance.reaper import DEFAULT_WORKER_TTL, STALLED_ERROR_TYPE
 from pgqueue.notifications import ENQUEUED_CHANNEL
 
 if TYPE_CHECKING:

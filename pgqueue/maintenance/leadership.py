@@ -296,7 +296,7 @@ class AdvisoryLockLeadership(Leadership):
             return bool(self._connection.scalar(statements.advisory_lock_try(self.key)))
         except DBAPIError as exc:
             self._drop_connection()
-            raise self.queue.backend.translate(exc) from exc
+            raise self.queue.db.translate(exc) from exc
 
     def _connect(self) -> Connection:
         engine = self.queue.session_engine

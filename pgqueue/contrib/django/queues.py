@@ -100,7 +100,8 @@ class DjangoQueue(Queue):
     ) -> None:
         self.database = database
         super().__init__(
-            bridge.own_engine(database, engine_options),
+            bridge.database_url(database),
+            engine_options=bridge.own_engine_options(database, engine_options),
             connections=DjangoConnections(database),
             **options,
         )
