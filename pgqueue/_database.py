@@ -256,5 +256,5 @@ def _backend(url: URL, schema: str | None, pooler: str | None, direct: URL | Non
     if direct is not None and not same_database_kind(url, direct):
         raise ConfigError("session_url must name the same kind of database as the URL")
     if direct is not None and not backend.session_locks:
-        raise ConfigError(f"session_url does not apply to {backend.name}")
+        raise ConfigError(f"session_url does not apply to {url.get_backend_name()}")
     return backend
