@@ -98,6 +98,8 @@ class PostgresBackend:
     """
 
     name = "postgresql"
+    # Notifications wake waiters; their own re-read is a rarely needed safety net.
+    wait_poll = (0.5, 5.0)
     single_writer = False
 
     def __init__(
