@@ -7,7 +7,6 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from conftest import claim_jobs
 
 import pgqueue
 from pgqueue import schema, statements
@@ -49,8 +48,7 @@ def test_every_attempt_error_is_kept_oldest_first(queue: pgqueue.Queue) -> None:
 
 
 def test_history_is_bounded(queue: pgqueue.Queue, monkeypatch: pytest.MonkeyPatch) -> None:
-    # The failed attempt's UPDATE (statements.outcomes) bounds the history.
-    monkeypatch.setattr(outcomes, "KEPT_ERRORS", 3)
+    monkeypatch.setattr(outcomes, "KEPT_ERRORS", 3)  # where job_fail reads it
     queue.task(name="flaky", max_attempts=5)(flaky)
     job = queue.enqueue("flaky", args=["b"], id="hist-b")
     for _ in range(5):
@@ -67,7 +65,17 @@ def test_reaper_stall_is_an_attempt_error(queue: pgqueue.Queue) -> None:
     start = datetime.now(UTC)
     with queue.connect() as conn:
         conn.execute(statements.job_make_due(ids=[job.id], clock=queue.backend.clock(start)))
-    claim_jobs(queue, now=start, worker_id="gone", lease=1, limit=1, ids=[job.id])
+        conn.execute(
+            statements.job_claim(
+                worker_id="gone",
+                lock_token="t",
+                limit=1,
+                lease=1,
+                queues=None,
+                clock=queue.backend.clock(start),
+                ids=[job.id],
+            )
+        )
     reaper = Reaper(queue, crash_detection=False)
     reaper.run_once(now=start + timedelta(hours=1))
     errors = read_attempt_errors(queue, job.id)
