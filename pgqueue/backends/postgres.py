@@ -92,6 +92,7 @@ def _check_idle_connection(dbapi_connection: Any, _record: Any, _proxy: Any) -> 
         raise DisconnectionError("the server closed this pooled connection while it was idle")
 
 
+@functools.cache
 def _complete_on_database_clock() -> Any:
     # Built once, like the enqueue: a busy worker completes a batch every turn.
     return statements.job_complete_many(Clock(None))
