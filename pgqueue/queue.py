@@ -15,7 +15,7 @@ from sqlalchemy.engine import URL
 from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlalchemy.pool import NullPool
 
-from pgqueue import config, statements, tracing
+from pgqueue import _bulk, config, statements, tracing
 from pgqueue.backends import Backend, backend_for
 from pgqueue.backends.base import Clock, iter_chunks
 from pgqueue.errors import BackendError, ConfigError, SerializationError, UnknownTaskError
@@ -455,10 +455,13 @@ class Queue:
             unique = _unique(items, options, defaults)
             linked = _linked(items, options)
             small = len(items) <= self.backend.committed_enqueue_limit
+            fresh = not _chosen_ids(items, options) and not unique and not linked
+            bulk = _bulk.enqueue_fresh if own and fresh else None  # args-only, generated ids
+            if bulk and (done := bulk(self, task, defaults, options, items, span.carrier)):
+                return done
             if own and not unique and not linked and small:
                 # Few enough jobs for one statement that commits itself (with its wake-up).
                 return self._insert_committed([build(item) for item in items])
-            fresh = not _chosen_ids(items, options) and not unique and not linked
             if own and fresh:
                 # Fresh ids in pgqueue's own transaction: the rows are built while the first
                 # ones are written. A bad item still fails the call and rolls everything back.
