@@ -1,4 +1,4 @@
-"""enqueue_many of args tuples with generated ids (the bulk path of pgqueue/_bulk.py on
+"""enqueue_many of args tuples with generated ids (the bulk path of pgqueue/producer/bulk.py on
 PostgreSQL, the general path elsewhere): the options every job shares land on every row, ids are
 version-4 UUIDs, and the call commits its jobs with their wake-up, in one statement or in chunks."""
 
@@ -12,9 +12,9 @@ from conditions import wait_until
 from conftest import count_jobs
 
 import pgqueue
-from pgqueue import _bulk
 from pgqueue.backends.postgres import backend as postgres
 from pgqueue.job import JobState
+from pgqueue.producer import bulk as _bulk
 
 
 @pytest.fixture(params=["one statement", "chunks"])

@@ -6,10 +6,11 @@ hands one small document per chunk to a backend that has the ``enqueue_fresh`` v
 everything the jobs share goes once per statement. Any other call (JobSpecs, chosen ids, limits,
 unique keys, dependencies, a caller's transaction, a backend without the verb) takes the general
 path, so the API, the validation and the dedup rules stay those of ``Queue.enqueue_many``.
+The statement itself is the backend's (``backends/postgres/bulk.py``).
 
 Example::
 
-    results = enqueue_fresh(queue, "tasks.add", defaults, options, [(1, 2), (3, 4)], carrier)
+    results = enqueue_fresh(producer, "tasks.add", defaults, options, [(1, 2), (3, 4)], carrier)
     if results is None:
         ...  # not this path's kind of call: take the general one
 """
@@ -28,7 +29,7 @@ from pgqueue.limits import LIMIT_OPTIONS
 from pgqueue.notifications import ENQUEUED_CHANNEL
 
 if TYPE_CHECKING:
-    from pgqueue.queue import Queue
+    from pgqueue.producer import Producer
 
 __all__ = ["enqueue_fresh", "fresh_ids"]
 
@@ -57,7 +58,7 @@ def fresh_ids(count: int) -> list[str]:
 
 
 def enqueue_fresh(
-    queue: Queue,
+    producer: Producer,
     task: str,
     defaults: Mapping[str, Any],
     options: Mapping[str, Any],
@@ -67,7 +68,8 @@ def enqueue_fresh(
     """Enqueue ``items`` (args tuples/lists) as new jobs of ``task``; None when the call is not
     this path's kind (the caller then takes the general path, which does everything). The caller
     has checked ``options`` and decided that pgqueue owns the transaction and the ids."""
-    backend: Any = queue.backend
+    database = producer.database
+    backend: Any = database.backend
     if not hasattr(backend, "enqueue_fresh") or not items:
         return None
     if defaults["limits"] or any(name in options for name in LIMIT_OPTIONS):
@@ -96,7 +98,7 @@ def enqueue_fresh(
         # Every payload is checked (and encoded, once) before its chunk is sent; a bad one fails
         # the call and the transaction rolls back whatever went before.
         encode = serde.encode_document
-        serializer = queue.serializer
+        serializer = producer.serializer
         for start, chunk in _chunks(items):
             parts = []
             for number, args in enumerate(chunk, start):
@@ -107,19 +109,23 @@ def enqueue_fresh(
 
     if len(items) <= backend.committed_enqueue_limit:
         document = next(documents())
-        queued = set(
-            backend.enqueue_fresh_committed(queue.engine, shared, document, clock, ENQUEUED_CHANNEL)
-        )
+        with database.translating():
+            queued = set(
+                backend.enqueue_fresh_committed(
+                    database.engine, shared, document, clock, ENQUEUED_CHANNEL
+                )
+            )
         missing = [job_id for job_id in ids if job_id not in queued]
         outcomes: dict[str, EnqueueResult] = {}
         if missing:
-            with queue.connect(write=False) as conn:
-                outcomes = queue._outcomes(conn, missing)
+            with database.connect(write=False) as conn:
+                outcomes = producer.inserter.outcomes(conn, missing)
     else:
-        with queue.connect() as conn:
+        with database.connect() as conn:
             queued = set(backend.enqueue_fresh(conn, shared, documents(), clock))
             # Only a generated id that met an existing row lands here: practically never.
-            outcomes = queue._outcomes(conn, [job_id for job_id in ids if job_id not in queued])
+            missing = [job_id for job_id in ids if job_id not in queued]
+            outcomes = producer.inserter.outcomes(conn, missing)
             if queued:
                 backend.notify(conn, ENQUEUED_CHANNEL, merged["queue"])
     return [
