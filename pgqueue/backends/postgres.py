@@ -51,8 +51,8 @@ _NO_BITMAP_SCAN = statements.transaction_setting("enable_bitmapscan", "off")
 _NOTIFY = select(func.pg_notify(bindparam("channel", type_=Text), bindparam("payload", type_=Text)))
 
 
-# Leaders hold a session advisory lock on a connection named "pgqueue leader ROLE PID@HOST" (see
-# maintenance/leadership.py); followers have the same name but no granted lock.
+# Leaders hold a session advisory lock on a connection named "pgqueue leader ROLE[,ROLE...]
+# PID@HOST" (see notifications.Listener); followers have the same name but no granted lock.
 _LEADERS = sa.text(
     "SELECT DISTINCT substr(a.application_name, 16) AS label,"
     " coalesce(host(a.client_addr), 'local') || ' pid ' || a.pid AS holder"
@@ -313,9 +313,10 @@ class PostgresBackend:
     def leaders(self, connection: Connection, now: datetime) -> list[tuple[str, str, Any]]:
         leaders = []
         for label, address in connection.execute(_LEADERS):
-            role, process = split_holder(label)
+            roles, process = split_holder(label)
             holder = address if process is None else f"{process[0]}@{process[1]}"
-            leaders.append((role, holder, None))
+            # A worker holds all the roles it leads on its one session: "reaper,scheduler".
+            leaders.extend((role, holder, None) for role in roles.split(","))
         return leaders
 
     def translate(self, error: DBAPIError) -> Exception:
