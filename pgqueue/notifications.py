@@ -360,7 +360,12 @@ class Listener:
             # A leader that hangs keeps its socket open and so its locks; the server ends its
             # session once it has been idle for the TTL, freeing the roles for a follower.
             # PostgreSQL 14+; older servers refuse it and a hung leader keeps its roles.
+            # The same within a transaction: maintenance queries run on this session, and a
+            # process stopped in the middle of one would otherwise keep its roles for ever.
             try:
+                connection.execute(
+                    statements.session_setting("idle_in_transaction_session_timeout", f"{timeout}ms")
+                )
                 connection.execute(
                     statements.session_setting("idle_session_timeout", f"{timeout}ms")
                 )
@@ -492,7 +497,12 @@ class Listener:
                     connection, self._connection = self._connection, None
                     if connection is not None:
                         try:
-                            connection.close()
+                            # A lost connection is invalidated: closing it would first try a
+                            # rollback on the dead socket (and log it as an error).
+                            if self._is_broken(connection):
+                                connection.invalidate()
+                            else:
+                                connection.close()
                         except Exception:
                             logger.debug("closing the session connection failed", exc_info=True)
                 if not self._stopping.is_set():
