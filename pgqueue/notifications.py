@@ -37,7 +37,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from sqlalchemy import Connection, Engine, func, select as sql_select
+from sqlalchemy import Connection, Engine, func
+from sqlalchemy import select as sql_select
 from sqlalchemy.exc import DBAPIError
 
 from pgqueue import statements
@@ -224,7 +225,9 @@ class Listener:
         with it; returns the remover."""
         return self._add(self._lost_callbacks, callback)
 
-    def _add(self, callbacks: list[Callable[[], None]], callback: Callable[[], None]) -> Any:
+    def _add(
+        self, callbacks: list[Callable[[], None]], callback: Callable[[], None]
+    ) -> Callable[[], None]:
         with self._lock:
             callbacks.append(callback)
 
@@ -364,7 +367,9 @@ class Listener:
             # process stopped in the middle of one would otherwise keep its roles for ever.
             try:
                 connection.execute(
-                    statements.session_setting("idle_in_transaction_session_timeout", f"{timeout}ms")
+                    statements.session_setting(
+                        "idle_in_transaction_session_timeout", f"{timeout}ms"
+                    )
                 )
                 connection.execute(
                     statements.session_setting("idle_session_timeout", f"{timeout}ms")

@@ -311,7 +311,7 @@ class PostgresBackend:
         return sqlstate is None or sqlstate.startswith(("08", "57P"))
 
     def leaders(self, connection: Connection, now: datetime) -> list[tuple[str, str, Any]]:
-        leaders = []
+        leaders: list[tuple[str, str, Any]] = []
         for label, address in connection.execute(_LEADERS):
             roles, process = split_holder(label)
             holder = address if process is None else f"{process[0]}@{process[1]}"

@@ -326,11 +326,10 @@ class AdvisoryLockLeadership(Leadership):
 
     def _elect(self, now: datetime | None) -> bool:
         session = self.session
-        if session.holds(self.key, self):
-            # Asked of the server every tick: a session that died without a word is noticed,
-            # and the server sees the leader's session in use (its idle timeout restarts).
-            if session.holds(self.key, self, check=True):
-                return True
+        # Asked of the server every tick: a session that died without a word is noticed, and the
+        # server sees the leader's session in use (its idle timeout restarts).
+        if session.holds(self.key, self) and session.holds(self.key, self, check=True):
+            return True
         if self._leader:
             # The lock died with the session. Stand down for this round rather than racing to
             # take it again: every process gets the same chance on its next tick.
@@ -346,9 +345,11 @@ class AdvisoryLockLeadership(Leadership):
     def connect(self, *, write: bool = True) -> Iterator[Connection]:
         # The maintenance work runs on the session it leads from: a worker's work connection
         # (claims, completions) never waits behind a reaper scan or a prune batch.
-        with self.session.connection(transaction=True) as raw:
-            with self.queue.connect(connection=raw) as conn:
-                yield conn
+        with (
+            self.session.connection(transaction=True) as raw,
+            self.queue.connect(connection=raw) as conn,
+        ):
+            yield conn
 
     def _resign(self) -> None:
         session = self._session

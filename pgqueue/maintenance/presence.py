@@ -3,11 +3,12 @@
 Fast crash detection. A lease alone finds a dead worker only once the lease lapses. On
 PostgreSQL each worker also holds a session advisory lock on its session connection (the Queue's
 listener, shared with LISTEN and the maintenance roles it leads; a presence made on its own opens
-a session of its own), and records the lock's key in its registry row. When the process dies, for whatever reason (SIGKILL,
-OOM killer, a lost host), the server ends that session and frees the lock; the reaper's leader
-sees a ``processing`` job whose worker's lock is free and releases it at once, without waiting
-for the lease. A *hung* worker still holds its lock, so it is caught by its lease as before
-(unless it leads: a leader's session times out after the leader TTL, see leadership.py).
+a session of its own), and records the lock's key in its registry row. When the process dies,
+for whatever reason (SIGKILL, OOM killer, a lost host), the server ends that session and frees
+the lock; the reaper's leader sees a ``processing`` job whose worker's lock is free and releases
+it (after ``orphan_confirm``, 1 s), without waiting for the lease. A *hung* worker still holds
+its lock, so it is caught by its lease as before (unless it leads: a leader's session times out
+after the leader TTL, see leadership.py).
 
 A live worker whose session connection is cut loses its lock with it. The session takes the
 same key again as soon as it reconnects, before anything else runs on the new connection, and
@@ -57,7 +58,7 @@ from pgqueue.maintenance.leadership import (
     close_quietly,
     worker_key,
 )
-from pgqueue.notifications import Listener
+from pgqueue.notifications import SESSION_WAIT_SECONDS, Listener
 
 if TYPE_CHECKING:
     from pgqueue.queue import Queue
@@ -141,7 +142,10 @@ class WorkerPresence:
         self._nudge.clear()
         session = self._session
         if session is not None and self.crash_detection:
-            self._removers = [session.on_lost(self._nudge.set), session.on_reconnect(self._nudge.set)]
+            self._removers = [
+                session.on_lost(self._nudge.set),
+                session.on_reconnect(self._nudge.set),
+            ]
         self._thread = threading.Thread(
             target=self._beat_forever,
             args=(every,),
@@ -273,10 +277,11 @@ class WorkerPresence:
         candidates += [
             worker_key(self.lock_namespace, secrets.randbits(31)) for _ in range(_KEY_ATTEMPTS)
         ]
-        options = {} if wait is None else {"wait": wait}
         try:
             for key in candidates:
-                if session.hold(key, self, keep=True, **options):
+                if session.hold(
+                    key, self, keep=True, wait=SESSION_WAIT_SECONDS if wait is None else wait
+                ):
                     self.lock_key = self._wanted = key
                     return
             logger.warning("no free worker liveness lock; crash detection is off for this worker")

@@ -65,14 +65,21 @@ def count_connections(engine: sa.Engine, process: Process) -> int:
     )
     label = f"pgqueue % {process.pid}@{socket.gethostname()}"
     with engine.connect() as conn:
-        return int(conn.scalar(query, {"name": process.name, "worker": f"pgqueue worker {process.name}", "label": label}) or 0)
+        return int(
+            conn.scalar(
+                query,
+                {"name": process.name, "worker": f"pgqueue worker {process.name}", "label": label},
+            )
+            or 0
+        )
 
 
 def assert_at_most(engine: sa.Engine, process: Process, moment: str) -> int:
     seen = count_connections(engine, process)
-    assert seen <= LIMIT, f"{seen} connections from {process.name} {moment}:\n" + process.log.read_text(
-        errors="replace"
-    )[-3000:]
+    assert seen <= LIMIT, (
+        f"{seen} connections from {process.name} {moment}:\n"
+        + process.log.read_text(errors="replace")[-3000:]
+    )
     return seen
 
 
