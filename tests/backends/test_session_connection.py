@@ -198,3 +198,25 @@ def test_a_workers_services_share_its_session(pg_queue: pgqueue.Queue) -> None:
         assert lock_holders(pg_queue, services.presence.lock_key) == [session.backend_pid]
     finally:
         worker.stop()
+
+
+def test_a_worker_without_its_session_says_so_in_its_row(pg_queue: pgqueue.Queue) -> None:
+    """A session that cannot connect: the row is written over a connection used once, without
+    a lock key, so the reaper leaves the worker to its lease instead of taking it for dead."""
+    unreachable = sa.create_engine(pg_queue.engine.url.set(port=1), poolclass=sa.pool.NullPool)
+    session = Listener(unreachable)
+    presence = WorkerPresence(pg_queue, "deaf", session=session)
+    try:
+        presence.beat(wait=0.2)
+        assert presence.lock_key is None
+        job_id = pg_queue.enqueue("tasks.work").id
+        assert list(claim_jobs(pg_queue, worker_id="deaf", lease=3600)) == [job_id]
+        with pg_queue.connect() as conn:
+            row = conn.execute(
+                sa.text("SELECT lock_key FROM pgqueue_workers WHERE id = 'deaf'")
+            ).one()
+        assert row.lock_key is None
+        assert Reaper(pg_queue, orphan_confirm=0).run_once() == 0
+    finally:
+        session.stop()
+        unreachable.dispose()
