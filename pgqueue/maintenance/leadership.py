@@ -8,13 +8,15 @@ PostgreSQL
     A session advisory lock (``pg_try_advisory_lock``) held on a session connection that is not
     part of the Engine's pool: a worker's one session (its Queue's listener, which also holds its
     liveness lock and its LISTEN, see :mod:`pgqueue.notifications`), or one of the leadership's
-    own for a service started on its own. The services' queries run on that session too
-    (:meth:`Leadership.connect`). Whoever holds the lock leads; the lock dies with the session,
-    so a leader that crashes or loses its connection frees it at once, and a follower takes it on
-    its next attempt. The leader re-checks every tick that its session still holds the lock; an
-    error on that connection means leadership is lost. A leader that *hangs* keeps its socket
-    open, so the session also gets ``idle_session_timeout`` of a few intervals (the TTL below):
-    the server ends a session that stopped ticking, and the lock passes on (PostgreSQL 14+).
+    own for a service started on its own. A worker's services run their queries on its session
+    too (:meth:`Leadership.connect`); a service on its own uses the pool. Whoever holds the lock
+    leads; the lock dies with the session, so a leader that crashes or loses its connection
+    frees it at once, and a follower takes it on its next attempt. The leader re-checks every
+    tick that its session still holds the lock; a lost session means leadership is lost. A
+    leader that *hangs* keeps its socket open, so while it leads the session also gets
+    ``idle_session_timeout`` (and ``idle_in_transaction_session_timeout``) of a few intervals
+    (the TTL below): the server ends a session that stopped ticking, and the lock passes on
+    (PostgreSQL 14+).
 
 SQLite
     A lease row in ``pgqueue_leaders``: the holder renews ``expires_at`` on every tick, and anyone
@@ -343,7 +345,13 @@ class AdvisoryLockLeadership(Leadership):
 
     @contextlib.contextmanager
     def connect(self, *, write: bool = True) -> Iterator[Connection]:
-        # The maintenance work runs on the session it leads from: a worker's work connection
+        if self._private:
+            # A service on its own (``pgqueue reaper``, a test's run_once) uses the pool as any
+            # client would; its session, if it has one yet, only holds the role.
+            with self.queue.connect(write=write) as conn:
+                yield conn
+            return
+        # A worker's services work on the session it leads from: the worker's work connection
         # (claims, completions) never waits behind a reaper scan or a prune batch.
         with (
             self.session.connection(transaction=True) as raw,
