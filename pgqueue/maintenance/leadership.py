@@ -58,12 +58,12 @@ from collections.abc import Iterator
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from sqlalchemy import Connection, Engine
+from sqlalchemy import Connection
 from sqlalchemy.exc import DBAPIError
 
 from pgqueue import config, statements
 from pgqueue.errors import ConfigError
-from pgqueue.notifications import Listener
+from pgqueue.notifications import Session
 
 if TYPE_CHECKING:
     from pgqueue.queue import Queue
@@ -78,7 +78,6 @@ __all__ = [
     "check_lock_namespace",
     "close_quietly",
     "leader_key",
-    "open_session_connection",
     "worker_key",
 ]
 
@@ -128,25 +127,6 @@ def process_label() -> str:
     return f"{os.getpid()}@{socket.gethostname()}"
 
 
-def open_session_connection(engine: Engine, label: str) -> Connection:
-    """A PostgreSQL connection of its own, outside the Engine's pool, in autocommit mode, for
-    holding session advisory locks.
-
-    It is checked out through the Engine (so the application's connect arguments and hooks apply)
-    and then detached: closing it really closes it, and the pool never hands a connection that
-    still holds a session lock to anyone else. ``label`` shows in ``pg_stat_activity``.
-    """
-    connection = engine.connect()
-    try:
-        connection = connection.execution_options(isolation_level="AUTOCOMMIT")
-        connection.detach()
-        connection.execute(statements.session_setting("application_name", label))
-    except BaseException:
-        connection.close()
-        raise
-    return connection
-
-
 def close_quietly(connection: Connection | None) -> None:
     """Close a dedicated connection that may already be broken."""
     if connection is None:
@@ -186,7 +166,7 @@ class Leadership(abc.ABC):
         *,
         name: str = DEFAULT_LEADER_NAME,
         lock_namespace: int = DEFAULT_LOCK_NAMESPACE,
-        session: Listener | None = None,
+        session: Session | None = None,
     ) -> Leadership:
         """The leadership implementation for the queue's database: an advisory lock where the
         queue can hold a session (PostgreSQL; on ``session`` if given, else a session of its
@@ -275,7 +255,7 @@ class Leadership(abc.ABC):
 
 class AdvisoryLockLeadership(Leadership):
     """PostgreSQL: a session advisory lock (see the module docstring), held on ``session``, a
-    :class:`~pgqueue.notifications.Listener` shared with the rest of the process (a worker
+    :class:`~pgqueue.notifications.Session` shared with the rest of the process (a worker
     passes its Queue's), or on a session of its own when None.
 
     Example::
@@ -291,7 +271,7 @@ class AdvisoryLockLeadership(Leadership):
         *,
         lock_namespace: int = DEFAULT_LOCK_NAMESPACE,
         ttl: float | None = None,
-        session: Listener | None = None,
+        session: Session | None = None,
     ) -> None:
         super().__init__(queue, name, ttl=ttl)
         if queue.session_engine is None or not queue.backend.session_locks:
@@ -304,20 +284,21 @@ class AdvisoryLockLeadership(Leadership):
         self._private = session is None
 
     @property
-    def session(self) -> Listener:
+    def session(self) -> Session:
         """The session holding the lock (a private one is opened on first use)."""
         with self._lock:
             if self._session is None:
                 engine = self.queue.session_engine
                 assert engine is not None  # checked in __init__
                 # The process label after the role lets the dashboard name the leading worker.
-                self._session = Listener(
-                    engine, label=f"pgqueue leader {self.name} {process_label()}"
+                session = self.queue.backend.session(
+                    engine, f"pgqueue leader {self.name} {process_label()}"
                 )
-                self._private = True
+                assert session is not None  # session_locks, checked in __init__
+                self._session, self._private = session, True
             return self._session
 
-    def bind(self, session: Listener) -> None:
+    def bind(self, session: Session) -> None:
         """Hold the lock on ``session`` from now on (a worker gathers its services' roles on
         its one session); leadership held elsewhere is given up first."""
         with self._lock:

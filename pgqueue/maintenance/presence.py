@@ -58,7 +58,7 @@ from pgqueue.maintenance.leadership import (
     close_quietly,
     worker_key,
 )
-from pgqueue.notifications import SESSION_WAIT_SECONDS, Listener
+from pgqueue.notifications import Session
 
 if TYPE_CHECKING:
     from pgqueue.queue import Queue
@@ -95,7 +95,7 @@ class WorkerPresence:
         crash_detection: bool = DEFAULT_CRASH_DETECTION,
         lock_namespace: int = DEFAULT_LOCK_NAMESPACE,
         concurrency: int | None = None,
-        session: Listener | None = None,
+        session: Session | None = None,
     ) -> None:
         self.queue = queue
         self.worker_id = worker_id
@@ -205,21 +205,29 @@ class WorkerPresence:
         on a short-lived connection of its own (the row then says "no lock": leases only).
         ``wait``: seconds to wait for a reconnecting session (None: the session's default).
         """
-        with self._lock:
-            self._hold_lock(wait)
-            key = self.lock_key
-        statement = statements.worker_upsert(
-            self.queue.backend.insert,
-            worker_id=self.worker_id,
-            host=self.host,
-            pid=self.pid,
-            queues=self.queues,
-            lock_key=key,
-            clock=self.queue.backend.clock(now),
-            concurrency=self.concurrency,
-        )
-        with self._connect(connection) as conn:
-            conn.execute(statement)
+        for attempt in range(2):
+            with self._lock:
+                self._hold_lock(wait)
+                key = self.lock_key
+            statement = statements.worker_upsert(
+                self.queue.backend.insert,
+                worker_id=self.worker_id,
+                host=self.host,
+                pid=self.pid,
+                queues=self.queues,
+                lock_key=key,
+                clock=self.queue.backend.clock(now),
+                concurrency=self.concurrency,
+            )
+            try:
+                with self._connect(connection) as conn:
+                    conn.execute(statement)
+                return
+            except PgQueueError:
+                # The session died under the write (and its lock with it): once more, with the
+                # lock taken again on the new connection, or the row saying it has none.
+                if attempt or connection is not None or self._session is None:
+                    raise
 
     @contextmanager
     def _connect(self, connection: Connection | None) -> Iterator[Connection]:
@@ -254,12 +262,13 @@ class WorkerPresence:
             with self._lock:
                 self._drop_lock()
 
-    def _own_session(self) -> Listener:
+    def _own_session(self) -> Session:
         if self._session is None:
             engine = self.queue.session_engine
             assert engine is not None  # crash_detection is off without one
-            self._session = Listener(engine, label=f"pgqueue worker {self.worker_id}")
-            self._private = True
+            session = self.queue.backend.session(engine, f"pgqueue worker {self.worker_id}")
+            assert session is not None  # crash_detection needs session locks
+            self._session, self._private = session, True
         return self._session
 
     def _hold_lock(self, wait: float | None) -> None:
@@ -279,9 +288,12 @@ class WorkerPresence:
         ]
         try:
             for key in candidates:
-                if session.hold(
-                    key, self, keep=True, wait=SESSION_WAIT_SECONDS if wait is None else wait
-                ):
+                held = (
+                    session.hold(key, self, keep=True)
+                    if wait is None
+                    else session.hold(key, self, keep=True, wait=wait)
+                )
+                if held:
                     self.lock_key = self._wanted = key
                     return
             logger.warning("no free worker liveness lock; crash detection is off for this worker")

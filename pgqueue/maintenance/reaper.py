@@ -237,7 +237,7 @@ class Reaper(MaintenanceService):
                 # release below re-reads pg_locks) means the process is gone.
                 self.sleep(c.orphan_confirm)
             released += self._release(
-                lambda: statements.job_orphaned(limit=c.batch_size),
+                lambda: self.queue.backend.orphaned_jobs(limit=c.batch_size),
                 cause="worker_gone",
                 grace=None,
                 now=now,
@@ -250,7 +250,7 @@ class Reaper(MaintenanceService):
 
     def _any_orphaned(self) -> bool:
         with self.leadership.connect(write=False) as conn:
-            return conn.execute(statements.job_orphaned(limit=1)).first() is not None
+            return conn.execute(self.queue.backend.orphaned_jobs(limit=1)).first() is not None
 
     def _release(
         self,

@@ -27,7 +27,7 @@ from pgqueue.maintenance.reaper import Reaper
 from pgqueue.maintenance.scheduler import LEADER_NAME as SCHEDULER_ROLE
 from pgqueue.maintenance.scheduler import Scheduler
 from pgqueue.maintenance.service import MaintenanceService
-from pgqueue.notifications import Listener, session_of
+from pgqueue.notifications import Session, session_of
 
 if TYPE_CHECKING:
     from pgqueue.queue import Queue
@@ -49,7 +49,7 @@ class EmbeddedServices:
         self.config = config
         assert config.worker_id is not None
         #: The session every service shares (None: SQLite, or no session to be had).
-        self.session: Listener | None = session_of(queue)
+        self.session: Session | None = session_of(queue)
         self.presence = WorkerPresence(
             queue,
             config.worker_id,

@@ -17,10 +17,11 @@ from conditions import wait_until
 from conftest import claim_jobs
 
 import pgqueue
+from pgqueue.backends.postgres.listener import Listener
 from pgqueue.errors import ConfigError
 from pgqueue.job import JobState
 from pgqueue.maintenance import AdvisoryLockLeadership, Reaper, WorkerPresence
-from pgqueue.notifications import ENQUEUED_CHANNEL, Listener, session_of
+from pgqueue.notifications import ENQUEUED_CHANNEL, session_of
 
 
 @pytest.fixture
