@@ -322,7 +322,7 @@ class AdvisoryLockLeadership(Leadership):
         try:
             return session.hold(self.key, self, role=self.name, ttl=self.ttl)
         except DBAPIError as exc:
-            raise self.queue.backend.translate(exc) from exc
+            raise self.queue.db.translate(exc) from exc
 
     @contextlib.contextmanager
     def connect(self, *, write: bool = True) -> Iterator[Connection]:

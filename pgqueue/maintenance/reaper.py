@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from sqlalchemy import Connection, RowMapping, Select
 
 from pgqueue import config, metrics, statements
+from pgqueue.config import DEFAULT_WORKER_TTL, STALLED_ERROR_TYPE
 from pgqueue.job import JobState
 from pgqueue.maintenance.leadership import (
     DEFAULT_LOCK_NAMESPACE,
@@ -68,11 +69,8 @@ DEFAULT_CRASH_DETECTION = True
 #: Seconds a worker's liveness lock must stay free before its jobs are released: a live worker
 #: whose session connection was cut takes its lock again on reconnecting, well within this.
 DEFAULT_ORPHAN_CONFIRM = 1.0
-#: Registry rows of workers silent for this long are deleted.
-DEFAULT_WORKER_TTL = 300.0
 #: The error message stored on a job the reaper moves to ``failed``.
 STALLED_MESSAGE = "job stalled more than allowable limit"
-STALLED_ERROR_TYPE = "StalledJobError"
 MAX_BATCH_SIZE = 10_000
 MAX_STALLS_LIMIT = 1_000_000
 
@@ -280,7 +278,7 @@ class Reaper(MaintenanceService):
             dead = [(job.id, str(job.state)) for job in released if job.retry_in is None]
             if dead:
                 try:
-                    self.queue.jobs_finished(dead)  # wakes in-process waiters (SQLite)
+                    self.queue._jobs_finished(dead)  # wakes in-process waiters (SQLite)
                 except Exception:
                     logger.exception("a finished-job callback failed")
             for job in released:
