@@ -14,7 +14,7 @@ from collections.abc import Iterator
 import pytest
 import sqlalchemy as sa
 from conditions import wait_until
-from conftest import claim_jobs
+from conftest import POSTGRES_ONLY, claim_jobs
 
 import pgqueue
 from pgqueue.backends.postgres.listener import Listener
@@ -23,11 +23,12 @@ from pgqueue.job import JobState
 from pgqueue.maintenance import AdvisoryLockLeadership, Reaper, WorkerPresence
 from pgqueue.notifications import ENQUEUED_CHANNEL, session_of
 
+pytestmark = [pytest.mark.postgres, POSTGRES_ONLY]
+
 
 @pytest.fixture
 def pg_queue(queue: pgqueue.Queue) -> pgqueue.Queue:
-    if queue.backend.name != "postgresql":
-        pytest.skip("session advisory locks and LISTEN are PostgreSQL's")
+    # Session advisory locks and LISTEN are PostgreSQL's: there is no SQLite variant.
     queue.allow_unknown_tasks = True
     return queue
 
