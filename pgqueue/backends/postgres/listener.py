@@ -29,21 +29,19 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import select
 import socket
 import threading
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Connection, Engine, func
-from sqlalchemy import select as sql_select
+from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import DBAPIError
 
 from pgqueue.backends.postgres import locks
+from pgqueue.backends.postgres.held import Hold, current_setting, session_settings
 from pgqueue.backends.wakeups import WakeUpThread
 from pgqueue.errors import BackendError
 from pgqueue.notifications import CHANNELS
@@ -58,25 +56,6 @@ _BACKOFF_MAX_SECONDS = 5.0
 _PING_SECONDS = 10.0
 #: How long a caller of hold() or connection() waits for the session to be (re)connected.
 SESSION_WAIT_SECONDS = 10.0
-
-
-def _process_label() -> str:
-    # maintenance.leadership.process_label, repeated: backends never import maintenance.
-    return f"{os.getpid()}@{socket.gethostname()}"
-
-
-def _setting(name: str) -> Any:
-    """The session's current value of the run-time parameter ``name``."""
-    return sql_select(func.current_setting(name))
-
-
-@dataclass(slots=True)
-class _Hold:
-    owner: object
-    keep: bool
-    role: str | None
-    ttl: float | None
-    live: bool = True
 
 
 class Listener(WakeUpThread):
@@ -117,7 +96,7 @@ class Listener(WakeUpThread):
         self._listened_changed = threading.Condition(self._lock)
         self._connection: Connection | None = None
         self._broken = False
-        self._held: dict[int, _Hold] = {}
+        self._held: dict[int, Hold] = {}
         # What _apply_settings last set on this connection (name, idle timeout in ms).
         self._applied: tuple[str | None, int] = (None, 0)
         self._default_name: str | None = None
@@ -265,7 +244,7 @@ class Listener(WakeUpThread):
                 return current.owner is owner and current.live
             if not locks.try_lock(connection, key):
                 return False
-            self._held[key] = _Hold(owner, keep, role, ttl)
+            self._held[key] = Hold(owner, keep, role, ttl)
             self._apply_settings(connection)
             return True
 
@@ -305,14 +284,7 @@ class Listener(WakeUpThread):
 
     def _apply_settings(self, connection: Connection) -> None:
         """Name the session after the roles it leads and time it out like its fastest role."""
-        roles = sorted({h.role for h in self._held.values() if h.role is not None and h.live})
-        ttls = [h.ttl for h in self._held.values() if h.role is not None and h.live and h.ttl]
-        name = (
-            f"pgqueue leader {','.join(roles)} {_process_label()}"
-            if roles
-            else (self._label or self._default_name)
-        )
-        timeout = int(min(ttls) * 1000) if ttls else 0
+        name, timeout = session_settings(self._held, label=self._label, default=self._default_name)
         applied_name, applied_timeout = self._applied
         if name is not None and name != applied_name:
             locks.set_session(connection, "application_name", name)
@@ -359,7 +331,7 @@ class Listener(WakeUpThread):
             connection.detach()
             if self._label is not None:
                 locks.set_session(connection, "application_name", self._label)
-            self._default_name = connection.scalar(_setting("application_name"))
+            self._default_name = connection.scalar(current_setting("application_name"))
             self._applied = (self._label or self._default_name, 0)
             with self._lock:
                 self._listened = set()
