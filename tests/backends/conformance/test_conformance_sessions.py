@@ -105,3 +105,25 @@ def test_same_database_kind(queue: pgqueue.Queue) -> None:
         else sa.make_url("postgresql+psycopg://localhost/app")
     )
     assert not same_database_kind(url, other)
+
+
+def test_session_holds_locks_where_the_database_has_them(queue: pgqueue.Queue) -> None:
+    from pgqueue.notifications import Session, session_of
+
+    engine = queue.session_engine or queue.engine
+    session = queue.backend.session(engine, "pgqueue conformance")
+    if not queue.backend.session_locks:
+        # SQLite: no session locks; leadership is a lease row, liveness the lease alone.
+        assert session is None and session_of(queue) is None
+        return
+    assert isinstance(session, Session) and isinstance(session_of(queue), Session)
+    owner, other = object(), object()
+    try:
+        assert session.hold(123, owner) and session.holds(123, owner, check=True)
+        assert not session.hold(123, other)  # one owner per key in a process
+        with session.connection() as conn:
+            assert conn.scalar(sa.select(sa.literal(1))) == 1
+        session.release(123, owner)
+        assert not session.holds(123, owner) and session.hold(123, other)
+    finally:
+        session.stop()
