@@ -26,6 +26,7 @@ from pgqueue.errors import (
     SerializationError,
     UnknownTaskError,
 )
+from pgqueue.events import AsyncEventStream, Event, EventStream
 from pgqueue.execution import JobContext, current_job
 from pgqueue.job import CancelResult, EnqueueResult, JobState, JobStatus
 from pgqueue.limits import Limits, RateLimit
@@ -45,6 +46,7 @@ from pgqueue.workflow.status import FailedStep, WorkflowStatus
 __version__ = "0.1.0"
 
 __all__ = [
+    "AsyncEventStream",
     "BackendError",
     "Backoff",
     "BoundTask",
@@ -53,6 +55,8 @@ __all__ = [
     "ConfigError",
     "EnqueueOptions",
     "EnqueueResult",
+    "Event",
+    "EventStream",
     "FailedStep",
     "Group",
     "JSONSerializer",

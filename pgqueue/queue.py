@@ -19,6 +19,7 @@ from pgqueue import config, statements, tracing
 from pgqueue.backends import Backend, backend_for
 from pgqueue.backends.base import Clock, iter_chunks
 from pgqueue.errors import BackendError, ConfigError, SerializationError, UnknownTaskError
+from pgqueue.events import AsyncEventStream, EventStream
 from pgqueue.job import CancelResult, EnqueueResult, JobState, JobStatus
 from pgqueue.limits import (
     LIMIT_OPTIONS,
@@ -962,6 +963,35 @@ class Queue:
         """
         with self.connect(connection=connection) as conn:
             return cancel_workflow(self, workflow_id, conn, now)
+
+    # -- lifecycle events ----------------------------------------------------------------------
+
+    def events(
+        self, *, tasks: Iterable[str] | None = None, queues: Iterable[str] | None = None
+    ) -> EventStream:
+        """Every job transition committed from now on, optionally of some tasks or queues only,
+        in commit order (see docs/events.md). Close it, or use ``with``, to stop listening.
+
+        Example::
+
+            with queue.events(queues=["billing"]) as events:
+                for event in events:
+                    print(event.job_id, event.old_state, "->", event.new_state)
+        """
+        return EventStream(self, tasks=tasks, queues=queues)
+
+    def aevents(
+        self, *, tasks: Iterable[str] | None = None, queues: Iterable[str] | None = None
+    ) -> AsyncEventStream:
+        """The ``async`` form of :meth:`events`; listening starts on ``async with``.
+
+        Example::
+
+            async with queue.aevents(tasks=["orders.charge"]) as events:
+                async for event in events:
+                    print(event)
+        """
+        return AsyncEventStream(self, tasks=tasks, queues=queues)
 
     # -- plumbing ------------------------------------------------------------------------------
 

@@ -113,6 +113,7 @@ class PostgresBackend:
     """
 
     name = "postgresql"
+    events_in_table = False
 
     def __init__(
         self, *, schema: str | None = None, pooler: str | None = None, sessions: bool = True

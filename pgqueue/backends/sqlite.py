@@ -42,6 +42,7 @@ class SQLiteBackend:
 
     name = "sqlite"
     supports_notify = False
+    events_in_table = True
     session_locks = False
 
     def __init__(self, *, schema: str | None = None, pooler: str | None = None) -> None:
