@@ -304,3 +304,22 @@ def test_postgres_an_oversized_event_still_arrives_whole(pg_migrated_url: str) -
         assert (event.job_id, event.task, event.queue) == (job_id, task, "\x03" * 255)
     finally:
         queue.close()
+
+
+def test_postgres_a_queue_in_its_own_schema_hears_its_own_jobs_only(pg_server: Any) -> None:
+    url = pg_server.create_database("events_schemas")
+    mine = pgqueue.Queue(url, schema="ev_mine", allow_unknown_tasks=True)
+    theirs = pgqueue.Queue(url, schema="ev_theirs", allow_unknown_tasks=True)
+    try:
+        mine.migrate()
+        theirs.migrate()
+        with mine.events() as events, theirs.events() as their_events:
+            theirs.enqueue("ev.theirs", args=[])
+            job = mine.enqueue("ev.mine", args=[])
+            (event,) = collect(events, 1)
+            assert (event.job_id, event.task) == (job.id, "ev.mine")
+            assert events.get(timeout=0.3) is None
+            assert collect(their_events, 1)[0].task == "ev.theirs"
+    finally:
+        mine.close()
+        theirs.close()
