@@ -14,16 +14,15 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
+from conditions import wait_until
+from conftest import claim_jobs
 
 import pgqueue
 import pgqueue.testing
 from pgqueue import Event
+from pgqueue.config import utc_now
 from pgqueue.events import statements as event_statements
 from pgqueue.testing import drain
-from pgqueue.config import utc_now
-
-from conftest import claim_jobs
-from conditions import wait_until
 
 Transitions = list[tuple[str | None, str]]
 
