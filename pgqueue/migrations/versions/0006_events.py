@@ -4,6 +4,9 @@ The triggers do nothing but look at ``pgqueue_event_listeners`` while nobody lis
 ``pgqueue/events/statements.py``): PostgreSQL's send NOTIFY payloads, SQLite's append to
 ``pgqueue_events``.
 
+On SQLite, a later revision that copies ``pgqueue_jobs`` (Alembic's batch mode drops the old
+table, and its triggers with it) must create the triggers again: ``statements.sqlite_ddl()``.
+
 Revision ID: 0006_events
 Revises: 0005_workflows
 Create Date: 2026-11-24
