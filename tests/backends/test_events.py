@@ -18,6 +18,7 @@ from conditions import wait_until
 from conftest import claim_jobs
 
 import pgqueue
+import pgqueue.schema
 import pgqueue.testing
 from pgqueue import Event
 from pgqueue.config import utc_now
@@ -322,3 +323,18 @@ def test_postgres_a_queue_in_its_own_schema_hears_its_own_jobs_only(pg_server: A
     finally:
         mine.close()
         theirs.close()
+
+
+def test_the_pruner_forgets_a_crashed_listener_and_its_unread_events(queue: pgqueue.Queue) -> None:
+    long_ago = utc_now() - timedelta(minutes=5)
+    with queue.connect() as conn:
+        conn.execute(event_statements.listener_upsert(queue.backend.insert, "crashed", long_ago, 0))
+        conn.execute(
+            sa.insert(pgqueue.schema.EVENTS).values(
+                job_id="j", task="t", queue="q", old_state=None, new_state="queued", at=long_ago
+            )
+        )
+    pgqueue.Pruner(queue).run_once()
+    assert listeners(queue) == 0
+    with queue.engine.connect() as conn:
+        assert conn.scalar(sa.text("SELECT count(*) FROM pgqueue_events")) == 0
