@@ -28,6 +28,7 @@ from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+from pgqueue.errors import BackendError, PgQueueError
 from pgqueue.events import statements
 from pgqueue.events.event import Event
 from pgqueue.notifications import ENQUEUED_CHANNEL
@@ -107,8 +108,14 @@ class Feed:
         self._thread = threading.Thread(target=self._main, name="pgqueue-events", daemon=True)
         self._thread.start()
         self._started.wait(timeout)
-        if self._error is not None:
-            raise self._error
+        error = self._error
+        if error is not None:
+            # Its clean-up done before the caller closes the Queue under it.
+            self._thread.join(timeout=5.0)
+        if isinstance(error, PgQueueError):  # queue.connect() translated it already
+            raise error
+        if error is not None:  # the LISTEN connection's driver error
+            raise BackendError(f"events: cannot listen: {error}") from error
         if not self._started.is_set():
             self.stop()
             raise TimeoutError(f"events: not listening after {timeout} s")
@@ -216,7 +223,11 @@ class NotifyFeed(Feed):
         try:
             # LISTEN before registering: whatever the registration switches on is heard.
             connection = self._connect()
-            self._register()
+            try:
+                self._register()
+            except BaseException:
+                connection.close()
+                raise
             self._started.set()
             self._listen_forever(connection)
         finally:
@@ -266,6 +277,14 @@ class NotifyFeed(Feed):
             self._renew_if_due()
 
     def _parse(self, payload: str) -> list[tuple[int, Event]]:
+        try:
+            return self._parse_document(payload)
+        except (ValueError, TypeError, IndexError):
+            # Not a payload of this version's triggers (a NOTIFY sent by hand?): skip it.
+            logger.warning("events: unreadable payload skipped: %.200r", payload)
+            return []
+
+    def _parse_document(self, payload: str) -> list[tuple[int, Event]]:
         document = json.loads(payload)
         tx = int(document[0])
         events = [

@@ -338,3 +338,22 @@ def test_the_pruner_forgets_a_crashed_listener_and_its_unread_events(queue: pgqu
     assert listeners(queue) == 0
     with queue.engine.connect() as conn:
         assert conn.scalar(sa.text("SELECT count(*) FROM pgqueue_events")) == 0
+
+
+def test_a_listener_that_cannot_start_raises_a_pgqueue_error(empty_url: str) -> None:
+    """A database without pgqueue's tables: the registration fails, at the call."""
+    queue = pgqueue.Queue(empty_url)
+    try:
+        with pytest.raises(pgqueue.PgQueueError):
+            queue.events()
+    finally:
+        queue.close()
+
+
+def test_postgres_an_unreachable_server_raises_a_backend_error() -> None:
+    queue = pgqueue.Queue("postgresql+psycopg://nobody@127.0.0.1:1/none")
+    try:
+        with pytest.raises(pgqueue.BackendError, match="cannot listen"):
+            queue.events()
+    finally:
+        queue.close()
