@@ -182,7 +182,7 @@ class Ledger:
         finished = [(job.id, str(o.state)) for job, o in stored if o.state is not JobState.FAILING]
         if finished:
             try:
-                self.queue.jobs_finished(finished)
+                self.queue._jobs_finished(finished)
             except Exception:
                 logger.exception("a finished-job callback failed worker_id=%s", self.worker_id)
 
