@@ -7,7 +7,7 @@ import json
 import logging
 import select as select_module
 import zlib
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from datetime import datetime
@@ -21,7 +21,7 @@ from sqlalchemy.exc import DBAPIError, DisconnectionError, OperationalError
 
 from pgqueue import statements
 from pgqueue.backends.base import Clock, Completion, iter_chunks, split_holder
-from pgqueue.backends.postgres import locks
+from pgqueue.backends.postgres import bulk, locks
 from pgqueue.backends.postgres import statements as pg_statements
 from pgqueue.backends.postgres.listener import Listener
 from pgqueue.config import check_name
@@ -77,6 +77,7 @@ def _check_idle_connection(dbapi_connection: Any, _record: Any, _proxy: Any) -> 
         raise DisconnectionError("the server closed this pooled connection while it was idle")
 
 
+@functools.cache
 def _complete_on_database_clock() -> Any:
     # Built once, like the enqueue: a busy worker completes a batch every turn.
     return pg_statements.job_complete_many(Clock(None))
@@ -222,6 +223,30 @@ class PostgresBackend:
             # first one have been applied after all, the same ids make the second a no-op.
             logger.info("enqueue: pooled connection was lost (%s); retrying once", exc.orig)
             return _run_autocommit(engine, statement, jobs)
+
+    def enqueue_fresh(
+        self,
+        connection: Connection,
+        shared: Mapping[str, Any],
+        documents: Iterable[str],
+        clock: Clock,
+    ) -> list[str]:
+        """Jobs of one task with generated ids (see ``backends/postgres/bulk.py``)."""
+        return bulk.enqueue_fresh(connection, shared, documents, clock)
+
+    def enqueue_fresh_committed(
+        self, engine: Engine, shared: Mapping[str, Any], document: str, clock: Clock, channel: str
+    ) -> list[str]:
+        """:meth:`enqueue_fresh` as one statement that commits itself with its wake-up."""
+        channel = self.channel(channel)
+        try:
+            return bulk.enqueue_fresh_committed(engine, shared, document, clock, channel)
+        except DBAPIError as exc:
+            if not exc.connection_invalidated:
+                raise
+            # As enqueue_committed: the pooled connection died while idle, nothing ran on it.
+            logger.info("enqueue: pooled connection was lost (%s); retrying once", exc.orig)
+            return bulk.enqueue_fresh_committed(engine, shared, document, clock, channel)
 
     def claim(self, connection: Connection, statement: Any, values: dict[str, Any]) -> list[Any]:
         # The claim must walk the claim index in order and stop after LIMIT rows. Without
