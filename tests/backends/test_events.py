@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 from conditions import wait_until
-from conftest import claim_jobs
+from conftest import POSTGRES_ONLY, SQLITE_ONLY, claim_jobs
 
 import pgqueue
 import pgqueue.schema
@@ -203,9 +203,9 @@ def test_workflow_release_and_dependency_cancellation(queue: pgqueue.Queue) -> N
     assert heard[failing.id] == [*ENQUEUED, ("queued", "processing"), ("processing", "failed")]
 
 
-def test_nothing_is_kept_while_nobody_listens_sqlite(tmp_path: Any) -> None:
-    queue = pgqueue.Queue(f"sqlite:///{tmp_path / 'q.db'}", allow_unknown_tasks=True)
-    queue.migrate()
+@SQLITE_ONLY
+def test_nothing_is_kept_while_nobody_listens_sqlite(db_url: str) -> None:
+    queue = pgqueue.Queue(db_url, allow_unknown_tasks=True)
     queue.enqueue("ev.none", args=[])
 
     def events_rows() -> int:
@@ -246,14 +246,12 @@ def _payloads(connection: Any, until: Any, *, timeout: float = 30.0) -> list[str
     return payloads
 
 
+@POSTGRES_ONLY
 def test_postgres_payloads_stay_under_the_limit_and_batches_do_not_flood(
-    pg_migrated_url: str,
+    db_url: str,
 ) -> None:
-    from conftest import _truncate
-
-    _truncate(pg_migrated_url)
-    queue = pgqueue.Queue(pg_migrated_url, allow_unknown_tasks=True)
-    raw = _raw_listen(pg_migrated_url, event_statements.CHANNEL)
+    queue = pgqueue.Queue(db_url, allow_unknown_tasks=True)
+    raw = _raw_listen(db_url, event_statements.CHANNEL)
     try:
         queue.enqueue("ev.unheard", args=[], id="before-anyone-listens")
         with queue.events() as events:
@@ -289,12 +287,10 @@ def test_postgres_payloads_stay_under_the_limit_and_batches_do_not_flood(
         queue.close()
 
 
-def test_postgres_an_oversized_event_still_arrives_whole(pg_migrated_url: str) -> None:
+@POSTGRES_ONLY
+def test_postgres_an_oversized_event_still_arrives_whole(db_url: str) -> None:
     """Names so long that one event cannot fit a payload: the listener reads them from the row."""
-    from conftest import _truncate
-
-    _truncate(pg_migrated_url)
-    queue = pgqueue.Queue(pg_migrated_url, allow_unknown_tasks=True)
+    queue = pgqueue.Queue(db_url, allow_unknown_tasks=True)
     try:
         job_id = "\x01" * 1000  # JSON escapes each byte as six
         task = "\x02" * 255
