@@ -59,6 +59,7 @@ def _truncate(url: str) -> None:
     with engine.begin() as conn:
         conn.exec_driver_sql(
             "TRUNCATE pgqueue_jobs, pgqueue_workers, pgqueue_leaders, pgqueue_schedules, "
+            "pgqueue_event_listeners, pgqueue_events, "
             "pgqueue_limits, pgqueue_dependencies"
         )
     engine.dispose()

@@ -86,6 +86,9 @@ class Backend(Protocol):
     #: True when this queue can hear wake-ups (LISTEN/NOTIFY on a session of its own); False
     #: means poll. Sending them (``notify``) works whenever the database has them.
     supports_notify: bool
+    #: True when lifecycle events are kept in the ``pgqueue_events`` table for listeners to
+    #: read (SQLite); False: they travel in NOTIFY payloads (see ``pgqueue.events``).
+    events_in_table: bool
     #: True when session advisory locks can be held (leader election, worker liveness); False:
     #: leadership by lease rows, and leases alone find dead workers.
     session_locks: bool

@@ -99,6 +99,7 @@ class PostgresBackend:
     """
 
     name = "postgresql"
+    events_in_table = False
     # Notifications wake waiters; their own re-read is a rarely needed safety net.
     wait_poll = (0.5, 5.0)
     single_writer = False

@@ -47,6 +47,7 @@ class SQLiteBackend:
     name = "sqlite"
     single_writer = True
     supports_notify = False
+    events_in_table = True
     session_locks = False
     # Nothing pushes a finish from another process: the waiter polls briskly.
     wait_poll = (0.01, 0.25)
