@@ -1,6 +1,6 @@
 """Worker processes of the transactional-completion tests (started by path, not a test module).
 
-    python tests/workflows/tx_app.py
+    python tests/workflows/tx_app.py [LEASE [--no-reaper]]
 
 ``$PGQUEUE_URL`` names the database, which holds a table ``effects(job_id UNIQUE, pid)``. The
 handler of ``tx.effect`` writes its row in the job's own transaction. Its first attempt may hold:
@@ -56,10 +56,11 @@ if __name__ == "__main__":
 
     faulthandler.register(signal.SIGUSR1, all_threads=True)  # a stuck test can ask for stacks
     lease = float(sys.argv[1]) if len(sys.argv) > 1 else 2.0
+    reaper = "--no-reaper" not in sys.argv[2:]
     worker = pgqueue.Worker(
         queue,
         concurrency=2,
         lease=lease,
-        reaper=pgqueue.Reaper(queue, interval=0.3, max_stalls=50),
+        reaper=pgqueue.Reaper(queue, interval=0.3, max_stalls=50) if reaper else False,
     )
     worker.run()
