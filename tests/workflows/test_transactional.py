@@ -219,9 +219,12 @@ def test_sigstop_past_the_lease_commits_nothing(db_url: str, tmp_path: Path) -> 
     # takeover. SQLite: stopped before the transaction begins (an open write transaction holds
     # SQLite's one write lock, so nobody could take over while it is stopped).
     mid_transaction = queue.engine.dialect.name == "postgresql"
-    # Past the lease by the time it is continued, so it goes straight on to the commit.
-    hold = {"after": 4.0} if mid_transaction else {"before": 4.0}
-    job = queue.enqueue("tx.effect", kwargs=hold)
+    # Held until the release file exists, which the test creates only after the takeover: not
+    # for a time, which could run out while the test waits (for the stop, for SQLite's lock),
+    # letting the first attempt finish before anyone took over.
+    release = tmp_path / "release"
+    hold = {"after": 1.0} if mid_transaction else {"before": 1.0}
+    job = queue.enqueue("tx.effect", kwargs={**hold, "release": str(release)})
     workers = Workers(db_url, tmp_path, lease=1.0)
     try:
         # Without a reaper of its own: continued for a moment past its lease (below), the first
@@ -238,13 +241,14 @@ def test_sigstop_past_the_lease_commits_nothing(db_url: str, tmp_path: Path) -> 
             # Let it run on for a moment until it is stopped holding none.
             while not _writable(db_url):
                 first.send_signal(signal.SIGCONT)
-                time.sleep(0.05)  # a moment to finish its transaction, not a wait for a condition
+                time.sleep(0.05)  # a moment to end its transaction, not a wait for a condition
                 _stop(first)
         second = workers.start()
         wait_until(lambda: f"{job.id} 2 {second.pid}" in workers.notes(), "the takeover")
         wait_until(lambda: _completed(queue, 1), "the job completed by the second worker")
         # Woken past its lease, the first attempt writes (again) and tries to commit: its
         # fenced completion finds the job taken and rolls everything back.
+        release.touch()
         first.send_signal(signal.SIGCONT)
         wait_until(
             lambda: "the job's transaction rolled back" in (tmp_path / "stderr-0.log").read_text(),
