@@ -60,7 +60,7 @@ OPTIONS = {
     "prune": "finished rows the pruner deletes",
     "drain": "jobs the workers drain meanwhile",
 }
-QUICK = {"finished": 20_000, "queued": 5_000, "queues": 50, "prune": 5_000, "drain": 2_000}
+QUICK = {"finished": 20_000, "queued": 5_000, "queues": 50, "prune": 5_000, "drain": 10_000}
 
 _COLUMNS = (
     "id, task, queue, state, payload, priority, run_at, attempts, max_attempts, stall_count, "
