@@ -101,16 +101,19 @@ def claim_limited(
             claimed = claim_limited(conn, queue.backend.insert, worker_id="w", lock_token=token,
                                     limit=8, lease=30, queues=None, clock=queue.backend.clock())
     """
-    rows = _claim(
-        conn,
-        insert,
-        worker_id=worker_id,
-        lock_token=lock_token,
-        limit=limit,
-        lease=lease,
-        queues=queues,
-        clock=clock,
-    )
+
+    def claim_ids(ids: list[str], at: Clock) -> Any:
+        return statements.job_claim(
+            worker_id=worker_id,
+            lock_token=lock_token,
+            limit=len(ids),
+            lease=lease,
+            queues=None,
+            clock=at,
+            ids=ids,
+        )
+
+    rows = _claim(conn, insert, claim_ids, limit=limit, queues=queues, clock=clock)
     if len(rows) >= limit:
         return LimitedClaim(rows)
     next_open, current = conn.execute(limit_statements.limit_next_open(clock)).one()
@@ -121,11 +124,9 @@ def claim_limited(
 def _claim(
     conn: Connection,
     insert: Callable[[Any], Any],
+    claim_ids: Callable[[list[str], Clock], Any],
     *,
-    worker_id: str,
-    lock_token: str,
     limit: int,
-    lease: float,
     queues: Sequence[str] | None,
     clock: Clock,
 ) -> list[RowMapping]:
@@ -187,16 +188,7 @@ def _claim(
             break
     if not picked:
         return []
-    claim = statements.job_claim(
-        worker_id=worker_id,
-        lock_token=lock_token,
-        limit=len(picked),
-        lease=lease,
-        queues=None,
-        clock=clock,
-        ids=picked,
-    )
-    rows = list(conn.execute(claim).mappings().all())
+    rows = list(conn.execute(claim_ids(picked, clock)).mappings().all())
     if moved:
         # A slot whose job another claimer took meanwhile (testing.run_job) is spent anyway:
         # erring on the slow side keeps the rate.

@@ -7,22 +7,25 @@ import json
 import logging
 import select as select_module
 import zlib
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy import Connection, Engine, Table, Text, bindparam, event, func, select
+from sqlalchemy import Connection, Engine, Table, event
 from sqlalchemy.dialects import postgresql
+from sqlalchemy.engine import URL
 from sqlalchemy.exc import DBAPIError, DisconnectionError, OperationalError
 
 from pgqueue import statements
 from pgqueue.backends.base import Clock, Completion, iter_chunks, split_holder
+from pgqueue.backends.postgres import bulk, locks
+from pgqueue.backends.postgres import statements as pg_statements
+from pgqueue.backends.postgres.listener import Listener
 from pgqueue.config import check_name
 from pgqueue.errors import BackendError, ConfigError, SchemaMissingError
-from pgqueue.notifications import Listener
 
 __all__ = ["PostgresBackend"]
 
@@ -37,41 +40,23 @@ _UNDEFINED_TABLE = "42P01"
 # name another schema.
 _MAX_IDENTIFIER_BYTES = 63
 
-# One NOTIFY per payload in one statement, built once (building costs more than running it).
-_NOTIFY_MANY = select(
-    func.pg_notify(
-        bindparam("channel", type_=Text),
-        func.unnest(bindparam("payloads", type_=postgresql.ARRAY(Text))).column_valued("payload"),
-    )
-)
-
-
-_NO_BITMAP_SCAN = statements.transaction_setting("enable_bitmapscan", "off")
-
-_NOTIFY = select(func.pg_notify(bindparam("channel", type_=Text), bindparam("payload", type_=Text)))
-
-
-# Leaders hold a session advisory lock on a connection named "pgqueue leader ROLE PID@HOST" (see
-# maintenance/leadership.py); followers have the same name but no granted lock.
-_LEADERS = sa.text(
-    "SELECT DISTINCT substr(a.application_name, 16) AS label,"
-    " coalesce(host(a.client_addr), 'local') || ' pid ' || a.pid AS holder"
-    " FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid"
-    " WHERE l.locktype = 'advisory' AND l.granted"
-    " AND a.application_name LIKE 'pgqueue leader %' ORDER BY label"
-)
+# Built once (building a statement costs more than running it).
+_NO_BITMAP_SCAN = pg_statements.transaction_setting("enable_bitmapscan", "off")
+_NOTIFY = pg_statements.notify()
+_NOTIFY_MANY = pg_statements.notify_many()
+_LEADERS = pg_statements.leaders_holding_locks()
 
 
 @functools.cache
 def _enqueue_on_database_clock() -> Any:
     # Built once: building the statement costs more than running it for one job, and a single
     # enqueue is on the hot path of enqueue_and_wait's round trip.
-    return statements.job_enqueue_many(postgresql.insert, Clock(None))
+    return pg_statements.job_enqueue_many(postgresql.insert, Clock(None))
 
 
 @functools.cache
 def _enqueue_notify_on_database_clock(channel: str) -> Any:
-    return statements.job_enqueue_notify(postgresql.insert, Clock(None), channel)
+    return pg_statements.job_enqueue_notify(postgresql.insert, Clock(None), channel)
 
 
 def _check_idle_connection(dbapi_connection: Any, _record: Any, _proxy: Any) -> None:
@@ -92,9 +77,10 @@ def _check_idle_connection(dbapi_connection: Any, _record: Any, _proxy: Any) -> 
         raise DisconnectionError("the server closed this pooled connection while it was idle")
 
 
+@functools.cache
 def _complete_on_database_clock() -> Any:
     # Built once, like the enqueue: a busy worker completes a batch every turn.
-    return statements.job_complete_many(Clock(None))
+    return pg_statements.job_complete_many(Clock(None))
 
 
 # SQLSTATE classes of a value the server refuses: 22 data exception (e.g. a lone surrogate in
@@ -113,6 +99,9 @@ class PostgresBackend:
     """
 
     name = "postgresql"
+    # Notifications wake waiters; their own re-read is a rarely needed safety net.
+    wait_poll = (0.5, 5.0)
+    single_writer = False
 
     def __init__(
         self, *, schema: str | None = None, pooler: str | None = None, sessions: bool = True
@@ -169,12 +158,7 @@ class PostgresBackend:
     def ensure_schema(self, connection: Connection) -> None:
         if self.schema is None:
             return
-        exists = connection.scalar(
-            select(sa.literal(True)).where(
-                sa.table("pg_namespace", sa.column("nspname"), schema="pg_catalog").c.nspname
-                == self.schema
-            )
-        )
+        exists = connection.scalar(pg_statements.schema_exists(self.schema))
         # Checked first: CREATE SCHEMA IF NOT EXISTS needs the CREATE privilege on the database
         # even when the schema is already there, which an application role often lacks.
         if not exists:
@@ -192,7 +176,7 @@ class PostgresBackend:
         statement = (
             _enqueue_on_database_clock()
             if clock.fixed is None
-            else statements.job_enqueue_many(self.insert, clock)
+            else pg_statements.job_enqueue_many(self.insert, clock)
         )
 
         def send(jobs: str) -> list[str]:
@@ -225,7 +209,7 @@ class PostgresBackend:
         statement = (
             _enqueue_notify_on_database_clock(channel)
             if clock.fixed is None
-            else statements.job_enqueue_notify(self.insert, clock, channel)
+            else pg_statements.job_enqueue_notify(self.insert, clock, channel)
         )
         jobs = _enqueue_document(list(rows))
         try:
@@ -238,6 +222,30 @@ class PostgresBackend:
             # first one have been applied after all, the same ids make the second a no-op.
             logger.info("enqueue: pooled connection was lost (%s); retrying once", exc.orig)
             return _run_autocommit(engine, statement, jobs)
+
+    def enqueue_fresh(
+        self,
+        connection: Connection,
+        shared: Mapping[str, Any],
+        documents: Iterable[str],
+        clock: Clock,
+    ) -> list[str]:
+        """Jobs of one task with generated ids (see ``backends/postgres/bulk.py``)."""
+        return bulk.enqueue_fresh(connection, shared, documents, clock)
+
+    def enqueue_fresh_committed(
+        self, engine: Engine, shared: Mapping[str, Any], document: str, clock: Clock, channel: str
+    ) -> list[str]:
+        """:meth:`enqueue_fresh` as one statement that commits itself with its wake-up."""
+        channel = self.channel(channel)
+        try:
+            return bulk.enqueue_fresh_committed(engine, shared, document, clock, channel)
+        except DBAPIError as exc:
+            if not exc.connection_invalidated:
+                raise
+            # As enqueue_committed: the pooled connection died while idle, nothing ran on it.
+            logger.info("enqueue: pooled connection was lost (%s); retrying once", exc.orig)
+            return bulk.enqueue_fresh_committed(engine, shared, document, clock, channel)
 
     def claim(self, connection: Connection, statement: Any, values: dict[str, Any]) -> list[Any]:
         # The claim must walk the claim index in order and stop after LIMIT rows. Without
@@ -264,14 +272,14 @@ class PostgresBackend:
         # Before anything else, the version table's creation included: two migrators that both
         # see no table would both CREATE it (duplicate key in pg_type). Transaction-scoped, so
         # the lock goes with the commit of the whole upgrade, or with its rollback.
-        connection.execute(statements.advisory_xact_lock(key))
+        connection.execute(pg_statements.advisory_xact_lock(key))
         quote = connection.dialect.identifier_preparer.quote
         for name in tables:
             # LOCK TABLE is text, which schema_translate_map does not reach: qualify it here.
             qualified = (
                 quote(name) if self.schema is None else f"{quote(self.schema)}.{quote(name)}"
             )
-            connection.execute(statements.table_lock_exclusive(qualified))
+            connection.execute(pg_statements.table_lock_exclusive(qualified))
 
     def notify(self, connection: Connection, channel: str, payload: str) -> None:
         connection.execute(_NOTIFY, {"channel": self.channel(channel), "payload": payload})
@@ -290,13 +298,35 @@ class PostgresBackend:
         statement = (
             _complete_on_database_clock()
             if clock.fixed is None
-            else statements.job_complete_many(clock)
+            else pg_statements.job_complete_many(clock)
         )
         return set(connection.scalars(statement, {"done": _complete_document(jobs)}))
+
+    def session_connection(self, engine: Engine, label: str) -> Connection:
+        return locks.open_session_connection(engine, label)
+
+    def set_session(self, connection: Connection, name: str, value: str) -> None:
+        locks.set_session(connection, name, value)
+
+    def try_lock(self, connection: Connection, key: int) -> bool:
+        return locks.try_lock(connection, key)
+
+    def holds_lock(self, connection: Connection, key: int) -> bool:
+        return locks.holds_lock(connection, key)
+
+    def unlock(self, connection: Connection, key: int) -> None:
+        locks.unlock(connection, key)
+
+    def orphaned_jobs(self, *, limit: int) -> Any:
+        return pg_statements.job_orphaned(limit=limit)
 
     def refuses_value(self, error: DBAPIError) -> bool:
         sqlstate = getattr(error.orig, "sqlstate", None)
         return sqlstate is not None and sqlstate.startswith(_REFUSED_VALUE_CLASSES)
+
+    def supports_jdbc(self, url: URL) -> bool:
+        # The JDBC driver speaks TCP only: a Unix socket (no host) is out of its reach.
+        return url.host is not None
 
     def missing_database(self, url: Any) -> str | None:
         # Connecting never creates a database here; the server says what is missing.
@@ -332,7 +362,7 @@ def _run_autocommit(engine: Engine, statement: Any, jobs: str) -> list[str]:
 
 
 def _complete_document(jobs: Sequence[Completion]) -> str:
-    """The JSON document of ``statements.job_complete_many``: each result's text is spliced in as
+    """The JSON document of ``job_complete_many``: each result's text is spliced in as
     it is, so a result is never encoded twice (only ids and tokens, flat strings, are)."""
     dumps = json.dumps
     return (
@@ -347,12 +377,12 @@ def _complete_document(jobs: Sequence[Completion]) -> str:
 
 
 def _enqueue_document(rows: list[dict[str, Any]]) -> str:
-    """The JSON document of ``statements.job_enqueue_many`` for these jobs."""
+    """The JSON document of ``job_enqueue_many`` for these jobs."""
     return json.dumps([_enqueue_fields(row) for row in rows], separators=(",", ":"))
 
 
 def _enqueue_fields(row: dict[str, Any]) -> dict[str, Any]:
-    """One job as an object in ``statements.job_enqueue_many``'s JSON document."""
+    """One job as an object in ``job_enqueue_many``'s JSON document."""
     run_at = row["run_at"]
     fields = {
         **row,
