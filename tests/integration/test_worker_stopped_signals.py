@@ -22,8 +22,12 @@ PROCESSES = 4
 
 def _stopped(pid: int) -> bool:
     """Whether every thread of ``pid`` is stopped (state T in /proc)."""
-    tasks = Path(f"/proc/{pid}/task")
-    states = [(task / "stat").read_text().rsplit(")", 1)[1].split()[0] for task in tasks.iterdir()]
+    states = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            states.append((task / "stat").read_text().rsplit(")", 1)[1].split()[0])
+        except FileNotFoundError:
+            continue  # a thread that just ended
     return all(state == "T" for state in states)
 
 
