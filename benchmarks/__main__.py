@@ -29,6 +29,7 @@ from typing import Any
 
 from benchmarks import (
     compare,
+    connections,
     dashboard,
     drain,
     enqueue,
@@ -41,7 +42,7 @@ from benchmarks.common import BACKENDS, Databases, Figure, Interference
 
 BENCHMARKS = {
     module.NAME: module
-    for module in (enqueue, drain, roundtrip, recovery, history, dashboard, scale)
+    for module in (enqueue, drain, roundtrip, recovery, history, dashboard, connections, scale)
 }
 #: Run only when named with --only: scale writes millions of rows (a quarter of an hour).
 ON_DEMAND = {scale.NAME}

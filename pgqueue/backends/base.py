@@ -22,7 +22,7 @@ from sqlalchemy.exc import DBAPIError
 from pgqueue.backends.types import UTCDateTime
 
 if TYPE_CHECKING:
-    from pgqueue.notifications import WakeUps
+    from pgqueue.notifications import Session, WakeUps
 
 __all__ = ["Backend", "Clock", "Completion", "split_holder"]
 
@@ -194,6 +194,12 @@ class Backend(Protocol):
         """Whether ``error`` says the database refused a value the statement carried (a data
         exception, a size or nesting limit): the same write can never succeed, unlike one that
         met a dropped connection, a lock timeout or a restart."""
+        ...
+
+    def session(self, engine: Engine, label: str) -> Session | None:
+        """A session of its own for ``engine``'s database, named ``label``: a connection outside
+        the pool (started on first use) that holds session locks and can LISTEN; None where
+        there are no session locks."""
         ...
 
     def session_connection(self, engine: Engine, label: str) -> Connection:

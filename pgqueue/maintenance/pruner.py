@@ -234,7 +234,7 @@ class Pruner(MaintenanceService):
     def _drain(self, batch: Update | Delete) -> int:
         total = 0
         while not self._stopping.is_set():
-            with self.queue.connect() as conn:
+            with self.leadership.connect() as conn:
                 changed = conn.execute(batch).rowcount
             total += changed
             if changed < self.config.batch_size:

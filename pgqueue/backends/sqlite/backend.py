@@ -143,6 +143,10 @@ class SQLiteBackend:
             return None
         return FileWatcher(Path(database).resolve())
 
+    def session(self, engine: Engine, label: str) -> None:
+        # No session locks: leadership is a lease row, liveness the lease alone.
+        return None
+
     def lock_migrations(
         self, connection: Connection, key: int, *, tables: Sequence[str] = ()
     ) -> None:
