@@ -492,13 +492,16 @@ def job_complete_many(clock: Clock) -> Update:
             updated_at=clock.now(),
             result_expires_at=clock.now() + JOBS.c.result_ttl * _ONE_SECOND,
         )
-        .returning(JOBS.c.id)
+        # The flag as this UPDATE wrote it: after waiting for an enqueue that attached a
+        # dependent, that is the enqueue's (workflow/statements.py, dependencies_lock).
+        .returning(JOBS.c.id, JOBS.c.has_dependents)
     )
 
 
 def job_held(pairs: Sequence[tuple[str, str]]) -> Select[Any]:
-    """The ids of the jobs still held under these ``(id, lock_token)`` pairs."""
-    return select(JOBS.c.id).where(_fenced(pairs))
+    """The ids of the jobs still held under these ``(id, lock_token)`` pairs, and whether each
+    has dependents."""
+    return select(JOBS.c.id, JOBS.c.has_dependents).where(_fenced(pairs))
 
 
 def job_complete_each(clock: Clock) -> Update:
@@ -565,7 +568,12 @@ def job_fail(
         )
     else:
         values.update(state=str(JobState.FAILING), run_at=clock.after(retry_in))
-    return update(JOBS).where(_fenced([(job_id, lock_token)])).values(**values).returning(JOBS.c.id)
+    return (
+        update(JOBS)
+        .where(_fenced([(job_id, lock_token)]))
+        .values(**values)
+        .returning(JOBS.c.id, JOBS.c.has_dependents)
+    )
 
 
 def job_release(pairs: Sequence[tuple[str, str]], clock: Clock) -> Update:

@@ -90,7 +90,8 @@ class JobTransaction:
                 backend = self.queue.backend
                 clock = backend.clock()
                 done = Completion(self.job_id, self.lock_token, result, self.result_ttl)
-                if not backend.complete(conn, [done], clock):
+                held = backend.complete(conn, [done], clock)
+                if not held:
                     transaction.rollback()
                     logger.warning(
                         "lease lost, the job's transaction rolled back job_id=%s",
@@ -100,7 +101,8 @@ class JobTransaction:
                     return False
                 payload = finished_payload(str(JobState.COMPLETED), self.job_id)
                 backend.notify_many(conn, FINISHED_CHANNEL, [payload])
-                dependencies.settle(conn, backend, [self.job_id], clock)
+                if held[self.job_id]:
+                    dependencies.settle(conn, backend, [self.job_id], clock)
             transaction.commit()
             return True
         finally:

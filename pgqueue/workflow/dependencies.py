@@ -115,6 +115,9 @@ def attach(
         for position, parent in enumerate(row["depends_on"])
     ]
     conn.execute(DEPENDENCIES.insert(), edges)
+    parents = sorted({edge["depends_on"] for edge in edges})
+    for start in range(0, len(parents), 1000):
+        conn.execute(statements.dependencies_flag(parents[start : start + 1000]))
     conn.execute(statements.dependents_wait(ids, clock))
     return _resolve(conn, backend, ids, clock)
 
