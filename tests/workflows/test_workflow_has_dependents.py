@@ -52,10 +52,9 @@ def _finishing(queue: pgqueue.Queue, job_id: str, token: str, state: JobState) -
 @contextmanager
 def _attaching(queue: pgqueue.Queue, job_id: str, parent: str) -> Iterator[None]:
     """An enqueue of ``job_id`` depending on ``parent``, committed when the block ends."""
-    with queue.engine.connect() as conn:
-        with conn.begin():
-            queue.enqueue("t", id=job_id, depends_on=[parent], connection=conn)
-            yield
+    with queue.engine.connect() as conn, conn.begin():
+        queue.enqueue("t", id=job_id, depends_on=[parent], connection=conn)
+        yield
 
 
 def _lock_waiters(queue: pgqueue.Queue) -> Callable[[], bool]:
