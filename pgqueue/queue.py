@@ -920,7 +920,10 @@ class Queue:
     ) -> bool:
         """Move a ``failed`` or ``cancelled`` job back to ``queued`` with fresh counters.
 
-        Returns False when the job is missing or in any other state.
+        A job with dependencies (``depends_on``) has them checked again, as at its enqueue: it
+        goes back to ``waiting`` while one is unfinished. Returns False when the job is missing,
+        in any other state, or depends on a failed or cancelled job under
+        ``on_dependency_failure="cancel"`` (retry that job first; this one is left as it is).
 
         Example::
 
@@ -928,10 +931,10 @@ class Queue:
                 queue.retry(job_id)
         """
         with self.connect(connection=connection) as conn:
-            retried = conn.scalar(statements.job_retry(job_id, self.backend.clock(now)))
-            if retried is not None:
+            retried = dependencies.retry(conn, self.backend, [job_id], self.backend.clock(now))
+            if retried.moved:
                 self.backend.notify(conn, ENQUEUED_CHANNEL, "")
-        return retried is not None
+        return bool(retried.moved)
 
     # -- workflows -----------------------------------------------------------------------------
 

@@ -40,6 +40,7 @@ __all__ = [
     "dependencies_delete",
     "dependencies_flag",
     "dependencies_lock",
+    "dependencies_of",
     "dependency_results",
     "dependents_cancel",
     "dependents_locked",
@@ -93,6 +94,13 @@ def dependencies_flag(ids: Sequence[str]) -> Update:
         .where(JOBS.c.id.in_(list(ids)), not_(JOBS.c.has_dependents))
         .values(has_dependents=True)
     )
+
+
+def dependencies_of(job_ids: Sequence[str]) -> Select[Any]:
+    """The edges of these dependents: ``(job_id, depends_on, on_failure)``."""
+    return select(
+        DEPENDENCIES.c.job_id, DEPENDENCIES.c.depends_on, DEPENDENCIES.c.on_failure
+    ).where(DEPENDENCIES.c.job_id.in_(list(job_ids)))
 
 
 def dependencies_delete(job_ids: Sequence[str]) -> Delete:
