@@ -8,7 +8,7 @@ import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from datetime import datetime, timedelta, tzinfo
-from typing import Any, ParamSpec, TypeVar, Unpack, overload
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, Unpack, overload
 
 from sqlalchemy import Connection, Engine, select
 from sqlalchemy.engine import URL
@@ -59,6 +59,9 @@ from pgqueue.waiting import Wait, Waiters, await_for, wait_for
 from pgqueue.workflow import dependencies
 from pgqueue.workflow import statements as wf_statements
 from pgqueue.workflow.status import WorkflowStatus, cancel_workflow, workflow_status
+
+if TYPE_CHECKING:
+    from pgqueue.worker.transaction import JobTransaction
 
 __all__ = ["Queue"]
 
@@ -702,6 +705,13 @@ class Queue:
         for queue_name in {row["queue"] for row in unique.values() if row["id"] in queued}:
             self.backend.notify(conn, ENQUEUED_CHANNEL, queue_name)
         return _results(rows, queued, outcomes)
+
+    def _job_transaction(self, job_id: str, lock_token: str, result_ttl: int) -> JobTransaction:
+        """The transaction a job's handler writes in and the job completes in (see
+        ``worker/transaction.py``); a framework's queue (``contrib.django``) gives its own."""
+        from pgqueue.worker.transaction import JobTransaction
+
+        return JobTransaction(self, job_id, lock_token, result_ttl)
 
     def _joins_open_transaction(self) -> bool:
         """Whether :meth:`connect` without a connection joins a transaction the caller has open

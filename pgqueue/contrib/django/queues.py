@@ -14,6 +14,7 @@ from django.db import close_old_connections
 from sqlalchemy import Connection, Engine
 
 from pgqueue.contrib.django import connection as bridge
+from pgqueue.contrib.django.transactions import DjangoJobTransaction
 from pgqueue.errors import ConfigError, PgQueueError
 from pgqueue.execution import current_job
 from pgqueue.notifications import WakeUps
@@ -81,13 +82,28 @@ class DjangoQueue(Queue):
     ) -> Iterator[Connection]:
         """As :meth:`Queue.connect`, but join Django's transaction when one is open."""
         if connection is None and session is None and bridge.in_transaction(self.database):
-            if self._borrowed is None:
-                self._borrowed = bridge.borrowed_engine(self.database)
-            with self._borrowed.connect() as borrowed, super().connect(connection=borrowed) as conn:
+            with (
+                self.borrowed().connect() as borrowed,
+                super().connect(connection=borrowed) as conn,
+            ):
                 yield conn
         else:
             with super().connect(connection=connection, session=session, write=write) as conn:
                 yield conn
+
+    def borrowed(self) -> Engine:
+        """An engine over Django's connection of the calling thread (see
+        ``connection.borrowed_engine``): for use inside ``transaction.atomic()`` only."""
+        if self._borrowed is None:
+            self._borrowed = bridge.borrowed_engine(self.database)
+        return self._borrowed
+
+    def _job_transaction(
+        self, job_id: str, lock_token: str, result_ttl: int
+    ) -> DjangoJobTransaction:
+        # A transactional handler's writes go through Django's ORM: its job transaction is an
+        # atomic() block on Django's connection (contrib/django/transactions.py).
+        return DjangoJobTransaction(self, job_id, lock_token, result_ttl)
 
     def _joins_open_transaction(self) -> bool:
         # Inside transaction.atomic() connect() joins Django's transaction: an enqueue there must
@@ -109,6 +125,11 @@ class DjangoQueue(Queue):
         register = super().task(**options)
 
         def wrap(fn: Callable[..., Any]) -> Any:
+            if options.get("transactional") and inspect.iscoroutinefunction(fn):
+                raise ConfigError(
+                    f"{fn.__qualname__}: an async def task cannot be transactional under Django "
+                    "(its atomic() block lives on one thread's connection); make it a def"
+                )
             return register(with_fresh_connections(fn))
 
         return wrap if function is None else wrap(function)
@@ -129,11 +150,15 @@ def with_fresh_connections(function: Callable[P, R]) -> Callable[P, R]:
     def run(*args: P.args, **kwargs: P.kwargs) -> R:
         if not _under_worker():
             return function(*args, **kwargs)
-        close_old_connections()
+        # Not inside the job's own atomic() block (a transactional task): closing the connection
+        # there would break the block, which closes stale connections itself when it ends.
+        if not _in_job_transaction():
+            close_old_connections()
         try:
             return function(*args, **kwargs)
         finally:
-            close_old_connections()
+            if not _in_job_transaction():
+                close_old_connections()
 
     _FRESH[function] = run
     return run
@@ -142,6 +167,11 @@ def with_fresh_connections(function: Callable[P, R]) -> Callable[P, R]:
 _FRESH: weakref.WeakKeyDictionary[Callable[..., Any], Callable[..., Any]] = (
     weakref.WeakKeyDictionary()
 )
+
+
+def _in_job_transaction() -> bool:
+    job_transaction = current_job().job_transaction
+    return job_transaction is not None and job_transaction.open
 
 
 def _under_worker() -> bool:
