@@ -313,6 +313,7 @@ class WorkerLoop:
                 row["result_ttl"],
                 self.queue.tasks.get(row["task"]),
             )
+            job.not_before = self.store.start_at.pop(job.id, None)
             self.ledger.add(job)
             failure = self.executor.launch(job, row["payload"])
             if failure is not None:

@@ -62,6 +62,8 @@ class JobStore:
         self.limited: set[str] = set()
         #: From the last claim: seconds until a rate-limited job may start (None: none waits).
         self.rate_wake_in: float | None = None
+        #: Jobs claimed ahead of their rate slot: when (time.time) each may start.
+        self.start_at: dict[str, float] = {}
         #: Ids written by the current store() whose row has dependents (read in the RETURNING).
         self._with_dependents: set[str] = set()
 
@@ -103,6 +105,7 @@ class JobStore:
         """Claim up to ``limit`` due jobs of this worker's queues (only among ``ids`` if given)
         under ``lock_token``; returns their rows (``statements.CLAIMED_COLUMNS``)."""
         self.rate_wake_in = None
+        self.start_at = {}
         if ids is not None:
             statement = statements.job_claim(
                 worker_id=self.worker_id,
@@ -143,6 +146,7 @@ class JobStore:
             rows += limited.rows
             self.limited.update(row["id"] for row in limited.rows)
             self.rate_wake_in = limited.wake_in
+            self.start_at.update((i, at.timestamp()) for i, at in limited.starts.items())
         return rows
 
     def extend(self, conn: Connection, holding: list[Claimed], clock: Clock) -> set[str]:
