@@ -1,7 +1,7 @@
 """The claim of jobs with flow limits: a few statements in the worker's claim transaction.
 
 1. ``limit_heads``: which (concurrency key, rate key) pairs have due jobs that look claimable.
-2. ``limit_ensure`` + ``limit_lock``: lock those keys' rows in ``pgqueue_limits``, skipping keys
+2. ``limit_lock`` (``limit_ensure`` first for missing rows): lock the keys' rows, skipping keys
    another claimer holds right now (PostgreSQL ``FOR UPDATE SKIP LOCKED``; SQLite's
    ``BEGIN IMMEDIATE`` already serialises claims). Until this transaction ends nobody else claims
    a job of a locked key, and every claim of those keys that came before has committed.
@@ -167,12 +167,19 @@ def _claim(
     )
     if not wanted:
         return []
-    # Sorted, so two claimers creating the same new rows cannot deadlock on each other.
-    conn.execute(limit_statements.limit_ensure(insert), [{"kind": k, "key": v} for k, v in wanted])
-    locked = conn.execute(limit_statements.limit_lock(wanted, clock)).all()
+    locked = list(conn.execute(limit_statements.limit_lock(wanted, clock)))
+    if len(locked) < len(wanted):
+        # A key's row is missing (its first job, or pruned) or another claimer holds it: create
+        # the missing ones (sorted, so two claimers creating the same rows cannot deadlock) and
+        # lock those left. Most claims find every row and save this round trip.
+        have = {(row.kind, row.key) for row in locked}
+        rest = [pair for pair in wanted if pair not in have]
+        ensure = limit_statements.limit_ensure(insert)
+        conn.execute(ensure, [{"kind": k, "key": v} for k, v in rest])
+        locked += conn.execute(limit_statements.limit_lock(rest, clock))
     if not locked:
         return []
-    now: datetime = locked[0].now
+    now: datetime = max(row.now for row in locked)
     # From here on "now" is the instant the locks were held: a job's started_at is exactly the
     # instant its rate slot was taken.
     clock = Clock(now)
