@@ -69,6 +69,11 @@ class Library:
     name = ""
     distribution = ""
     settings = ""
+    #: SQL reading the library's own tables: jobs completed so far, the first job's start and
+    #: the last job's finish.
+    finished_sql = ""
+    first_start_sql = ""
+    last_finish_sql = ""
 
     @property
     def version(self) -> str:
@@ -103,11 +108,11 @@ class Library:
 
     def finished(self, url: str) -> int:
         """Jobs completed so far."""
-        raise NotImplementedError
+        return int(_scalar(url, self.finished_sql))
 
     def span(self, url: str) -> tuple[datetime, datetime]:
         """The library's own stamps: the first job's start and the last job's finish."""
-        raise NotImplementedError
+        return _scalar(url, self.first_start_sql), _scalar(url, self.last_finish_sql)
 
     def worker_args(self) -> list[str]:
         return []
@@ -125,10 +130,46 @@ def _paced(
     return seconds
 
 
+def _timed(count: int, call: Callable[[], Any]) -> list[float]:
+    seconds = []
+    for _ in range(count):
+        before = time.perf_counter()
+        call()
+        seconds.append(time.perf_counter() - before)
+    return seconds
+
+
+async def _atimed(count: int, call: Callable[[], Awaitable[Any]]) -> list[float]:
+    seconds = []
+    for _ in range(count):
+        before = time.perf_counter()
+        await call()
+        seconds.append(time.perf_counter() - before)
+    return seconds
+
+
+async def _apaced(
+    samples: int,
+    every: float,
+    enqueue: Callable[[int], Awaitable[Any]],
+    wait: Callable[[int], float],
+) -> list[float]:
+    seconds = []
+    for n in range(samples):
+        before = time.time()
+        await enqueue(n)
+        seconds.append(await asyncio.to_thread(wait, n) - before)
+        await asyncio.sleep(max(every - (time.time() - before), 0))
+    return seconds
+
+
 class PgQueue(Library):
     name = "pgqueue"
     distribution = "pgqueue-sql"
     settings = f"concurrency {PGQUEUE_CONCURRENCY}"
+    finished_sql = "SELECT count(*) FROM pgqueue_jobs WHERE state = 'completed'"
+    first_start_sql = "SELECT min(started_at) FROM pgqueue_jobs"
+    last_finish_sql = "SELECT max(finished_at) FROM pgqueue_jobs"
 
     def available(self) -> bool:
         return True
@@ -166,12 +207,7 @@ class PgQueue(Library):
     def single_enqueues(self, url: str, count: int) -> list[float]:
         queue = self._queue(url)
         try:
-            seconds = []
-            for _ in range(count):
-                before = time.perf_counter()
-                queue.enqueue("bench.noop")
-                seconds.append(time.perf_counter() - before)
-            return seconds
+            return _timed(count, lambda: queue.enqueue("bench.noop"))
         finally:
             queue.close()
 
@@ -184,19 +220,14 @@ class PgQueue(Library):
         finally:
             queue.close()
 
-    def finished(self, url: str) -> int:
-        return int(_scalar(url, "SELECT count(*) FROM pgqueue_jobs WHERE state = 'completed'"))
-
-    def span(self, url: str) -> tuple[datetime, datetime]:
-        first = _scalar(url, "SELECT min(started_at) FROM pgqueue_jobs")
-        last = _scalar(url, "SELECT max(finished_at) FROM pgqueue_jobs")
-        return first, last
-
 
 class PgQueuer(Library):
     name = "pgqueuer"
     distribution = "pgqueuer"
     settings = f"batch_size {PGQUEUER_BATCH}"
+    finished_sql = "SELECT count(*) FROM pgqueuer_log WHERE status = 'successful'"
+    first_start_sql = "SELECT min(created) FROM pgqueuer_log WHERE status = 'picked'"
+    last_finish_sql = "SELECT max(created) FROM pgqueuer_log WHERE status = 'successful'"
 
     def _run(self, url: str, body: Callable[[Any], Awaitable[T]]) -> T:
         async def main() -> T:
@@ -227,12 +258,7 @@ class PgQueuer(Library):
 
     def single_enqueues(self, url: str, count: int) -> list[float]:
         async def body(queries: Any) -> list[float]:
-            seconds = []
-            for _ in range(count):
-                before = time.perf_counter()
-                await queries.enqueue("noop", None)
-                seconds.append(time.perf_counter() - before)
-            return seconds
+            return await _atimed(count, lambda: queries.enqueue("noop", None))
 
         return self._run(url, body)
 
@@ -240,29 +266,20 @@ class PgQueuer(Library):
         self, url: str, samples: int, every: float, wait: Callable[[int], float]
     ) -> list[float]:
         async def body(queries: Any) -> list[float]:
-            seconds = []
-            for n in range(samples):
-                before = time.time()
-                await queries.enqueue("pickup", str(n).encode())
-                seconds.append(await asyncio.to_thread(wait, n) - before)
-                await asyncio.sleep(max(every - (time.time() - before), 0))
-            return seconds
+            return await _apaced(
+                samples, every, lambda n: queries.enqueue("pickup", str(n).encode()), wait
+            )
 
         return self._run(url, body)
-
-    def finished(self, url: str) -> int:
-        return int(_scalar(url, "SELECT count(*) FROM pgqueuer_log WHERE status = 'successful'"))
-
-    def span(self, url: str) -> tuple[datetime, datetime]:
-        first = _scalar(url, "SELECT min(created) FROM pgqueuer_log WHERE status = 'picked'")
-        last = _scalar(url, "SELECT max(created) FROM pgqueuer_log WHERE status = 'successful'")
-        return first, last
 
 
 class Procrastinate(Library):
     name = "procrastinate"
     distribution = "procrastinate"
     settings = f"concurrency {PROCRASTINATE_CONCURRENCY}"
+    finished_sql = "SELECT count(*) FROM procrastinate_jobs WHERE status = 'succeeded'"
+    first_start_sql = "SELECT min(at) FROM procrastinate_events WHERE type = 'started'"
+    last_finish_sql = "SELECT max(at) FROM procrastinate_events WHERE type = 'succeeded'"
 
     def _run(self, url: str, body: Callable[[Any], Awaitable[T]]) -> T:
         async def main() -> T:
@@ -289,12 +306,7 @@ class Procrastinate(Library):
     def single_enqueues(self, url: str, count: int) -> list[float]:
         async def body(app: Any) -> list[float]:
             task = app.configure_task("noop")
-            seconds = []
-            for _ in range(count):
-                before = time.perf_counter()
-                await task.defer_async()
-                seconds.append(time.perf_counter() - before)
-            return seconds
+            return await _atimed(count, task.defer_async)
 
         return self._run(url, body)
 
@@ -303,25 +315,9 @@ class Procrastinate(Library):
     ) -> list[float]:
         async def body(app: Any) -> list[float]:
             task = app.configure_task("pickup")
-            seconds = []
-            for n in range(samples):
-                before = time.time()
-                await task.defer_async(sample=n)
-                seconds.append(await asyncio.to_thread(wait, n) - before)
-                await asyncio.sleep(max(every - (time.time() - before), 0))
-            return seconds
+            return await _apaced(samples, every, lambda n: task.defer_async(sample=n), wait)
 
         return self._run(url, body)
-
-    def finished(self, url: str) -> int:
-        return int(
-            _scalar(url, "SELECT count(*) FROM procrastinate_jobs WHERE status = 'succeeded'")
-        )
-
-    def span(self, url: str) -> tuple[datetime, datetime]:
-        first = _scalar(url, "SELECT min(at) FROM procrastinate_events WHERE type = 'started'")
-        last = _scalar(url, "SELECT max(at) FROM procrastinate_events WHERE type = 'succeeded'")
-        return first, last
 
 
 class PgQueueUnguarded(PgQueue):

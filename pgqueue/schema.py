@@ -6,7 +6,6 @@ against it on both backends, so the two cannot drift.
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import (
@@ -14,21 +13,17 @@ from sqlalchemy import (
     Boolean,
     CheckConstraint,
     Column,
-    DateTime,
-    Dialect,
     Float,
     Index,
     Integer,
     MetaData,
     Table,
     Text,
-    TypeDecorator,
     false,
     text,
 )
-from sqlalchemy.dialects.postgresql import JSONB
-from sqlalchemy.types import JSON, TypeEngine
 
+from pgqueue.backends.types import Document, UTCDateTime, partial_index
 from pgqueue.job import CLAIMABLE_STATES, FINISHED_STATES, JobState
 
 __all__ = [
@@ -45,42 +40,6 @@ __all__ = [
 ]
 
 METADATA = MetaData()
-
-
-class UTCDateTime(TypeDecorator[datetime]):
-    """Aware UTC datetimes on both backends.
-
-    PostgreSQL stores ``timestamptz``. SQLite has no time zone type, so values are stored as naive
-    UTC text (which sorts and compares correctly) and come back aware again.
-    """
-
-    impl = DateTime(timezone=True)
-    cache_ok = True
-
-    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
-        if value is None:
-            return None
-        if value.tzinfo is None:
-            raise ValueError("pgqueue stores aware datetimes only")
-        value = value.astimezone(UTC)
-        return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
-
-    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
-        if value is None:
-            return None
-        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
-
-
-class Document(TypeDecorator[Any]):
-    """A JSON document: JSONB on PostgreSQL, JSON text on SQLite."""
-
-    impl = JSON
-    cache_ok = True
-
-    def load_dialect_impl(self, dialect: Dialect) -> TypeEngine[Any]:
-        if dialect.name == "postgresql":
-            return dialect.type_descriptor(JSONB(none_as_null=True))
-        return dialect.type_descriptor(JSON(none_as_null=True))
 
 
 def _in(column: str, states: tuple[JobState, ...]) -> Any:
@@ -166,81 +125,49 @@ JOBS = Table(
 # cost does not grow with the history of finished jobs. The second serves workers bound to queues.
 # Jobs with flow limits are claimed by their own statements (pgqueue.limits) and kept out of
 # these indexes, so a backlog of held-back jobs never slows the unlimited claim down.
-Index(
+partial_index(
     "ix_pgqueue_jobs_claim",
     JOBS.c.priority.desc(),
     JOBS.c.run_at,
     JOBS.c.id,
-    postgresql_where=_CLAIMABLE_UNLIMITED,
-    sqlite_where=_CLAIMABLE_UNLIMITED,
+    where=_CLAIMABLE_UNLIMITED,
 )
-Index(
+partial_index(
     "ix_pgqueue_jobs_claim_queue",
     JOBS.c.queue,
     JOBS.c.priority.desc(),
     JOBS.c.run_at,
     JOBS.c.id,
-    postgresql_where=_CLAIMABLE_UNLIMITED,
-    sqlite_where=_CLAIMABLE_UNLIMITED,
+    where=_CLAIMABLE_UNLIMITED,
 )
 # The limited claim's scan: waiting jobs with a limit, by key, in claim order.
-Index(
+partial_index(
     "ix_pgqueue_jobs_claim_limited",
     JOBS.c.concurrency_key,
     JOBS.c.rate_key,
     JOBS.c.priority.desc(),
     JOBS.c.run_at,
     JOBS.c.id,
-    postgresql_where=_CLAIMABLE_LIMITED,
-    sqlite_where=_CLAIMABLE_LIMITED,
+    where=_CLAIMABLE_LIMITED,
 )
 # How many jobs of a concurrency key are running: limited rows only, so unlimited jobs never
 # pay for this index.
-Index(
-    "ix_pgqueue_jobs_running_limited",
-    JOBS.c.concurrency_key,
-    postgresql_where=_RUNNING_LIMITED,
-    sqlite_where=_RUNNING_LIMITED,
-)
+partial_index("ix_pgqueue_jobs_running_limited", JOBS.c.concurrency_key, where=_RUNNING_LIMITED)
 # A unique key is held by at most one waiting (or, per job, waiting or running) job; a second
 # enqueue conflicts here and reports the holder as its duplicate.
-Index(
-    "ux_pgqueue_jobs_unique",
-    JOBS.c.unique_key,
-    unique=True,
-    postgresql_where=text(UNIQUE_PREDICATE),
-    sqlite_where=text(UNIQUE_PREDICATE),
+partial_index(
+    "ux_pgqueue_jobs_unique", JOBS.c.unique_key, unique=True, where=text(UNIQUE_PREDICATE)
 )
 # The reaper's scan: processing rows by lease expiry.
-Index(
-    "ix_pgqueue_jobs_stale",
-    JOBS.c.locked_until,
-    postgresql_where=_PROCESSING,
-    sqlite_where=_PROCESSING,
-)
+partial_index("ix_pgqueue_jobs_stale", JOBS.c.locked_until, where=_PROCESSING)
 # The pruner's scan: finished rows by age.
-Index(
-    "ix_pgqueue_jobs_finished",
-    JOBS.c.finished_at,
-    postgresql_where=_FINISHED,
-    sqlite_where=_FINISHED,
-)
+partial_index("ix_pgqueue_jobs_finished", JOBS.c.finished_at, where=_FINISHED)
 # The pruner's expiry scan: rows still holding a result or error with a TTL. Expiring a result
 # clears result_expires_at, so a row leaves this index once its result is gone.
-Index(
-    "ix_pgqueue_jobs_result_expiry",
-    JOBS.c.result_expires_at,
-    postgresql_where=_EXPIRING,
-    sqlite_where=_EXPIRING,
-)
+partial_index("ix_pgqueue_jobs_result_expiry", JOBS.c.result_expires_at, where=_EXPIRING)
 
 # Jobs of one workflow, for its status and for cancelling it whole.
-Index(
-    "ix_pgqueue_jobs_workflow",
-    JOBS.c.workflow_id,
-    postgresql_where=text("workflow_id IS NOT NULL"),
-    sqlite_where=text("workflow_id IS NOT NULL"),
-)
+partial_index("ix_pgqueue_jobs_workflow", JOBS.c.workflow_id, where=text("workflow_id IS NOT NULL"))
 
 # One row per edge "job_id waits for depends_on". A job with unfinished dependencies is
 # ``waiting``; the transaction that finishes its last dependency moves it on (see

@@ -7,7 +7,6 @@ With ``CI=true`` the PostgreSQL tests fail instead of skipping when no server ca
 from __future__ import annotations
 
 import os
-import sys
 import uuid
 from collections.abc import Iterator
 from datetime import datetime
@@ -16,15 +15,16 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
-
-sys.path.insert(0, str(Path(__file__).parent))
-
 from postgres_server import PostgresServer, postgres_available
 
 import pgqueue
 
 IN_CI = os.environ.get("CI", "").lower() == "true"
 BACKENDS = ("sqlite", "postgresql")
+
+# For a test about one database only: narrows ``db_url`` (and so ``queue``) to that backend.
+SQLITE_ONLY = pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
+POSTGRES_ONLY = pytest.mark.parametrize("db_url", ["postgresql"], indirect=True)
 
 
 def require_postgres() -> None:
@@ -87,13 +87,38 @@ def empty_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     return server.create_database(f"empty_{uuid.uuid4().hex[:12]}")
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        "queue_options(**kwargs): keyword arguments the `queue` fixture passes to pgqueue.Queue "
+        "(e.g. allow_unknown_tasks=True)",
+    )
+
+
 @pytest.fixture
-def queue(db_url: str) -> Iterator[pgqueue.Queue]:
-    """A Queue on a migrated, empty database (both backends)."""
-    q = pgqueue.Queue(db_url)
+def queue(request: pytest.FixtureRequest, db_url: str) -> Iterator[pgqueue.Queue]:
+    """A Queue on a migrated, empty database (both backends).
+
+    A module or test marked ``@pytest.mark.queue_options(allow_unknown_tasks=True)`` gets a Queue
+    made with those options; one that narrows ``db_url`` (an indirect parametrize with
+    ``["sqlite"]`` or ``["postgresql"]``) gets it on that database only.
+    """
+    marker = request.node.get_closest_marker("queue_options")
+    q = pgqueue.Queue(db_url, **(marker.kwargs if marker else {}))
     yield q
     # close(), not just dispose(): it also stops the LISTEN thread a waiter or worker started.
     q.close()
+
+
+@pytest.fixture
+def add(queue: pgqueue.Queue) -> pgqueue.Task[[int, int], int]:
+    """The ``tasks.add`` task registered on ``queue``."""
+
+    @queue.task(name="tasks.add")
+    def add(a: int, b: int) -> int:
+        return a + b
+
+    return add
 
 
 def count_jobs(q: pgqueue.Queue) -> int:

@@ -6,7 +6,7 @@ from sqlalchemy.engine import URL
 
 from pgqueue.backends.base import Backend, Clock
 
-__all__ = ["POOLERS", "Backend", "Clock", "backend_for"]
+__all__ = ["POOLERS", "Backend", "Clock", "backend_for", "supports_jdbc"]
 
 #: What may sit between pgqueue and PostgreSQL (``Queue(pooler=...)``): None for a direct
 #: connection or a session-pooling pgbouncer, "transaction" for transaction pooling.
@@ -33,3 +33,15 @@ def backend_for(
     from pgqueue.backends.sqlite import SQLiteBackend
 
     return SQLiteBackend(schema=schema, pooler=pooler)
+
+
+def supports_jdbc(url: URL) -> bool:
+    """Whether a JVM's JDBC driver (Spark's JDBC source) can read the database ``url`` names,
+    a URL resolved by ``config.resolve_url``: PostgreSQL reached over the network, never a
+    SQLite file.
+
+    Example::
+
+        supports_jdbc(make_url("postgresql+psycopg://app@db/app"))  # True
+    """
+    return backend_for(url).supports_jdbc(url)

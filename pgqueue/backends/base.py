@@ -19,7 +19,7 @@ from sqlalchemy.dialects.postgresql import INTERVAL
 from sqlalchemy.engine import URL
 from sqlalchemy.exc import DBAPIError
 
-from pgqueue.schema import UTCDateTime
+from pgqueue.backends.types import UTCDateTime
 
 if TYPE_CHECKING:
     from pgqueue.notifications import WakeUps
@@ -91,6 +91,14 @@ class Backend(Protocol):
     session_locks: bool
     #: The database schema holding pgqueue's tables (None: the connection's default).
     schema: str | None
+    #: True when the database takes one writer at a time (SQLite): writers in parallel only
+    #: queue for its lock, so a bulk writer should not split its work.
+    single_writer: bool
+
+    def supports_jdbc(self, url: URL) -> bool:
+        """Whether a JVM's JDBC driver can read the database ``url`` names (PostgreSQL over the
+        network: a host; never a SQLite file)."""
+        ...
 
     def create_engine(self, url: Any, **options: Any) -> Engine:
         """An Engine configured for pgqueue's use of this database."""
@@ -184,6 +192,36 @@ class Backend(Protocol):
         """Whether ``error`` says the database refused a value the statement carried (a data
         exception, a size or nesting limit): the same write can never succeed, unlike one that
         met a dropped connection, a lock timeout or a restart."""
+        ...
+
+    def session_connection(self, engine: Engine, label: str) -> Connection:
+        """A connection of its own (outside the pool, autocommit), named ``label`` where the
+        database shows names, for holding session locks (only where :attr:`session_locks`)."""
+        ...
+
+    def set_session(self, connection: Connection, name: str, value: str) -> None:
+        """Set a run-time parameter for the rest of ``connection``'s session (only where
+        :attr:`session_locks`)."""
+        ...
+
+    def try_lock(self, connection: Connection, key: int) -> bool:
+        """Take the session lock ``key`` on a :meth:`session_connection` if it is free; True when
+        that session holds it (only where :attr:`session_locks`)."""
+        ...
+
+    def holds_lock(self, connection: Connection, key: int) -> bool:
+        """Whether that session still holds the lock ``key``; raises when the connection is gone
+        (the lock went with it)."""
+        ...
+
+    def unlock(self, connection: Connection, key: int) -> None:
+        """Release the session lock ``key`` held on ``connection``."""
+        ...
+
+    def orphaned_jobs(self, *, limit: int) -> Any:
+        """The statement selecting up to ``limit`` ``processing`` jobs whose worker's liveness
+        lock nobody holds any more (the reaper's crash detection; only where
+        :attr:`session_locks`), locked for the reaper's transaction."""
         ...
 
     def leaders(self, connection: Connection, now: datetime) -> list[tuple[str, str, Any]]:

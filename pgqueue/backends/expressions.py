@@ -12,7 +12,7 @@ from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.expression import FunctionElement
 
-from pgqueue.schema import Document
+from pgqueue.backends.types import Document
 
 __all__ = ["BoundedAppend"]
 

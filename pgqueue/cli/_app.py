@@ -226,6 +226,8 @@ _COMMAND_MODULES = (
     "pgqueue.cli.dashboard",
     "pgqueue.cli.database",
     "pgqueue.cli.jobs",
+    "pgqueue.cli.job_actions",
+    "pgqueue.cli.enqueue",
     "pgqueue.cli.services",
     "pgqueue.demo",
     "pgqueue.contrib.spark.commands",

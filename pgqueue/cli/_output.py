@@ -11,6 +11,7 @@ from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any
 
+from pgqueue._durations import two_units
 from pgqueue.job import JobState
 
 
@@ -80,17 +81,10 @@ def format_seconds(seconds: float | None) -> str:
     """``3725`` → ``1h02m``: an age for people."""
     if seconds is None:
         return "-"
-    whole = int(seconds)
-    days, rest = divmod(whole, 86400)
-    hours, rest = divmod(rest, 3600)
-    minutes, secs = divmod(rest, 60)
-    if days:
-        return f"{days}d{hours:02d}h"
-    if hours:
-        return f"{hours}h{minutes:02d}m"
-    if minutes:
-        return f"{minutes}m{secs:02d}s"
-    return f"{seconds:.1f}s" if seconds < 10 else f"{secs}s"
+    (big, big_unit), (small, small_unit) = two_units(seconds)
+    if big:
+        return f"{big}{big_unit}{small:02d}{small_unit}"
+    return f"{seconds:.1f}s" if seconds < 10 else f"{small}s"
 
 
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*([smhdw]?)")

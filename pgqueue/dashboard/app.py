@@ -8,22 +8,27 @@ check (a double-submit cookie plus an Origin check) for the standalone server.
 
 from __future__ import annotations
 
-import hmac
 import logging
 import mimetypes
-import secrets
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from http import HTTPStatus
-from http.cookies import SimpleCookie
 from importlib import resources
 from typing import TYPE_CHECKING, Any
-from urllib.parse import parse_qs, quote, urlencode
+from urllib.parse import quote, urlencode
 
 from pgqueue import config
 from pgqueue.dashboard import actions, data
+from pgqueue.dashboard.csrf import (
+    CSRF_COOKIE,
+    CSRF_FIELD,
+    csrf_check,
+    csrf_cookie,
+    csrf_ok,
+    csrf_token,
+)
 from pgqueue.dashboard.render import environment
+from pgqueue.dashboard.request import Request, Response, wsgi_request
 from pgqueue.dashboard.throughput import Throughput
 from pgqueue.errors import BackendError, ConfigError, PgQueueError
 from pgqueue.job import JobState
@@ -32,88 +37,27 @@ from pgqueue.schema import KEPT_ERRORS
 if TYPE_CHECKING:
     from pgqueue.queue import Queue
 
-__all__ = ["CSRF_COOKIE", "CSRF_FIELD", "Dashboard", "Request", "Response"]
+# The request, response and CSRF names stay importable from here (the Flask blueprint and
+# older code import them from this module).
+__all__ = [
+    "CSRF_COOKIE",
+    "CSRF_FIELD",
+    "Dashboard",
+    "Request",
+    "Response",
+    "csrf_check",
+    "csrf_cookie",
+    "csrf_ok",
+    "csrf_token",
+    "wsgi_request",
+]
 
 logger = logging.getLogger("pgqueue.dashboard")
 
-#: The form field and cookie of the standalone / Flask CSRF check.
-CSRF_FIELD = "csrf_token"
-CSRF_COOKIE = "pgqueue_csrf"
 #: Seconds between the overview's live refreshes.
 DEFAULT_REFRESH_SECONDS = 5.0
 #: Jobs per page of the jobs list.
 PAGE_SIZE = 50
-
-_SECURITY_HEADERS = [
-    # Everything the pages load comes from the dashboard itself; nothing inline runs.
-    (
-        "Content-Security-Policy",
-        "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'; "
-        "frame-ancestors 'none'; form-action 'self'; base-uri 'none'",
-    ),
-    ("X-Content-Type-Options", "nosniff"),
-    ("Referrer-Policy", "same-origin"),
-    ("Cache-Control", "no-store"),
-]
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Request:
-    """One request, as the dashboard needs it.
-
-    ``path`` is relative to where the dashboard is mounted (``/``, ``/jobs``, ...); ``root`` is
-    the mount point that links start with (``""`` standalone, ``/pgqueue`` under a framework).
-    ``csrf_field`` and ``csrf_token`` are what each form posts back (the framework's own names
-    under Django). ``user`` is shown in the header when known.
-
-    Example::
-
-        Request(method="GET", path="/jobs", query={"state": ["failed"]})
-    """
-
-    method: str
-    path: str
-    query: Mapping[str, list[str]] = field(default_factory=dict)
-    form: Mapping[str, list[str]] = field(default_factory=dict)
-    root: str = ""
-    csrf_field: str = CSRF_FIELD
-    csrf_token: str = ""
-    user: str | None = None
-
-    def arg(self, name: str) -> str | None:
-        """The first non-empty value of query parameter ``name``."""
-        values = [v for v in self.query.get(name, []) if v.strip()]
-        return values[0].strip() if values else None
-
-    def field(self, name: str) -> str | None:
-        """The first value of form field ``name``."""
-        values = self.form.get(name, [])
-        return values[0] if values else None
-
-
-@dataclass(slots=True)
-class Response:
-    """What to send back: status, headers, body.
-
-    Example::
-
-        response = dashboard.handle(Request(method="GET", path="/"))
-        response.status, response.all_headers(), response.body
-    """
-
-    status: int
-    body: bytes = b""
-    headers: list[tuple[str, str]] = field(default_factory=list)
-    content_type: str = "text/html; charset=utf-8"
-
-    @classmethod
-    def redirect(cls, location: str) -> Response:
-        """A 303 See Other (the answer to a POST)."""
-        return cls(HTTPStatus.SEE_OTHER, headers=[("Location", location)])
-
-    def all_headers(self) -> list[tuple[str, str]]:
-        """Content type, security headers and the response's own."""
-        return [("Content-Type", self.content_type), *_SECURITY_HEADERS, *self.headers]
 
 
 class Dashboard:
@@ -404,64 +348,3 @@ def _time(value: str | None, name: str) -> datetime | None:
             f"{name}: expected a time like 2026-05-01T12:00 (UTC), got {value!r}"
         ) from None
     return parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=UTC)
-
-
-def wsgi_request(environ: Mapping[str, Any]) -> tuple[Request, bool]:
-    """A :class:`Request` from a WSGI environ, and whether a new CSRF token was minted (to be
-    set as a cookie)."""
-    method = str(environ.get("REQUEST_METHOD", "GET")).upper()
-    query = parse_qs(str(environ.get("QUERY_STRING", "")), keep_blank_values=True)
-    form: dict[str, list[str]] = {}
-    if method == "POST":
-        try:
-            length = int(environ.get("CONTENT_LENGTH") or 0)
-        except ValueError:
-            length = 0
-        body = environ["wsgi.input"].read(min(length, 1 << 20)) if length > 0 else b""
-        form = parse_qs(body.decode("utf-8", "replace"), keep_blank_values=True)
-    token, minted = csrf_token(str(environ.get("HTTP_COOKIE", "")))
-    path = str(environ.get("PATH_INFO", "")) or "/"
-    request = Request(
-        method=method,
-        path=path,
-        query=query,
-        form=form,
-        root=str(environ.get("SCRIPT_NAME", "")),
-        csrf_token=token,
-    )
-    return request, minted
-
-
-def csrf_token(cookie_header: str) -> tuple[str, bool]:
-    """The CSRF token from a Cookie header, or a new one; and whether it is new (then the
-    response must set it with :func:`csrf_cookie`)."""
-    cookies = SimpleCookie(cookie_header)
-    if CSRF_COOKIE in cookies and cookies[CSRF_COOKIE].value:
-        return cookies[CSRF_COOKIE].value, False
-    return secrets.token_urlsafe(32), True
-
-
-def csrf_check(*, origin: str | None, host: str | None, cookie_header: str, sent: str) -> bool:
-    """The double-submit check: the form's token equals the cookie's (which another site can
-    neither read nor set), and a browser-sent Origin, if any, is this host."""
-    if origin and host and origin.split("://", 1)[-1] != host:
-        return False
-    cookies = SimpleCookie(cookie_header)
-    if CSRF_COOKIE not in cookies:
-        return False
-    return bool(sent) and hmac.compare_digest(sent, cookies[CSRF_COOKIE].value)
-
-
-def csrf_ok(environ: Mapping[str, Any], request: Request) -> bool:
-    """:func:`csrf_check` for a WSGI request."""
-    return csrf_check(
-        origin=environ.get("HTTP_ORIGIN"),
-        host=environ.get("HTTP_HOST"),
-        cookie_header=str(environ.get("HTTP_COOKIE", "")),
-        sent=request.field(CSRF_FIELD) or "",
-    )
-
-
-def csrf_cookie(token: str, root: str) -> str:
-    """The Set-Cookie value carrying a CSRF token."""
-    return f"{CSRF_COOKIE}={token}; Path={root or '/'}; HttpOnly; SameSite=Strict"

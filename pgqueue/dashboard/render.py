@@ -14,6 +14,7 @@ from typing import Any
 from jinja2 import Environment, PackageLoader, select_autoescape
 from markupsafe import Markup, escape
 
+from pgqueue._durations import two_units
 from pgqueue.dashboard.data import Series
 
 __all__ = ["age", "bar_chart", "environment", "highlight_traceback", "pretty_json"]
@@ -58,15 +59,8 @@ def age(seconds: float | None) -> str:
         return f"{seconds * 1000:.0f} ms"
     if seconds < 60:
         return f"{seconds:.1f} s"
-    whole = int(seconds)
-    days, rest = divmod(whole, 86400)
-    hours, rest = divmod(rest, 3600)
-    minutes, secs = divmod(rest, 60)
-    if days:
-        return f"{days}d {hours}h"
-    if hours:
-        return f"{hours}h {minutes}m"
-    return f"{minutes}m {secs}s"
+    (big, big_unit), (small, small_unit) = two_units(seconds)
+    return f"{big}{big_unit} {small}{small_unit}"
 
 
 def pretty_json(value: Any) -> str:

@@ -119,18 +119,20 @@ def claim_limited(
             claimed = claim_limited(conn, queue.backend.insert, worker_id="w", lock_token=token,
                                     limit=8, lease=30, queues=None, clock=queue.backend.clock())
     """
+
+    def claim_ids(ids: list[str], at: Clock) -> Any:
+        return statements.job_claim(
+            worker_id=worker_id,
+            lock_token=lock_token,
+            limit=len(ids),
+            lease=lease,
+            queues=None,
+            clock=at,
+            ids=ids,
+        )
+
     starts: dict[str, datetime] = {}
-    rows = _claim(
-        conn,
-        starts,
-        insert,
-        worker_id=worker_id,
-        lock_token=lock_token,
-        limit=limit,
-        lease=lease,
-        queues=queues,
-        clock=clock,
-    )
+    rows = _claim(conn, starts, insert, claim_ids, limit=limit, queues=queues, clock=clock)
     if len(rows) >= limit:
         return LimitedClaim(rows, None, starts)
     next_open, current = conn.execute(
@@ -148,11 +150,9 @@ def _claim(
     conn: Connection,
     starts: dict[str, datetime],
     insert: Callable[[Any], Any],
+    claim_ids: Callable[[list[str], Clock], Any],
     *,
-    worker_id: str,
-    lock_token: str,
     limit: int,
-    lease: float,
     queues: Sequence[str] | None,
     clock: Clock,
 ) -> list[RowMapping]:
@@ -226,16 +226,7 @@ def _claim(
             break
     if not picked:
         return []
-    claim = statements.job_claim(
-        worker_id=worker_id,
-        lock_token=lock_token,
-        limit=len(picked),
-        lease=lease,
-        queues=None,
-        clock=clock,
-        ids=picked,
-    )
-    rows = list(conn.execute(claim).mappings().all())
+    rows = list(conn.execute(claim_ids(picked, clock)).mappings().all())
     starts.update((row["id"], slot_of[row["id"]]) for row in rows if row["id"] in slot_of)
     early = [
         {"limit_id": job_id, "limit_started_at": at} for job_id, at in starts.items() if at > now

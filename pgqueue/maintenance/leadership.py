@@ -52,7 +52,7 @@ import zlib
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from sqlalchemy import Connection, Engine
+from sqlalchemy import Connection
 from sqlalchemy.exc import DBAPIError
 
 from pgqueue import config, statements
@@ -71,7 +71,6 @@ __all__ = [
     "check_lock_namespace",
     "close_quietly",
     "leader_key",
-    "open_session_connection",
     "worker_key",
 ]
 
@@ -119,25 +118,6 @@ def process_label() -> str:
     the dashboard can name the worker that leads (a process runs one worker; see
     ``backends.base.split_holder``)."""
     return f"{os.getpid()}@{socket.gethostname()}"
-
-
-def open_session_connection(engine: Engine, label: str) -> Connection:
-    """A PostgreSQL connection of its own, outside the Engine's pool, in autocommit mode, for
-    holding session advisory locks.
-
-    It is checked out through the Engine (so the application's connect arguments and hooks apply)
-    and then detached: closing it really closes it, and the pool never hands a connection that
-    still holds a session lock to anyone else. ``label`` shows in ``pg_stat_activity``.
-    """
-    connection = engine.connect()
-    try:
-        connection = connection.execution_options(isolation_level="AUTOCOMMIT")
-        connection.detach()
-        connection.execute(statements.session_setting("application_name", label))
-    except BaseException:
-        connection.close()
-        raise
-    return connection
 
 
 def close_quietly(connection: Connection | None) -> None:
@@ -279,7 +259,7 @@ class AdvisoryLockLeadership(Leadership):
     def _elect(self, now: datetime | None) -> bool:
         if self._connection is not None:
             try:
-                if self._connection.scalar(statements.advisory_lock_held(self.key)):
+                if self.queue.backend.holds_lock(self._connection, self.key):
                     return True
             except DBAPIError as exc:
                 # The lock died with the session. Stand down for this round rather than racing
@@ -293,7 +273,7 @@ class AdvisoryLockLeadership(Leadership):
         try:
             if self._connection is None:
                 self._connection = self._connect()
-            return bool(self._connection.scalar(statements.advisory_lock_try(self.key)))
+            return self.queue.backend.try_lock(self._connection, self.key)
         except DBAPIError as exc:
             self._drop_connection()
             raise self.queue.backend.translate(exc) from exc
@@ -302,7 +282,7 @@ class AdvisoryLockLeadership(Leadership):
         engine = self.queue.session_engine
         assert engine is not None  # checked in __init__
         # The process label after the role lets the dashboard name the leading worker.
-        connection = open_session_connection(
+        connection = self.queue.backend.session_connection(
             engine, f"pgqueue leader {self.name} {process_label()}"
         )
         # A leader that hangs (SIGSTOP, a long pause, a deadlocked process) keeps its session and
@@ -310,8 +290,8 @@ class AdvisoryLockLeadership(Leadership):
         # end it once it has been idle for a few intervals: that frees the lock for a follower.
         # PostgreSQL 14+; older servers refuse the setting and keep the lock until the socket dies.
         try:
-            connection.execute(
-                statements.session_setting("idle_session_timeout", f"{int(self.ttl * 1000)}ms")
+            self.queue.backend.set_session(
+                connection, "idle_session_timeout", f"{int(self.ttl * 1000)}ms"
             )
         except DBAPIError as exc:
             logger.info(
@@ -324,7 +304,7 @@ class AdvisoryLockLeadership(Leadership):
         # than the server noticing a closed socket would.
         if self._connection is not None:
             with contextlib.suppress(DBAPIError):
-                self._connection.execute(statements.advisory_unlock(self.key))
+                self.queue.backend.unlock(self._connection, self.key)
         self._drop_connection()
 
     def _drop_connection(self) -> None:

@@ -47,7 +47,6 @@ from pgqueue.maintenance.leadership import (
     DEFAULT_LOCK_NAMESPACE,
     check_lock_namespace,
     close_quietly,
-    open_session_connection,
     worker_key,
 )
 
@@ -220,7 +219,7 @@ class WorkerPresence:
             return
         if self._connection is not None and self.lock_key is not None:
             try:
-                if self._connection.scalar(statements.advisory_lock_held(self.lock_key)):
+                if self.queue.backend.holds_lock(self._connection, self.lock_key):
                     return
             except DBAPIError as exc:
                 logger.warning("worker liveness connection lost (%s); taking the lock again", exc)
@@ -228,7 +227,9 @@ class WorkerPresence:
         engine = self.queue.session_engine
         assert engine is not None  # crash_detection is off without one
         try:
-            self._connection = open_session_connection(engine, f"pgqueue worker {self.worker_id}")
+            self._connection = self.queue.backend.session_connection(
+                engine, f"pgqueue worker {self.worker_id}"
+            )
             # Try the key we advertised before, so the registry row stays true across a
             # reconnect; draw fresh keys only if another worker holds it.
             candidates = [self.lock_key] if self.lock_key is not None else []
@@ -236,7 +237,7 @@ class WorkerPresence:
                 worker_key(self.lock_namespace, secrets.randbits(31)) for _ in range(_KEY_ATTEMPTS)
             ]
             for key in candidates:
-                if self._connection.scalar(statements.advisory_lock_try(key)):
+                if self.queue.backend.try_lock(self._connection, key):
                     self.lock_key = key
                     return
             logger.warning("no free worker liveness lock; crash detection is off for this worker")

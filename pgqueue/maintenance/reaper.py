@@ -216,7 +216,7 @@ class Reaper(MaintenanceService):
         # Only where liveness locks can be held: without them no worker records a key.
         if c.crash_detection and self.queue.backend.session_locks:
             released += self._release(
-                lambda: statements.job_orphaned(limit=c.batch_size),
+                lambda: self.queue.backend.orphaned_jobs(limit=c.batch_size),
                 cause="worker_gone",
                 grace=None,
                 now=now,

@@ -22,7 +22,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from pgqueue import config
 from pgqueue.errors import ConfigError
@@ -68,41 +68,42 @@ class Signature:
         return Signature(self.task, self.args, self.kwargs, self.options, policy)
 
 
+class _Steps:
+    """What chains and groups share: they enqueue as a whole."""
+
+    __slots__ = ()
+
+    def enqueue(
+        self,
+        queue: Queue,
+        *,
+        id: str | None = None,
+        connection: Connection | None = None,
+        session: Session | None = None,
+    ) -> WorkflowRun:
+        """Enqueue the whole workflow in one transaction (see :func:`enqueue_workflow`).
+
+        Example::
+
+            run = pgqueue.chain(fetch.s(url), store.s()).enqueue(queue, id="import-7")
+        """
+        workflow = cast("Chain | Group", self)
+        return enqueue_workflow(queue, workflow, id=id, connection=connection, session=session)
+
+
 @dataclass(frozen=True, slots=True)
-class Chain:
+class Chain(_Steps):
     """Steps that run one after another (see :func:`chain`)."""
 
     steps: tuple[Signature | Chain | Group, ...]
     pass_result: bool = False
 
-    def enqueue(
-        self,
-        queue: Queue,
-        *,
-        id: str | None = None,
-        connection: Connection | None = None,
-        session: Session | None = None,
-    ) -> WorkflowRun:
-        """Enqueue the whole workflow in one transaction (see :func:`enqueue_workflow`)."""
-        return enqueue_workflow(queue, self, id=id, connection=connection, session=session)
-
 
 @dataclass(frozen=True, slots=True)
-class Group:
+class Group(_Steps):
     """Steps that run side by side (see :func:`group`)."""
 
     steps: tuple[Signature | Chain | Group, ...]
-
-    def enqueue(
-        self,
-        queue: Queue,
-        *,
-        id: str | None = None,
-        connection: Connection | None = None,
-        session: Session | None = None,
-    ) -> WorkflowRun:
-        """Enqueue the whole workflow in one transaction (see :func:`enqueue_workflow`)."""
-        return enqueue_workflow(queue, self, id=id, connection=connection, session=session)
 
 
 def chain(*steps: Signature | Chain | Group, pass_result: bool = False) -> Chain:

@@ -11,7 +11,7 @@ import sqlalchemy as sa
 
 import pgqueue
 from pgqueue import statements
-from pgqueue.backends import postgres
+from pgqueue.backends.postgres import backend as postgres
 
 pytestmark = pytest.mark.postgres
 

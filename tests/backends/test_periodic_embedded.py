@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
-from conditions import wait_until as wait_for
+from conditions import wait_until
 
 import pgqueue
 
@@ -29,7 +29,7 @@ def test_a_worker_runs_the_scheduler_beside_the_reaper(queue: pgqueue.Queue) -> 
     worker = pgqueue.Worker(queue)
     worker.start()
     try:
-        wait_for(
+        wait_until(
             lambda: (
                 worker._loop.services.scheduler is not None
                 and worker._loop.services.scheduler.is_leader
@@ -39,7 +39,7 @@ def test_a_worker_runs_the_scheduler_beside_the_reaper(queue: pgqueue.Queue) -> 
         assert scheduler is not None
         assert scheduler.leadership.name == "scheduler"
         # Its first tick recorded the schedule, as of when it first saw it.
-        wait_for(lambda: scalar(queue, "SELECT count(*) FROM pgqueue_schedules") == 1)
+        wait_until(lambda: scalar(queue, "SELECT count(*) FROM pgqueue_schedules") == 1)
     finally:
         worker.stop()
     assert not scheduler.running
@@ -53,7 +53,7 @@ def test_a_worker_without_schedules_cannot_keep_the_scheduler_from_leading(
     plain = pgqueue.Worker(other)
     plain.start()
     try:
-        wait_for(
+        wait_until(
             lambda: (
                 plain._loop.services.reaper is not None and plain._loop.services.reaper.is_leader
             )
@@ -62,7 +62,7 @@ def test_a_worker_without_schedules_cannot_keep_the_scheduler_from_leading(
         worker = pgqueue.Worker(queue)
         worker.start()
         try:
-            wait_for(
+            wait_until(
                 lambda: (
                     worker._loop.services.scheduler is not None
                     and worker._loop.services.scheduler.is_leader
@@ -85,7 +85,7 @@ def test_periodic_jobs_are_enqueued_and_run(queue: pgqueue.Queue) -> None:
     worker = pgqueue.Worker(queue, scheduler=scheduler)
     worker.start()
     try:
-        wait_for(
+        wait_until(
             lambda: (
                 scalar(
                     queue,
@@ -102,7 +102,7 @@ def test_periodic_jobs_are_enqueued_and_run(queue: pgqueue.Queue) -> None:
 def started_without_scheduler(worker: pgqueue.Worker) -> None:
     worker.start()
     try:
-        wait_for(
+        wait_until(
             lambda: (
                 worker._loop.services.reaper is not None and worker._loop.services.reaper.is_leader
             )

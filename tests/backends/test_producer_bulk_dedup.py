@@ -3,7 +3,6 @@ once, more jobs than one statement carries, and per-job due times (both database
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -14,13 +13,8 @@ import pgqueue
 from pgqueue import JobSpec, JobState
 from pgqueue.backends.postgres import ENQUEUE_CHUNK
 
-
-@pytest.fixture
-def queue(db_url: str) -> Iterator[pgqueue.Queue]:
-    """A Queue that enqueues by task name without registered tasks."""
-    q = pgqueue.Queue(db_url, allow_unknown_tasks=True)
-    yield q
-    q.close()
+# Enqueues by task name without registered tasks.
+pytestmark = pytest.mark.queue_options(allow_unknown_tasks=True)
 
 
 def test_one_bulk_call_applies_the_whole_dedup_table(queue: pgqueue.Queue) -> None:

@@ -7,7 +7,8 @@ import pytest
 from conftest import count_jobs
 
 import pgqueue
-from pgqueue.backends import postgres, sqlite
+from pgqueue.backends.postgres import backend as postgres
+from pgqueue.backends.sqlite import backend as sqlite
 
 
 @pytest.fixture(autouse=True)

@@ -9,25 +9,13 @@ import sqlalchemy as sa
 from conftest import count_jobs
 
 import pgqueue
-from pgqueue import JobSpec, JobState, statements
-
-
-@pytest.fixture
-def add(queue: pgqueue.Queue) -> pgqueue.Task[[int, int], int]:
-    @queue.task(name="tasks.add")
-    def add(a: int, b: int) -> int:
-        return a + b
-
-    return add
+from pgqueue import JobSpec, JobState
+from pgqueue.schema import JOBS
 
 
 def set_state(queue: pgqueue.Queue, job_id: str, state: str, **values: object) -> None:
     with queue.engine.begin() as conn:
-        conn.execute(
-            sa.update(statements.JOBS)
-            .where(statements.JOBS.c.id == job_id)
-            .values(state=state, **values)
-        )
+        conn.execute(sa.update(JOBS).where(JOBS.c.id == job_id).values(state=state, **values))
 
 
 def test_enqueue_creates_a_queued_job(

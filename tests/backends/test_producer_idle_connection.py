@@ -5,32 +5,21 @@ the loss shows only on its statement."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 import sqlalchemy as sa
 from conditions import wait_until
-from conftest import _truncate, count_jobs
+from conftest import POSTGRES_ONLY, count_jobs
 from sqlalchemy import event
 
 import pgqueue
-from pgqueue.backends import postgres
+from pgqueue.backends.postgres import backend as postgres
 from pgqueue.notifications import ENQUEUED_CHANNEL
 
-pytestmark = pytest.mark.postgres
-
-
-@pytest.fixture
-def pg_url(pg_migrated_url: str) -> str:
-    _truncate(pg_migrated_url)
-    return pg_migrated_url
-
-
-@pytest.fixture
-def queue(pg_url: str) -> Iterator[pgqueue.Queue]:
-    q = pgqueue.Queue(pg_url, allow_unknown_tasks=True)
-    yield q
-    q.close()
+pytestmark = [
+    pytest.mark.postgres,
+    POSTGRES_ONLY,
+    pytest.mark.queue_options(allow_unknown_tasks=True),
+]
 
 
 def _terminate_others(url: str) -> None:
@@ -126,13 +115,13 @@ def test_other_errors_are_not_retried(
     assert len(calls) == 1
 
 
-def test_pre_ping_can_still_be_chosen(pg_url: str) -> None:
-    queue = pgqueue.Queue(pg_url, allow_unknown_tasks=True, engine_options={"pool_pre_ping": True})
+def test_pre_ping_can_still_be_chosen(db_url: str) -> None:
+    queue = pgqueue.Queue(db_url, allow_unknown_tasks=True, engine_options={"pool_pre_ping": True})
     try:
         assert queue.engine.pool._pre_ping is True  # type: ignore[attr-defined]
         assert not event.contains(queue.engine, "checkout", postgres._check_idle_connection)
         queue.enqueue("tasks.noop")
-        _terminate_others(pg_url)
+        _terminate_others(db_url)
         assert queue.enqueue("tasks.noop").queued
     finally:
         queue.close()

@@ -13,15 +13,6 @@ import pgqueue
 
 
 @pytest.fixture
-def add(queue: pgqueue.Queue) -> pgqueue.Task[[int, int], int]:
-    @queue.task(name="tasks.add")
-    def add(a: int, b: int) -> int:
-        return a + b
-
-    return add
-
-
-@pytest.fixture
 def engine(db_url: str) -> Iterator[sa.Engine]:
     # The application's own engine, separate from the Queue's.
     engine = pgqueue.Queue(db_url).engine

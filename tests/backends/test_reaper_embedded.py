@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from conditions import wait_until as wait_for
+from conditions import wait_until
 from conftest import claim_jobs
 
 import pgqueue
@@ -33,8 +33,8 @@ def test_a_worker_recovers_a_job_stalled_before_it_started(
     worker = pgqueue.Worker(queue, worker_id="w1")  # reaper=True by default
     worker.start()
     try:
-        wait_for(lambda: registered(queue) == ["w1"])
-        wait_for(lambda: getattr(queue.status(job_id), "state", None) is JobState.COMPLETED)
+        wait_until(lambda: registered(queue) == ["w1"])
+        wait_until(lambda: getattr(queue.status(job_id), "state", None) is JobState.COMPLETED)
     finally:
         worker.stop()
     status = queue.status(job_id)
@@ -48,7 +48,7 @@ def test_a_worker_can_bring_its_own_reaper_or_none(queue: pgqueue.Queue) -> None
     worker = pgqueue.Worker(queue, reaper=reaper)
     worker.start()
     try:
-        wait_for(lambda: reaper.is_leader)
+        wait_until(lambda: reaper.is_leader)
     finally:
         worker.stop()
     assert not reaper.running
@@ -56,7 +56,7 @@ def test_a_worker_can_bring_its_own_reaper_or_none(queue: pgqueue.Queue) -> None
     quiet = pgqueue.Worker(queue, reaper=False)
     quiet.start()
     try:
-        wait_for(lambda: registered(queue) == [quiet.id])  # registered even without a reaper
+        wait_until(lambda: registered(queue) == [quiet.id])  # registered even without a reaper
     finally:
         quiet.stop()
 

@@ -12,7 +12,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 import sqlalchemy as sa
-from conditions import wait_until as wait_for
+from conditions import wait_until
 from conftest import claim_jobs
 
 import pgqueue
@@ -66,7 +66,7 @@ def test_a_follower_takes_over_when_the_leader_resigns(
     reapers += [first, second]
     log_first = Recorder(first)
     first.start()
-    wait_for(lambda: first.is_leader)
+    wait_until(lambda: first.is_leader)
     second.tick()
     assert not second.is_leader
     first.stop()
@@ -83,12 +83,12 @@ def test_start_and_stop_are_idempotent(queue: pgqueue.Queue, reapers: list[Reape
     reaper.start()
     reaper.start()
     assert reaper.running
-    wait_for(lambda: reaper.is_leader)
+    wait_until(lambda: reaper.is_leader)
     reaper.stop()
     reaper.stop()
     assert not reaper.running and not reaper.is_leader
     reaper.start()  # and again after a stop
-    wait_for(lambda: reaper.is_leader)
+    wait_until(lambda: reaper.is_leader)
 
 
 def test_interval_zero_disables_the_schedule(queue: pgqueue.Queue) -> None:
@@ -108,7 +108,7 @@ def test_a_new_leader_scans_at_once(queue: pgqueue.Queue, reapers: list[Reaper])
     reaper = Reaper(queue, interval=3600)
     reapers.append(reaper)
     reaper.start()
-    wait_for(lambda: getattr(queue.status(job_id), "state", None) is JobState.FAILING)
+    wait_until(lambda: getattr(queue.status(job_id), "state", None) is JobState.FAILING)
 
 
 def test_tick_failures_become_error_events(empty_url: str) -> None:
@@ -224,7 +224,7 @@ def test_leadership_is_lost_with_its_connection(
         )
     assert killed == 1
     # The lock dies with the session (a moment after the kill): the follower gets it.
-    wait_for(lambda: second.tick() is not None)
+    wait_until(lambda: second.tick() is not None)
     assert second.is_leader
     first.tick()
     assert not first.is_leader
@@ -255,7 +255,7 @@ def test_a_hung_leaders_session_times_out(queue: pgqueue.Queue) -> None:
     try:
         assert hung.elect()
         assert not follower.elect()
-        wait_for(follower.elect)
+        wait_until(follower.elect)
         assert not hung.elect()  # it wakes up: the lock is gone with its session
     finally:
         hung.resign()

@@ -12,7 +12,8 @@ import sqlalchemy as sa
 
 import pgqueue
 from pgqueue import JobState, config, operations, statements
-from pgqueue.backends import sqlite
+from pgqueue.backends.sqlite import backend as sqlite
+from pgqueue.schema import JOBS
 
 SKEW = timedelta(hours=2)
 TTL = timedelta(hours=1)
@@ -28,8 +29,8 @@ def complete(queue: pgqueue.Queue, job_id: str, *, expires_at: datetime) -> None
     queue.enqueue("tasks.any", id=job_id)
     with queue.engine.begin() as conn:
         conn.execute(
-            sa.update(statements.JOBS)
-            .where(statements.JOBS.c.id == job_id)
+            sa.update(JOBS)
+            .where(JOBS.c.id == job_id)
             .values(
                 state=str(JobState.COMPLETED),
                 result={"answer": 42},

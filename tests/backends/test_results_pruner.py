@@ -15,19 +15,15 @@ import pgqueue
 from pgqueue import JobState, statements
 from pgqueue.maintenance import Leadership, Reaper
 from pgqueue.maintenance.pruner import PruneCounts, Pruner
+from pgqueue.schema import JOBS
 
 NOW = datetime.now(UTC).replace(microsecond=0)
 HOUR = timedelta(hours=1)
 DAY = timedelta(days=1)
 
 
-@pytest.fixture(autouse=True)
-def add(queue: pgqueue.Queue) -> pgqueue.Task[[int, int], int]:
-    @queue.task(name="tasks.add")
-    def add(a: int, b: int) -> int:
-        return a + b
-
-    return add
+# Every test here finishes ``tasks.add`` jobs (the shared ``add`` fixture registers it).
+pytestmark = pytest.mark.usefixtures("add")
 
 
 def finished(
@@ -44,8 +40,8 @@ def finished(
     queue.enqueue("tasks.add", args=[1, 2], id=job_id)
     with queue.engine.begin() as conn:
         conn.execute(
-            sa.update(statements.JOBS)
-            .where(statements.JOBS.c.id == job_id)
+            sa.update(JOBS)
+            .where(JOBS.c.id == job_id)
             .values(
                 state=str(state),
                 finished_at=at,
@@ -266,11 +262,7 @@ def test_rows_another_transaction_holds_are_skipped_not_waited_for(
     )
     try:
         with queue.engine.connect() as holder:
-            holder.execute(
-                sa.select(statements.JOBS.c.id)
-                .where(statements.JOBS.c.id == "held")
-                .with_for_update()
-            )
+            holder.execute(sa.select(JOBS.c.id).where(JOBS.c.id == "held").with_for_update())
             assert Pruner(impatient).run_once(now=NOW) == PruneCounts(
                 results_expired=1, completed=1
             )

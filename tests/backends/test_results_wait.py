@@ -18,15 +18,6 @@ from pgqueue.notifications import FINISHED_CHANNEL, finished_payload
 
 
 @pytest.fixture
-def add(queue: pgqueue.Queue) -> pgqueue.Task[[int, int], int]:
-    @queue.task(name="tasks.add")
-    def add(a: int, b: int) -> int:
-        return a + b
-
-    return add
-
-
-@pytest.fixture
 def finisher() -> Iterator[Callable[..., Waiting]]:
     """Start ``finish_next`` in a thread: the "worker" side of a test."""
     started: list[Waiting] = []

@@ -1,4 +1,4 @@
-"""SQLite: wake-ups across processes from the database file (``backends.sqlite_watch``).
+"""SQLite: wake-ups across processes from the database file (``backends.sqlite.watch``).
 
 A commit by another connection or process runs the Queue's listener's ``on_reconnect``
 callbacks, so an idle worker claims and a waiter re-reads without waiting for its poll."""
@@ -10,39 +10,27 @@ import sqlite3
 import subprocess
 import sys
 import textwrap
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from conditions import wait_until
+from conftest import SQLITE_ONLY
 
 import pgqueue
-from pgqueue.backends import sqlite_watch
-from pgqueue.backends.sqlite_watch import FileWatcher
+from pgqueue.backends.sqlite import watch as sqlite_watch
+from pgqueue.backends.sqlite.watch import FileWatcher
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-@pytest.fixture
-def sqlite_url(tmp_path: Path) -> str:
-    url = f"sqlite:///{tmp_path / 'jobs.db'}"
-    queue = pgqueue.Queue(url)
-    queue.migrate()
-    queue.close()
-    return url
-
-
-@pytest.fixture
-def queue(sqlite_url: str) -> Iterator[pgqueue.Queue]:
-    q = pgqueue.Queue(sqlite_url, allow_unknown_tasks=True)
-    yield q
-    q.close()
+pytestmark = pytest.mark.queue_options(allow_unknown_tasks=True)
 
 
 def _count(calls: list[int]) -> int:
     return len(calls)
 
 
+@SQLITE_ONLY
 @pytest.mark.parametrize("inotify", [True, False], ids=["inotify", "data_version poll"])
 def test_a_commit_by_another_connection_runs_the_callbacks(
     queue: pgqueue.Queue, inotify: bool, monkeypatch: pytest.MonkeyPatch
@@ -79,6 +67,7 @@ def test_an_in_memory_database_has_no_listener() -> None:
         queue.close()
 
 
+@SQLITE_ONLY
 def test_stop_ends_the_thread(queue: pgqueue.Queue) -> None:
     watcher = queue.listener
     assert isinstance(watcher, FileWatcher)
@@ -108,6 +97,7 @@ WORKER = textwrap.dedent(
 
 
 @pytest.mark.slow
+@SQLITE_ONLY
 def test_a_worker_in_another_process_is_woken_by_the_commit(
     queue: pgqueue.Queue, tmp_path: Path
 ) -> None:

@@ -20,6 +20,9 @@ from pgqueue.schema import JOBS, WORKERS
 NOW = datetime.now(UTC)
 LONG_AGO = NOW - timedelta(days=30)
 
+# The planted jobs name tasks nobody registered.
+pytestmark = pytest.mark.queue_options(allow_unknown_tasks=True)
+
 
 @pytest.fixture(autouse=True)
 def _now() -> None:
@@ -66,13 +69,6 @@ def make_job(
         values.update(locked_by="w1", lock_token="t", locked_until=NOW + timedelta(minutes=1))
     with queue.engine.begin() as conn:
         conn.execute(sa.update(JOBS).where(JOBS.c.id == job_id).values(state=state, **values))
-
-
-@pytest.fixture
-def queue(db_url: str) -> Any:
-    q = pgqueue.Queue(db_url, allow_unknown_tasks=True)
-    yield q
-    q.engine.dispose()
 
 
 def test_stats_json_and_table(

@@ -4,7 +4,6 @@ Spark's retries never duplicate or lose a job."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any
@@ -18,8 +17,9 @@ from pyspark.sql import types as T
 from spark_support import migrated_postgres, spark_session
 
 import pgqueue
-from pgqueue import ConfigError, JobState, statements
+from pgqueue import ConfigError, JobState
 from pgqueue.contrib.spark import enqueue_dataframe, job_id_for
+from pgqueue.schema import JOBS
 
 DUE = datetime(2031, 5, 6, 7, 8, 9, tzinfo=UTC)
 ROWS_SCHEMA = T.StructType(
@@ -40,13 +40,6 @@ ROWS_SCHEMA = T.StructType(
 @pytest.fixture(scope="session")
 def spark() -> SparkSession:
     return spark_session()  # type: ignore[no-any-return]
-
-
-@pytest.fixture
-def queue(db_url: str) -> Iterator[pgqueue.Queue]:
-    q = pgqueue.Queue(db_url)
-    yield q
-    q.close()
 
 
 @pytest.fixture
@@ -85,9 +78,7 @@ def rows_df(spark: SparkSession, count: int) -> Any:
 
 def set_state(queue: pgqueue.Queue, job_ids: list[str], state: str) -> None:
     with queue.engine.begin() as conn:
-        conn.execute(
-            sa.update(statements.JOBS).where(statements.JOBS.c.id.in_(job_ids)).values(state=state)
-        )
+        conn.execute(sa.update(JOBS).where(JOBS.c.id.in_(job_ids)).values(state=state))
 
 
 def test_rows_become_jobs_with_their_arguments_and_options(

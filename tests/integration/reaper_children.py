@@ -16,10 +16,8 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
-from typing import Any
 
 import pgqueue
 from pgqueue.maintenance import Reaper
@@ -63,18 +61,6 @@ def run_once_at(url: str, now: datetime, barrier: object) -> int:
         return reaper.run_once(now=now)
     finally:
         queue.close()
-
-
-def wait_for(condition: Callable[[], Any], timeout: float = 30.0, what: str = "") -> Any:
-    """Poll ``condition`` until it returns something truthy; fail after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what or condition}")
-        time.sleep(0.01)
 
 
 class Children:

@@ -12,7 +12,7 @@ import urllib.request
 from datetime import timedelta
 from pathlib import Path
 
-from conditions import wait_until as wait_for
+from conditions import wait_until
 from prometheus_client import CollectorRegistry
 
 import pgqueue
@@ -119,7 +119,7 @@ def test_counters_move_when_jobs_run_in_this_process(queue: pgqueue.Queue) -> No
         worker = pgqueue.Worker(queue, reaper=False, crash_detection=False)
         worker.start()
         try:
-            wait_for(
+            wait_until(
                 lambda: queue.status(job.id).state is pgqueue.JobState.PROCESSING,  # type: ignore[union-attr]
                 "the slow job to start",
             )
@@ -127,7 +127,7 @@ def test_counters_move_when_jobs_run_in_this_process(queue: pgqueue.Queue) -> No
             assert reaper.run_once(now=utc_now() + timedelta(minutes=10)) == 1
             release.set()
             slow_labels = 'queue="default",task="tasks.slow"'
-            wait_for(
+            wait_until(
                 lambda: (
                     scrape(server.url).get(f"pgqueue_jobs_lease_lost_total{{{slow_labels}}}") == 1
                 ),
@@ -179,10 +179,10 @@ def test_worker_command_serves_its_counters(
                 lines.append(line)
 
         threading.Thread(target=read, daemon=True).start()
-        wait_for(lambda: any("serving metrics on" in line for line in lines), "the address")
+        wait_until(lambda: any("serving metrics on" in line for line in lines), "the address")
         url = next(line for line in lines if "serving metrics on" in line).split()[-1]
         series = 'pgqueue_jobs_processed_total{outcome="completed",queue="default",task="tasks.ok"}'
-        wait_for(lambda: scrape(url).get(series) == 3, "three completed jobs counted")
+        wait_until(lambda: scrape(url).get(series) == 3, "three completed jobs counted")
         assert "pgqueue_jobs" not in {name.partition("{")[0] for name in scrape(url)}
     finally:
         child.terminate()

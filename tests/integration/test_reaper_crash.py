@@ -15,7 +15,8 @@ import time
 from pathlib import Path
 
 import pytest
-from reaper_children import Children, make_queue, wait_for
+from conditions import wait_until
+from reaper_children import Children, make_queue
 
 import pgqueue
 from pgqueue import statements
@@ -44,12 +45,12 @@ def start_two_workers(
 ) -> tuple[subprocess.Popen[bytes], subprocess.Popen[bytes], str]:
     """A leads and runs attempt 1 of a held job; B is up and following. Returns (A, B, job id)."""
     a = children.start("worker", "--worker-id", "a", *options)
-    wait_for(lambda: children.leaders() == {a.pid}, what="worker A to lead")
+    wait_until(lambda: children.leaders() == {a.pid}, what="worker A to lead")
     job_id = queue.enqueue("tasks.hold", args=["job"]).id
-    wait_for((children.marks / "job.attempt1").exists, what="attempt 1 to start")
+    wait_until((children.marks / "job.attempt1").exists, what="attempt 1 to start")
     assert (children.marks / "job.attempt1").read_text() == str(a.pid)
     b = children.start("worker", "--worker-id", "b", *options)
-    wait_for(lambda: registered(queue, "b"), what="worker B to register")
+    wait_until(lambda: registered(queue, "b"), what="worker B to register")
     return a, b, job_id
 
 
@@ -86,7 +87,7 @@ def test_a_sigkilled_workers_job_is_completed_by_another_worker(
         a, b, job_id = start_two_workers(children, queue, *options)
         killed_at = time.monotonic()
         os.kill(a.pid, signal.SIGKILL)
-        wait_for(
+        wait_until(
             lambda: status(queue, job_id).state is JobState.COMPLETED,
             timeout=lease + 60,
             what="the job to complete",
@@ -124,7 +125,7 @@ def test_a_stopped_workers_job_is_taken_over_and_its_late_completion_rejected(
         a, b, job_id = start_two_workers(children, queue, *options)
         stopped_at = time.monotonic()
         os.kill(a.pid, signal.SIGSTOP)
-        wait_for(
+        wait_until(
             lambda: status(queue, job_id).state is JobState.COMPLETED,
             timeout=60,
             what="the job to complete",
@@ -139,7 +140,7 @@ def test_a_stopped_workers_job_is_taken_over_and_its_late_completion_rejected(
         # A wakes up and finishes attempt 1: too late, its lease was taken.
         (marks / "job.release").touch()
         os.kill(a.pid, signal.SIGCONT)
-        wait_for(
+        wait_until(
             lambda: "lease lost, outcome discarded" in children.log(a),
             what="worker A to notice the lost lease",
         )

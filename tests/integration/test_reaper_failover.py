@@ -11,7 +11,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from conditions import wait_until as wait_for
+from conditions import wait_until
 from conftest import claim_jobs
 from reaper_children import Children
 
@@ -41,13 +41,13 @@ def test_three_reapers_elect_one_leader_and_a_follower_takes_over(
     try:
         for _ in range(3):
             children.start("reaper", "--interval", str(INTERVAL))
-        wait_for(lambda: len(children.leaders()) == 1, what="a leader")
+        wait_until(lambda: len(children.leaders()) == 1, what="a leader")
         # Several ticks of every follower: the leader stays the only one.
         leader = stays_single(children, 6 * INTERVAL, exclude=set())
 
         killed_at = time.monotonic()
         os.kill(leader, signal.SIGKILL)
-        wait_for(lambda: children.leaders(exclude={leader}), what="a new leader")
+        wait_until(lambda: children.leaders(exclude={leader}), what="a new leader")
         failover = time.monotonic() - killed_at
         record_property("failover_seconds", round(failover, 2))
         backend = "sqlite" if db_url.startswith("sqlite") else "postgresql"

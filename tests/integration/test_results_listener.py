@@ -16,7 +16,8 @@ from results_helpers import DEADLINE, Waiting, claim_one, finish_next, wait_unti
 
 import pgqueue
 from pgqueue import statements, waiting
-from pgqueue.notifications import FINISHED_CHANNEL, Listener, finished_payload
+from pgqueue.backends.postgres.listener import Listener
+from pgqueue.notifications import FINISHED_CHANNEL, finished_payload
 
 pytestmark = pytest.mark.parametrize("db_url", ["postgresql"], indirect=True)
 

@@ -12,11 +12,6 @@ import pytest
 import pgqueue
 
 
-@pytest.fixture
-def queue() -> pgqueue.Queue:
-    return pgqueue.Queue("sqlite://")
-
-
 @pytest.mark.parametrize(
     ("cron", "message"),
     [

@@ -13,12 +13,6 @@ from pgqueue.errors import ConfigError
 from pgqueue.maintenance import Reaper, ReaperConfig
 
 
-@pytest.fixture
-def queue(tmp_path: Path) -> pgqueue.Queue:
-    # Never connected: construction must not need the database.
-    return pgqueue.Queue(f"sqlite:///{tmp_path / 'never-created.db'}")
-
-
 def test_defaults_follow_the_semantics(queue: pgqueue.Queue) -> None:
     reaper = Reaper(queue)
     assert reaper.config == ReaperConfig(interval=10, max_stalls=1, grace=0)

@@ -2,18 +2,10 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 import pgqueue
 from pgqueue import worker as worker_module
-
-
-@pytest.fixture
-def queue(tmp_path: Path) -> pgqueue.Queue:
-    # Making a Queue or a Worker does not connect: no migrated database needed here.
-    return pgqueue.Queue(f"sqlite:///{tmp_path / 'unused.db'}")
 
 
 def test_defaults(queue: pgqueue.Queue) -> None:

@@ -173,10 +173,10 @@ def enqueue_dataframe(
     try:
         # A missing or unmigrated database fails here, on the driver, before Spark starts.
         probe.status("pgqueue-spark-probe")
-        backend = probe.backend.name
+        single_writer = probe.backend.single_writer
     finally:
         probe.close()
-    if backend == "sqlite":  # one writer at a time: more partitions would only queue for the lock
+    if single_writer:  # one writer at a time: more partitions would only queue for the lock
         partitions = 1
     elif partitions is None:
         parallelism = df.sparkSession.sparkContext.defaultParallelism

@@ -23,6 +23,7 @@ from sqlalchemy.dialects import postgresql
 from sqlalchemy.engine import URL
 
 from pgqueue import config, statements
+from pgqueue.backends import supports_jdbc
 from pgqueue.contrib.spark.connections import executor_queue
 from pgqueue.errors import ConfigError
 from pgqueue.job import JobState
@@ -92,7 +93,7 @@ def read_jobs(
     partitions = config.check_int("partitions", partitions, low=1, high=10_000)
     if source not in ("auto", "jdbc", "python"):
         raise ConfigError(f"source must be 'auto', 'jdbc' or 'python', not {source!r}")
-    jdbc_possible = resolved.get_backend_name() == "postgresql" and resolved.host is not None
+    jdbc_possible = supports_jdbc(resolved)
     if source == "jdbc" and not jdbc_possible:
         raise ConfigError("source='jdbc' needs a PostgreSQL URL with a host")
     if source == "jdbc" and not _jdbc_driver_loaded(spark):

@@ -15,6 +15,8 @@ import sqlalchemy as sa
 from alembic import op
 from alembic.operations import BatchOperations
 
+from pgqueue.backends.types import alters_constraints_in_place
+
 revision = "0005_workflows"
 down_revision = "0004"
 branch_labels = None
@@ -75,7 +77,7 @@ def _alter_jobs(change: Callable[[BatchOperations], None], before: sa.Table) -> 
     PostgreSQL alters in place and keeps its indexes (rebuilding them would lock a large table
     for long)."""
     context = op.get_context()
-    copies = context.dialect.name == "sqlite"
+    copies = not alters_constraints_in_place(context.dialect)
     # ALTER TABLE names its table as given (a schema_translate_map does not reach it): a Queue's
     # schema= is named here explicitly, as env.py passes it for the version table.
     schema = context.opts.get("version_table_schema")

@@ -1,29 +1,18 @@
-"""What each page shows, read from the database: plain values, no HTML.
-
-Every function opens one short read-only transaction through the Queue (so driver errors are
-translated like everywhere else) and takes ``now=`` like every other time-dependent call.
-
-Example::
-
-    from pgqueue.dashboard import data
-
-    overview = data.read_overview(queue)
-    print(overview.queues[0].due, overview.hour.completed)
-"""
+"""The overview page's values: depth by state, oldest wait, finished per minute and per hour,
+live workers and leaders."""
 
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from pgqueue import statements
 from pgqueue.backends.base import split_holder
 from pgqueue.dashboard import queries
+from pgqueue.dashboard.data._common import aware, read_now
 from pgqueue.dashboard.throughput import MINUTE, Counts, Throughput
-from pgqueue.job import FINISHED_STATES, JobState, JobStatus
+from pgqueue.job import JobState
 from pgqueue.maintenance.reaper import DEFAULT_WORKER_TTL
 
 if TYPE_CHECKING:
@@ -31,33 +20,18 @@ if TYPE_CHECKING:
 
 __all__ = [
     "COUNT_CAP",
-    "GROUP_CAP",
-    "AttemptError",
-    "FailureGroup",
-    "JobsPage",
     "LeaderRow",
     "Overview",
     "QueueRow",
-    "ScheduleRow",
     "Series",
     "TaskRow",
     "WorkerRow",
-    "decode_cursor",
-    "encode_cursor",
-    "finished",
-    "read_attempt_errors",
-    "read_failures",
-    "read_jobs",
-    "read_now",
     "read_overview",
-    "read_schedules",
 ]
 
 #: Dead letters counted on the overview before it says "N+" instead (the count reads the
 #: finished rows until it has found this many).
 COUNT_CAP = 1_000
-#: Jobs (the most recent) that the failures page groups by error type.
-GROUP_CAP = 5_000
 
 
 @dataclass(slots=True)
@@ -219,12 +193,6 @@ class Overview:
     pending_minutes: int = 0
 
 
-def read_now(queue: Queue, conn: Any, now: datetime | None) -> datetime:
-    """The instant a page is drawn at: ``now``, else the database's clock."""
-    current: datetime = conn.scalar(statements.clock_read(queue.backend.clock(now)))
-    return current
-
-
 def read_overview(
     queue: Queue,
     *,
@@ -268,7 +236,7 @@ def read_overview(
                 task_row(name, task).processing += int(count)
         for name, task, oldest in conn.execute(queries.oldest_due(current)):
             if wanted(name):
-                waited = max(0.0, (current - _aware(oldest)).total_seconds())
+                waited = max(0.0, (current - aware(oldest)).total_seconds())
                 task_row(name, task).oldest_due_seconds = waited
                 row = queue_row(name)
                 row.oldest_due_seconds = max(row.oldest_due_seconds or 0.0, waited)
@@ -387,278 +355,3 @@ def _add(
         return
     for row in (queue_row(name), task_row(name, task)):
         setattr(row, f"{state}_{span}", getattr(row, f"{state}_{span}") + count)
-
-
-# -- the jobs list ---------------------------------------------------------------------------------
-
-
-@dataclass(slots=True)
-class JobsPage:
-    """One page of the jobs list and the cursor of the next (None: this is the last page).
-
-    Example::
-
-        page = read_jobs(queue, limit=20)
-        [job.id for job in page.jobs], page.next_cursor
-    """
-
-    jobs: list[JobStatus]
-    changed: list[datetime]
-    next_cursor: str | None
-    now: datetime
-
-
-def encode_cursor(moment: datetime, job_id: str) -> str:
-    """The keyset cursor after a row: its change time and id."""
-    return f"{moment.isoformat()}~{job_id}"
-
-
-def decode_cursor(text: str) -> tuple[datetime, str] | None:
-    """A cursor made by :func:`encode_cursor`, or None when it is not one."""
-    moment, sep, job_id = text.partition("~")
-    if not sep:
-        return None
-    try:
-        parsed = datetime.fromisoformat(moment)
-    except ValueError:
-        return None
-    return (parsed, job_id) if parsed.tzinfo is not None else None
-
-
-def read_jobs(
-    queue: Queue,
-    *,
-    states: Iterable[JobState] = (),
-    queue_name: str | None = None,
-    task: str | None = None,
-    since: datetime | None = None,
-    until: datetime | None = None,
-    cursor: str | None = None,
-    limit: int = 50,
-    now: datetime | None = None,
-) -> JobsPage:
-    """A page of jobs, most recently changed first, keyset-paginated by ``cursor``.
-
-    Each index-backed slice of the table (claimable, processing, finished) gives at most
-    ``limit + 1`` rows and the pages are merged, so a page costs the same on page 1 and page 1000.
-
-    Example::
-
-        page = read_jobs(queue, states=[JobState.FAILED], limit=20)
-        more = read_jobs(queue, states=[JobState.FAILED], cursor=page.next_cursor)
-    """
-    chosen = set(states) or set(JobState)
-    before = decode_cursor(cursor) if cursor else None
-    rows: list[tuple[datetime, str, Any]] = []
-    with queue.connect(write=False) as conn:
-        current = read_now(queue, conn, now)
-        for segment in queries.SEGMENTS:
-            picked = [s for s in segment.states if s in chosen]
-            if not picked:
-                continue
-            statement = queries.job_page(
-                segment,
-                states=picked,
-                queue=queue_name,
-                task=task,
-                since=since,
-                until=until,
-                before=before,
-                limit=limit + 1,
-                clock=queue.backend.clock(now),
-            )
-            for row in conn.execute(statement).mappings():
-                rows.append((row["changed"], row["id"], row))
-    rows.sort(key=lambda item: (item[0], item[1]), reverse=True)
-    page = rows[:limit]
-    next_cursor = encode_cursor(page[-1][0], page[-1][1]) if len(rows) > limit else None
-    return JobsPage(
-        jobs=[queue.status_from_row(row) for _, _, row in page],
-        changed=[moment for moment, _, _ in page],
-        next_cursor=next_cursor,
-        now=current,
-    )
-
-
-# -- failures --------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class FailureGroup:
-    """Jobs in one state whose latest error has one type.
-
-    Example::
-
-        groups, capped = read_failures(queue)
-        [(g.error_type, g.count) for g in groups]
-    """
-
-    state: JobState
-    error_type: str | None
-    count: int
-    latest: datetime
-    example: str
-    tasks: int
-    task: str
-    queues: int
-    queue: str
-
-
-def read_failures(queue: Queue, *, cap: int = GROUP_CAP) -> tuple[list[FailureGroup], bool]:
-    """Dead letters (``failed``) and jobs waiting to retry (``failing``), grouped by error type,
-    over the ``cap`` most recent of each state; and whether a cap was reached.
-
-    Example::
-
-        groups, capped = read_failures(queue)
-        [(g.error_type, g.count) for g in groups if g.state == "failed"]
-    """
-    groups: list[FailureGroup] = []
-    with queue.connect(write=False) as conn:
-        for state in (JobState.FAILED, JobState.FAILING):
-            for row in conn.execute(queries.failed_groups(state, cap)).mappings():
-                groups.append(
-                    FailureGroup(
-                        state=state,
-                        error_type=row["type"],
-                        count=int(row["count"]),
-                        latest=_aware(row["latest"]),
-                        example=row["example"],
-                        tasks=int(row["tasks"]),
-                        task=row["task"],
-                        queues=int(row["queues"]),
-                        queue=row["queue"],
-                    )
-                )
-    capped = any(
-        sum(g.count for g in groups if g.state == state) >= cap
-        for state in (JobState.FAILED, JobState.FAILING)
-    )
-    return groups, capped
-
-
-@dataclass(frozen=True, slots=True)
-class AttemptError:
-    """One attempt's stored error: what the job page lists, oldest attempt first.
-
-    Example::
-
-        [(e.attempt, e.type) for e in read_attempt_errors(queue, "job-1")]
-    """
-
-    attempt: int | None
-    at: datetime | None
-    type: str
-    message: str
-    traceback: str | None
-
-
-def read_attempt_errors(queue: Queue, job_id: str) -> list[AttemptError]:
-    """Every kept attempt's error of one job, oldest first (the last ``schema.KEPT_ERRORS``).
-
-    A job that failed before the history was kept (or whose history expired with its result)
-    shows its latest error alone. Empty for no such job or no error.
-
-    Example::
-
-        errors = read_attempt_errors(queue, "job-1")
-    """
-    with queue.connect(write=False) as conn:
-        row = conn.execute(queries.job_errors(job_id)).first()
-    if row is None:
-        return []
-    history, latest, attempts = row
-    entries: list[Any] = list(history) if isinstance(history, list) else []
-    if not entries and isinstance(latest, dict):
-        entries = [{**latest, "attempt": attempts}]
-    return [_attempt_error(entry) for entry in entries if isinstance(entry, dict)]
-
-
-def _attempt_error(entry: dict[str, Any]) -> AttemptError:
-    at = entry.get("at")
-    attempt = entry.get("attempt")
-    trace = entry.get("traceback")
-    return AttemptError(
-        attempt=attempt if isinstance(attempt, int) else None,
-        at=_aware(at) if isinstance(at, str) and at else None,
-        type=str(entry.get("type") or "error"),
-        message=str(entry.get("message") or ""),
-        traceback=trace if isinstance(trace, str) else None,
-    )
-
-
-def _aware(value: Any) -> datetime:
-    # An aggregate loses the column's type on SQLite (naive text); the stored instants are UTC.
-    from pgqueue.schema import UTCDateTime
-
-    if isinstance(value, str):
-        value = datetime.fromisoformat(value)
-    result = UTCDateTime().process_result_value(value, _NO_DIALECT)
-    assert result is not None
-    return result
-
-
-class _Dialect:
-    name = "any"
-
-
-_NO_DIALECT: Any = _Dialect()
-
-
-# -- schedules -------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class ScheduleRow:
-    """A periodic schedule: what it runs, when it fires next, how far it has been handled.
-
-    Example::
-
-        [(s.name, s.next_fire) for s in read_schedules(queue)]
-    """
-
-    name: str
-    task: str | None
-    description: str | None
-    queue: str | None
-    next_fire: datetime | None
-    last_fire: datetime | None
-    checked_through: datetime | None
-    registered: bool
-
-
-def read_schedules(queue: Queue, *, now: datetime | None = None) -> list[ScheduleRow]:
-    """Every schedule this process knows (``@queue.periodic``) or the database has progress for.
-
-    A schedule known only from the database (the dashboard runs without the app's code) has no
-    next fire time: the expression lives in the code.
-
-    Example::
-
-        [(s.name, s.next_fire) for s in read_schedules(queue)]
-    """
-    with queue.connect(write=False) as conn:
-        current = read_now(queue, conn, now)
-        stored = {row["name"]: row for row in conn.execute(queries.schedule_rows()).mappings()}
-    rows = []
-    for name in sorted(set(stored) | set(queue.schedules)):
-        schedule = queue.schedules.get(name)
-        progress = stored.get(name)
-        rows.append(
-            ScheduleRow(
-                name=name,
-                task=schedule.task if schedule else None,
-                description=schedule.describe() if schedule else None,
-                queue=schedule.queue if schedule else None,
-                next_fire=schedule.next_fire_time(current) if schedule else None,
-                last_fire=progress["last_fire_at"] if progress else None,
-                checked_through=progress["checked_through"] if progress else None,
-                registered=schedule is not None,
-            )
-        )
-    return rows
-
-
-def finished(state: JobState) -> bool:
-    """Whether ``state`` is one a job never leaves on its own."""
-    return state in FINISHED_STATES

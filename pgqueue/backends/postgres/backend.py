@@ -16,13 +16,16 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy import Connection, Engine, Table, Text, bindparam, event, func, select
 from sqlalchemy.dialects import postgresql
+from sqlalchemy.engine import URL
 from sqlalchemy.exc import DBAPIError, DisconnectionError, OperationalError
 
 from pgqueue import statements
 from pgqueue.backends.base import Clock, Completion, iter_chunks, split_holder
+from pgqueue.backends.postgres import locks
+from pgqueue.backends.postgres import statements as pg_statements
+from pgqueue.backends.postgres.listener import Listener
 from pgqueue.config import check_name
 from pgqueue.errors import BackendError, ConfigError, SchemaMissingError
-from pgqueue.notifications import Listener
 
 __all__ = ["PostgresBackend"]
 
@@ -46,7 +49,7 @@ _NOTIFY_MANY = select(
 )
 
 
-_NO_BITMAP_SCAN = statements.transaction_setting("enable_bitmapscan", "off")
+_NO_BITMAP_SCAN = pg_statements.transaction_setting("enable_bitmapscan", "off")
 
 _NOTIFY = select(func.pg_notify(bindparam("channel", type_=Text), bindparam("payload", type_=Text)))
 
@@ -66,12 +69,12 @@ _LEADERS = sa.text(
 def _enqueue_on_database_clock() -> Any:
     # Built once: building the statement costs more than running it for one job, and a single
     # enqueue is on the hot path of enqueue_and_wait's round trip.
-    return statements.job_enqueue_many(postgresql.insert, Clock(None))
+    return pg_statements.job_enqueue_many(postgresql.insert, Clock(None))
 
 
 @functools.cache
 def _enqueue_notify_on_database_clock(channel: str) -> Any:
-    return statements.job_enqueue_notify(postgresql.insert, Clock(None), channel)
+    return pg_statements.job_enqueue_notify(postgresql.insert, Clock(None), channel)
 
 
 def _check_idle_connection(dbapi_connection: Any, _record: Any, _proxy: Any) -> None:
@@ -94,7 +97,7 @@ def _check_idle_connection(dbapi_connection: Any, _record: Any, _proxy: Any) -> 
 
 def _complete_on_database_clock() -> Any:
     # Built once, like the enqueue: a busy worker completes a batch every turn.
-    return statements.job_complete_many(Clock(None))
+    return pg_statements.job_complete_many(Clock(None))
 
 
 # SQLSTATE classes of a value the server refuses: 22 data exception (e.g. a lone surrogate in
@@ -113,6 +116,7 @@ class PostgresBackend:
     """
 
     name = "postgresql"
+    single_writer = False
 
     def __init__(
         self, *, schema: str | None = None, pooler: str | None = None, sessions: bool = True
@@ -192,7 +196,7 @@ class PostgresBackend:
         statement = (
             _enqueue_on_database_clock()
             if clock.fixed is None
-            else statements.job_enqueue_many(self.insert, clock)
+            else pg_statements.job_enqueue_many(self.insert, clock)
         )
 
         def send(jobs: str) -> list[str]:
@@ -225,7 +229,7 @@ class PostgresBackend:
         statement = (
             _enqueue_notify_on_database_clock(channel)
             if clock.fixed is None
-            else statements.job_enqueue_notify(self.insert, clock, channel)
+            else pg_statements.job_enqueue_notify(self.insert, clock, channel)
         )
         jobs = _enqueue_document(list(rows))
         try:
@@ -264,14 +268,14 @@ class PostgresBackend:
         # Before anything else, the version table's creation included: two migrators that both
         # see no table would both CREATE it (duplicate key in pg_type). Transaction-scoped, so
         # the lock goes with the commit of the whole upgrade, or with its rollback.
-        connection.execute(statements.advisory_xact_lock(key))
+        connection.execute(pg_statements.advisory_xact_lock(key))
         quote = connection.dialect.identifier_preparer.quote
         for name in tables:
             # LOCK TABLE is text, which schema_translate_map does not reach: qualify it here.
             qualified = (
                 quote(name) if self.schema is None else f"{quote(self.schema)}.{quote(name)}"
             )
-            connection.execute(statements.table_lock_exclusive(qualified))
+            connection.execute(pg_statements.table_lock_exclusive(qualified))
 
     def notify(self, connection: Connection, channel: str, payload: str) -> None:
         connection.execute(_NOTIFY, {"channel": self.channel(channel), "payload": payload})
@@ -290,14 +294,36 @@ class PostgresBackend:
         statement = (
             _complete_on_database_clock()
             if clock.fixed is None
-            else statements.job_complete_many(clock)
+            else pg_statements.job_complete_many(clock)
         )
         rows = connection.execute(statement, {"done": _complete_document(jobs)})
         return {job_id: flag for job_id, flag in rows}
 
+    def session_connection(self, engine: Engine, label: str) -> Connection:
+        return locks.open_session_connection(engine, label)
+
+    def set_session(self, connection: Connection, name: str, value: str) -> None:
+        locks.set_session(connection, name, value)
+
+    def try_lock(self, connection: Connection, key: int) -> bool:
+        return locks.try_lock(connection, key)
+
+    def holds_lock(self, connection: Connection, key: int) -> bool:
+        return locks.holds_lock(connection, key)
+
+    def unlock(self, connection: Connection, key: int) -> None:
+        locks.unlock(connection, key)
+
+    def orphaned_jobs(self, *, limit: int) -> Any:
+        return pg_statements.job_orphaned(limit=limit)
+
     def refuses_value(self, error: DBAPIError) -> bool:
         sqlstate = getattr(error.orig, "sqlstate", None)
         return sqlstate is not None and sqlstate.startswith(_REFUSED_VALUE_CLASSES)
+
+    def supports_jdbc(self, url: URL) -> bool:
+        # The JDBC driver speaks TCP only: a Unix socket (no host) is out of its reach.
+        return url.host is not None
 
     def missing_database(self, url: Any) -> str | None:
         # Connecting never creates a database here; the server says what is missing.
@@ -333,7 +359,7 @@ def _run_autocommit(engine: Engine, statement: Any, jobs: str) -> list[str]:
 
 
 def _complete_document(jobs: Sequence[Completion]) -> str:
-    """The JSON document of ``statements.job_complete_many``: each result's text is spliced in as
+    """The JSON document of ``job_complete_many``: each result's text is spliced in as
     it is, so a result is never encoded twice (only ids and tokens, flat strings, are)."""
     dumps = json.dumps
     return (
@@ -348,12 +374,12 @@ def _complete_document(jobs: Sequence[Completion]) -> str:
 
 
 def _enqueue_document(rows: list[dict[str, Any]]) -> str:
-    """The JSON document of ``statements.job_enqueue_many`` for these jobs."""
+    """The JSON document of ``job_enqueue_many`` for these jobs."""
     return json.dumps([_enqueue_fields(row) for row in rows], separators=(",", ":"))
 
 
 def _enqueue_fields(row: dict[str, Any]) -> dict[str, Any]:
-    """One job as an object in ``statements.job_enqueue_many``'s JSON document."""
+    """One job as an object in ``job_enqueue_many``'s JSON document."""
     run_at = row["run_at"]
     fields = {
         **row,

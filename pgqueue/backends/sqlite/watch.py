@@ -33,9 +33,10 @@ import socket
 import sqlite3
 import struct
 import sys
-import threading
 from collections.abc import Callable
 from pathlib import Path
+
+from pgqueue.backends.wakeups import WakeUpThread
 
 __all__ = ["POLL_SECONDS", "SETTLE_SECONDS", "FileWatcher"]
 
@@ -57,7 +58,7 @@ _IN_Q_OVERFLOW = 0x4000
 _EVENT = struct.Struct("iIII")
 
 
-class FileWatcher:
+class FileWatcher(WakeUpThread):
     """Runs callbacks when another connection commits to the SQLite file ``database``.
 
     Example::
@@ -66,15 +67,11 @@ class FileWatcher:
         watcher.on_reconnect(lambda: print("something changed"))
     """
 
+    thread_name = "pgqueue-sqlite-watch"
+
     def __init__(self, database: Path) -> None:
+        super().__init__()
         self.database = database
-        self._lock = threading.Lock()
-        self._callbacks: list[Callable[[], None]] = []
-        self._thread: threading.Thread | None = None
-        self._stopping = threading.Event()
-        self._wake: socket.socket | None = None
-        #: Set while the thread is watching (after its first look at the file).
-        self.listening = threading.Event()
 
     def subscribe(
         self, channel: str, callback: Callable[[str], None], *, wait: float = 10.0
@@ -87,42 +84,7 @@ class FileWatcher:
             self.listening.wait(wait)
         return lambda: None
 
-    def on_reconnect(self, callback: Callable[[], None]) -> Callable[[], None]:
-        """Call ``callback()`` whenever another connection may have committed (and once when the
-        watch starts); returns the remover."""
-        with self._lock:
-            self._callbacks.append(callback)
-
-        def remove() -> None:
-            with self._lock:
-                if callback in self._callbacks:
-                    self._callbacks.remove(callback)
-
-        return remove
-
-    def stop(self) -> None:
-        """Stop the thread (idempotent)."""
-        self._stopping.set()
-        with self._lock:
-            if self._wake is not None:
-                self._wake.send(b"\0")
-            thread = self._thread
-        if thread is not None and thread is not threading.current_thread():
-            thread.join(timeout=2.0)
-        self._thread = None
-
-    def _ensure_started(self) -> None:
-        if self._thread is None or not self._thread.is_alive():
-            self._stopping.clear()
-            self._thread = threading.Thread(
-                target=self._run, name="pgqueue-sqlite-watch", daemon=True
-            )
-            self._thread.start()
-
-    def _run(self) -> None:
-        woken, wake = socket.socketpair()
-        with self._lock:
-            self._wake = wake
+    def _serve(self, woken: socket.socket) -> None:
         events = _inotify(self.database.parent)
         try:
             connection = sqlite3.connect(self.database, check_same_thread=False)
@@ -134,11 +96,6 @@ class FileWatcher:
         except Exception:
             logger.exception("SQLite watcher stopped; polling only")
         finally:
-            self.listening.clear()
-            with self._lock:
-                self._wake = None
-            for closing in (woken, wake):
-                closing.close()
             if events is not None:
                 os.close(events)
             if connection is not None:
@@ -149,7 +106,7 @@ class FileWatcher:
     ) -> None:
         version = _data_version(connection)
         self.listening.set()
-        self._fire()  # whoever subscribed before the watch began looks once
+        self._fire_reconnect()  # whoever subscribed before the watch began looks once
         names = {self.database.name, f"{self.database.name}-wal"}
         idle = SAFETY_SECONDS if events is not None else POLL_SECONDS
         sources: list[int | socket.socket] = [woken] if events is None else [woken, events]
@@ -169,16 +126,7 @@ class FileWatcher:
             if current != version:
                 version = current
                 settling = []
-                self._fire()
-
-    def _fire(self) -> None:
-        with self._lock:
-            callbacks = list(self._callbacks)
-        for callback in callbacks:
-            try:
-                callback()
-            except Exception:
-                logger.exception("wake-up callback failed")
+                self._fire_reconnect()
 
 
 def _data_version(connection: sqlite3.Connection | None) -> int | None:

@@ -20,11 +20,13 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy import Connection, Engine, Table, event
 from sqlalchemy.dialects import sqlite
+from sqlalchemy.engine import URL
 from sqlalchemy.exc import DBAPIError
 
 from pgqueue import statements
 from pgqueue.backends.base import Clock, Completion, iter_chunks
-from pgqueue.backends.sqlite_watch import FileWatcher
+from pgqueue.backends.sqlite import statements as sqlite_statements
+from pgqueue.backends.sqlite.watch import FileWatcher
 from pgqueue.config import utc_now
 from pgqueue.errors import BackendError, ConfigError, SchemaMissingError
 
@@ -35,12 +37,15 @@ BUSY_TIMEOUT_SECONDS = 30.0
 ENQUEUE_CHUNK = 1000
 # Execution option that marks a read-only transaction: it begins DEFERRED and never blocks writers.
 READ_ONLY = "pgqueue_read_only"
+# Leadership is a lease row and leases alone find dead workers (session_locks is False).
+_NO_SESSION_LOCKS = "SQLite has no session locks (session_locks is False)"
 
 
 class SQLiteBackend:
     """The embedded backend."""
 
     name = "sqlite"
+    single_writer = True
     supports_notify = False
     session_locks = False
 
@@ -174,14 +179,35 @@ class SQLiteBackend:
             if job.id in held
         ]
         if rows:
-            connection.execute(statements.job_complete_each(clock), rows)
+            connection.execute(sqlite_statements.job_complete_each(clock), rows)
         return held
+
+    def session_connection(self, engine: Engine, label: str) -> Connection:
+        raise NotImplementedError(_NO_SESSION_LOCKS)
+
+    def set_session(self, connection: Connection, name: str, value: str) -> None:
+        raise NotImplementedError(_NO_SESSION_LOCKS)
+
+    def try_lock(self, connection: Connection, key: int) -> bool:
+        raise NotImplementedError(_NO_SESSION_LOCKS)
+
+    def holds_lock(self, connection: Connection, key: int) -> bool:
+        raise NotImplementedError(_NO_SESSION_LOCKS)
+
+    def unlock(self, connection: Connection, key: int) -> None:
+        raise NotImplementedError(_NO_SESSION_LOCKS)
+
+    def orphaned_jobs(self, *, limit: int) -> Any:
+        raise NotImplementedError(_NO_SESSION_LOCKS)
 
     def refuses_value(self, error: DBAPIError) -> bool:
         # "string or blob too big", a constraint, a value the driver cannot bind.
         return isinstance(
             error.orig, sqlite3.DataError | sqlite3.IntegrityError | sqlite3.InterfaceError
         )
+
+    def supports_jdbc(self, url: URL) -> bool:
+        return False
 
     def missing_database(self, url: Any) -> str | None:
         database = url.database

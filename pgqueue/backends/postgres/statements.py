@@ -1,0 +1,269 @@
+"""PostgreSQL's own statements: one-document enqueue and completion (JSON recordsets), the
+enqueue that notifies in the same statement, advisory locks, run-time settings and crash
+detection over ``pg_locks``. Portable statements live in ``pgqueue.statements``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    ColumnElement,
+    DateTime,
+    Float,
+    Integer,
+    Select,
+    Text,
+    Update,
+    bindparam,
+    cast,
+    column,
+    exists,
+    func,
+    literal,
+    literal_column,
+    null,
+    select,
+    table,
+    text,
+    update,
+)
+from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.sql.dml import ReturningInsert
+from sqlalchemy.sql.elements import TextClause
+
+from pgqueue.backends.base import Clock
+from pgqueue.job import JobState
+from pgqueue.schema import (
+    JOBS,
+    WORKERS,
+)
+from pgqueue.statements.enqueue import ENQUEUE_COLUMNS, insert_or_requeue
+from pgqueue.statements.maintenance import STALE_COLUMNS
+
+__all__ = [
+    "ENQUEUE_FIELDS",
+    "advisory_lock_held",
+    "advisory_lock_try",
+    "advisory_unlock",
+    "advisory_xact_lock",
+    "job_complete_many",
+    "job_enqueue_many",
+    "job_enqueue_notify",
+    "job_orphaned",
+    "session_setting",
+    "table_lock_exclusive",
+    "transaction_setting",
+]
+
+
+#: The fields of each job in ``job_enqueue_many``'s JSON document, and their SQL types.
+ENQUEUE_FIELDS: tuple[tuple[str, Any], ...] = (
+    ("id", Text),
+    ("task", Text),
+    ("queue", Text),
+    ("payload", JSONB),
+    ("priority", Integer),
+    ("max_attempts", Integer),
+    ("result_ttl", Integer),
+    ("run_at", DateTime(timezone=True)),
+    ("delay", Float),
+    # Flow limits: absent from a job's object when it has none (json_to_recordset reads null).
+    ("concurrency_key", Text),
+    ("max_running", Integer),
+    ("rate_key", Text),
+    ("rate_limit", Integer),
+    ("rate_period", Float),
+    ("unique_key", Text),
+    ("unique_until", Text),
+)
+
+
+def job_enqueue_many(insert: Any, clock: Clock) -> ReturningInsert[tuple[str]]:
+    """PostgreSQL: :func:`job_enqueue` for many jobs in one statement, with the same dedup.
+
+    Run with one parameter, ``jobs``: a JSON array of objects with the ``ENQUEUE_FIELDS``
+    (``run_at`` ISO 8601 text or null, ``delay`` seconds). The statement text is the same for
+    every batch size, so it is parsed once, and one JSON document is far cheaper to send than a
+    multi-row VALUES list (which the driver re-parses per batch) or one array per column (which
+    the driver quotes element by element in Python). Ids must be unique within one call:
+    ``ON CONFLICT`` may not touch a row twice in one statement.
+    """
+    given = (
+        func.json_to_recordset(cast(bindparam("jobs", type_=Text), JSON))
+        .table_valued(*(column(name, kind) for name, kind in ENQUEUE_FIELDS))
+        .render_derived(name="given", with_types=True)
+    )
+    now = clock.now()
+    values: dict[str, Any] = {name: given.c[name] for name in ENQUEUE_COLUMNS}
+    values.update(
+        state=literal_column(f"'{JobState.QUEUED}'"),
+        run_at=func.coalesce(
+            given.c.run_at, now + given.c.delay * literal_column("INTERVAL '1 second'")
+        ),
+        attempts=literal_column("0"),
+        stall_count=literal_column("0"),
+        created_at=now,
+        updated_at=now,
+    )
+    statement = insert(JOBS).from_select(list(values), select(*values.values()))
+    return insert_or_requeue(statement)
+
+
+def job_enqueue_notify(insert: Any, clock: Clock, channel: str) -> Select[tuple[str, Any]]:
+    """PostgreSQL: :func:`job_enqueue_many` and its wake-up in one statement, so that a producer
+    outside any transaction commits both in one round trip (no ``BEGIN``/``COMMIT`` of its own).
+
+    Returns one row per id queued; ``pg_notify(channel, queue)`` runs once per such row (the
+    server folds identical notifications of one transaction into one), so nothing is sent when
+    every id already existed.
+    """
+    queued = job_enqueue_many(insert, clock).returning(JOBS.c.queue).cte("queued")
+    return select(queued.c.id, func.pg_notify(literal(channel, Text), queued.c.queue))
+
+
+_ONE_SECOND: ColumnElement[Any] = literal_column("INTERVAL '1 second'")
+
+
+def job_complete_many(clock: Clock) -> Update:
+    """PostgreSQL: store many handlers' results in one fenced UPDATE; returns the ids that were
+    still ours (an id missing from the result lost its lease).
+
+    Run with ``done``: one JSON array of ``{"id", "lock_token", "result"}`` objects (``result``
+    null for none). One document keeps the SQL text the same for every batch size, so it is
+    compiled and planned once, and costs one ``json.dumps`` however many jobs it carries. Each
+    row's result expires after its own stored ``result_ttl``.
+    """
+    done = (
+        func.jsonb_to_recordset(cast(bindparam("done", type_=Text), JSONB))
+        .table_valued(column("id", Text), column("lock_token", Text), column("result", JSONB))
+        .render_derived(name="done", with_types=True)
+    )
+    return (
+        update(JOBS)
+        .where(
+            JOBS.c.id == done.c.id,
+            JOBS.c.lock_token == done.c.lock_token,
+            JOBS.c.state == str(JobState.PROCESSING),
+        )
+        .values(
+            state=str(JobState.COMPLETED),
+            result=done.c.result,
+            error=null(),
+            lock_token=null(),
+            locked_until=null(),
+            finished_at=clock.now(),
+            updated_at=clock.now(),
+            result_expires_at=clock.now() + JOBS.c.result_ttl * _ONE_SECOND,
+        )
+        # The flag as this UPDATE wrote it: after waiting for an enqueue that attached a
+        # dependent, that is the enqueue's (workflow/statements.py, dependencies_lock).
+        .returning(JOBS.c.id, JOBS.c.has_dependents)
+    )
+
+
+# pg_locks and pg_database, as far as crash detection reads them (PostgreSQL only). Qualified:
+# a Queue's schema= maps unqualified tables into its schema.
+_PG_LOCKS = table(
+    "pg_locks",
+    column("locktype"),
+    column("database"),
+    column("classid", BigInteger),
+    column("objid", BigInteger),
+    column("objsubid", Integer),
+    column("pid", Integer),
+    column("granted", Boolean),
+    schema="pg_catalog",
+)
+
+
+_PG_DATABASE = table("pg_database", column("oid"), column("datname"), schema="pg_catalog")
+
+
+def _advisory_locks_held() -> Select[Any]:
+    """The 64-bit keys of every session advisory lock granted in this database.
+
+    ``pg_try_advisory_lock(bigint)`` shows up in pg_locks split in two: the high 32 bits in
+    ``classid``, the low 32 in ``objid``, with ``objsubid = 1``. pgqueue keys are non-negative,
+    so the reassembled value never overflows a bigint.
+    """
+    locks = _PG_LOCKS.c
+    key = cast(locks.classid, BigInteger) * 4294967296 + cast(locks.objid, BigInteger)
+    this_database = (
+        select(_PG_DATABASE.c.oid)
+        .where(_PG_DATABASE.c.datname == func.current_database())
+        .scalar_subquery()
+    )
+    return select(key).where(
+        locks.locktype == "advisory",
+        locks.granted.is_(True),
+        locks.objsubid == 1,
+        locks.database == this_database,
+    )
+
+
+def job_orphaned(*, limit: int) -> Select[Any]:
+    """PostgreSQL only: up to ``limit`` ``processing`` jobs whose worker registered a liveness
+    lock that nobody holds any more, i.e. the worker's process (or its connection) is gone.
+
+    Workers without a lock key (crash detection off) are never matched: only their lease can
+    release their jobs. Nor are workers that have not beaten since the server started: a restart
+    frees every lock, and a live worker takes its own again on its next beat (until then, or if it
+    died with the old server, its lease covers it).
+    """
+    return (
+        select(*STALE_COLUMNS)
+        .join_from(JOBS, WORKERS, WORKERS.c.id == JOBS.c.locked_by)
+        .where(
+            JOBS.c.state == str(JobState.PROCESSING),
+            WORKERS.c.lock_key.is_not(None),
+            WORKERS.c.last_beat_at > func.pg_postmaster_start_time(),
+            WORKERS.c.lock_key.not_in(_advisory_locks_held()),
+        )
+        .limit(limit)
+        .with_for_update(skip_locked=True, of=JOBS)
+    )
+
+
+def advisory_lock_try(key: int) -> Select[Any]:
+    """PostgreSQL: take the session advisory lock ``key`` if it is free; True when taken (or
+    already held by this session)."""
+    return select(func.pg_try_advisory_lock(literal(key, BigInteger)))
+
+
+def advisory_xact_lock(key: int) -> Select[Any]:
+    """PostgreSQL: wait for the advisory lock ``key`` and hold it until this transaction ends
+    (commit or rollback release it; nothing can leak onto a pooled connection)."""
+    return select(func.pg_advisory_xact_lock(literal(key, BigInteger)))
+
+
+def table_lock_exclusive(name: str) -> TextClause:
+    """PostgreSQL: lock the table ``name`` (one of pgqueue's, quoted and qualified by the
+    backend) against every reader and writer until this transaction ends."""
+    return text(f"LOCK TABLE {name} IN ACCESS EXCLUSIVE MODE")
+
+
+def advisory_unlock(key: int) -> Select[Any]:
+    """PostgreSQL: release the session advisory lock ``key`` held by this session."""
+    return select(func.pg_advisory_unlock(literal(key, BigInteger)))
+
+
+def advisory_lock_held(key: int) -> Select[Any]:
+    """PostgreSQL: whether this session holds the advisory lock ``key`` (the leader's re-check;
+    it fails outright when the connection is gone)."""
+    held = _advisory_locks_held().where(_PG_LOCKS.c.pid == func.pg_backend_pid()).subquery()
+    return select(exists().where(held.c[0] == key))
+
+
+def transaction_setting(name: str, value: str) -> Select[Any]:
+    """PostgreSQL: set a run-time parameter until the end of this transaction (``SET LOCAL``):
+    safe behind a transaction-pooling pgbouncer, where a session setting would leak to others."""
+    return select(func.set_config(name, value, True))
+
+
+def session_setting(name: str, value: str) -> Select[Any]:
+    """PostgreSQL: set a run-time parameter for the rest of this session (``SET name = value``),
+    e.g. ``application_name`` or ``idle_session_timeout``."""
+    return select(func.set_config(name, value, False))

@@ -1,0 +1,57 @@
+"""What each page shows, read from the database: plain values, no HTML.
+
+Every function opens one short read-only transaction through the Queue (so driver errors are
+translated like everywhere else) and takes ``now=`` like every other time-dependent call.
+
+Example::
+
+    from pgqueue.dashboard import data
+
+    overview = data.read_overview(queue)
+    print(overview.queues[0].due, overview.hour.completed)
+"""
+
+from pgqueue.dashboard.data._common import finished, read_now
+from pgqueue.dashboard.data.failures import (
+    GROUP_CAP,
+    AttemptError,
+    FailureGroup,
+    read_attempt_errors,
+    read_failures,
+)
+from pgqueue.dashboard.data.jobs import JobsPage, decode_cursor, encode_cursor, read_jobs
+from pgqueue.dashboard.data.overview import (
+    COUNT_CAP,
+    LeaderRow,
+    Overview,
+    QueueRow,
+    Series,
+    TaskRow,
+    WorkerRow,
+    read_overview,
+)
+from pgqueue.dashboard.data.schedules import ScheduleRow, read_schedules
+
+__all__ = [
+    "COUNT_CAP",
+    "GROUP_CAP",
+    "AttemptError",
+    "FailureGroup",
+    "JobsPage",
+    "LeaderRow",
+    "Overview",
+    "QueueRow",
+    "ScheduleRow",
+    "Series",
+    "TaskRow",
+    "WorkerRow",
+    "decode_cursor",
+    "encode_cursor",
+    "finished",
+    "read_attempt_errors",
+    "read_failures",
+    "read_jobs",
+    "read_now",
+    "read_overview",
+    "read_schedules",
+]

@@ -1,0 +1,124 @@
+"""Failures: dead letters and retrying jobs grouped by error type, and one job's errors by
+attempt."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from pgqueue.dashboard import queries
+from pgqueue.dashboard.data._common import aware
+from pgqueue.job import JobState
+
+if TYPE_CHECKING:
+    from pgqueue.queue import Queue
+
+__all__ = ["GROUP_CAP", "AttemptError", "FailureGroup", "read_attempt_errors", "read_failures"]
+
+#: Jobs (the most recent) that the failures page groups by error type.
+GROUP_CAP = 5_000
+
+
+@dataclass(frozen=True, slots=True)
+class FailureGroup:
+    """Jobs in one state whose latest error has one type.
+
+    Example::
+
+        groups, capped = read_failures(queue)
+        [(g.error_type, g.count) for g in groups]
+    """
+
+    state: JobState
+    error_type: str | None
+    count: int
+    latest: datetime
+    example: str
+    tasks: int
+    task: str
+    queues: int
+    queue: str
+
+
+def read_failures(queue: Queue, *, cap: int = GROUP_CAP) -> tuple[list[FailureGroup], bool]:
+    """Dead letters (``failed``) and jobs waiting to retry (``failing``), grouped by error type,
+    over the ``cap`` most recent of each state; and whether a cap was reached.
+
+    Example::
+
+        groups, capped = read_failures(queue)
+        [(g.error_type, g.count) for g in groups if g.state == "failed"]
+    """
+    groups: list[FailureGroup] = []
+    with queue.connect(write=False) as conn:
+        for state in (JobState.FAILED, JobState.FAILING):
+            for row in conn.execute(queries.failed_groups(state, cap)).mappings():
+                groups.append(
+                    FailureGroup(
+                        state=state,
+                        error_type=row["type"],
+                        count=int(row["count"]),
+                        latest=aware(row["latest"]),
+                        example=row["example"],
+                        tasks=int(row["tasks"]),
+                        task=row["task"],
+                        queues=int(row["queues"]),
+                        queue=row["queue"],
+                    )
+                )
+    capped = any(
+        sum(g.count for g in groups if g.state == state) >= cap
+        for state in (JobState.FAILED, JobState.FAILING)
+    )
+    return groups, capped
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptError:
+    """One attempt's stored error: what the job page lists, oldest attempt first.
+
+    Example::
+
+        [(e.attempt, e.type) for e in read_attempt_errors(queue, "job-1")]
+    """
+
+    attempt: int | None
+    at: datetime | None
+    type: str
+    message: str
+    traceback: str | None
+
+
+def read_attempt_errors(queue: Queue, job_id: str) -> list[AttemptError]:
+    """Every kept attempt's error of one job, oldest first (the last ``schema.KEPT_ERRORS``).
+
+    A job that failed before the history was kept (or whose history expired with its result)
+    shows its latest error alone. Empty for no such job or no error.
+
+    Example::
+
+        errors = read_attempt_errors(queue, "job-1")
+    """
+    with queue.connect(write=False) as conn:
+        row = conn.execute(queries.job_errors(job_id)).first()
+    if row is None:
+        return []
+    history, latest, attempts = row
+    entries: list[Any] = list(history) if isinstance(history, list) else []
+    if not entries and isinstance(latest, dict):
+        entries = [{**latest, "attempt": attempts}]
+    return [_attempt_error(entry) for entry in entries if isinstance(entry, dict)]
+
+
+def _attempt_error(entry: dict[str, Any]) -> AttemptError:
+    at = entry.get("at")
+    attempt = entry.get("attempt")
+    trace = entry.get("traceback")
+    return AttemptError(
+        attempt=attempt if isinstance(attempt, int) else None,
+        at=aware(at) if isinstance(at, str) and at else None,
+        type=str(entry.get("type") or "error"),
+        message=str(entry.get("message") or ""),
+        traceback=trace if isinstance(trace, str) else None,
+    )

@@ -1,0 +1,120 @@
+"""Enqueue: insert jobs, or re-queue a failed/cancelled job with the same id.
+
+The dialect's INSERT (for ``ON CONFLICT``) comes from the backend; PostgreSQL's one-document
+form of the same statement lives in ``pgqueue.backends.postgres.statements``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import (
+    ColumnElement,
+    bindparam,
+    func,
+    literal_column,
+    null,
+)
+from sqlalchemy.dialects.postgresql import INTERVAL
+from sqlalchemy.sql.dml import ReturningInsert
+
+from pgqueue.backends.base import Clock
+from pgqueue.job import REQUEUEABLE_STATES, JobState
+from pgqueue.schema import (
+    JOBS,
+    UTCDateTime,
+)
+
+__all__ = [
+    "ENQUEUE_COLUMNS",
+    "LIMIT_COLUMNS",
+    "insert_or_requeue",
+    "job_enqueue",
+]
+
+
+#: A job's flow-limit columns (pgqueue.limits); None for a job without limits.
+LIMIT_COLUMNS = (
+    "concurrency_key",
+    "max_running",
+    "rate_key",
+    "rate_limit",
+    "rate_period",
+    "unique_key",
+    "unique_until",
+)
+
+
+#: Columns a producer supplies per job (plus ``explicit_run_at`` / ``delay``; see job_enqueue).
+ENQUEUE_COLUMNS = (
+    "id",
+    "task",
+    "queue",
+    "payload",
+    "priority",
+    "max_attempts",
+    "result_ttl",
+    *LIMIT_COLUMNS,
+)
+
+
+def job_enqueue(insert: Any, clock: Clock) -> ReturningInsert[tuple[str]]:
+    """Insert jobs, or re-queue ``failed``/``cancelled`` rows with the same id; return their ids.
+
+    Run with one parameter dict per job (``ENQUEUE_COLUMNS`` plus ``run_at``). An id whose row is
+    live or completed is left untouched and not returned: the caller reads its state afterwards.
+    The conflict clause makes this one atomic statement, so two producers racing on one id get
+    exactly one ``queued`` between them.
+
+    ``run_at`` is the due time when it was computed in Python; with the database clock it may be
+    None, and the job is due at ``now() + delay`` seconds of the database's time.
+    """
+    now = clock.now()
+    run_at: ColumnElement[Any]
+    if clock.fixed is not None:
+        run_at = bindparam("run_at", type_=UTCDateTime)
+    else:
+        run_at = func.coalesce(
+            bindparam("run_at", type_=UTCDateTime),
+            now + bindparam("delay", type_=INTERVAL),
+        )
+    statement = insert(JOBS).values(
+        state=str(JobState.QUEUED),
+        run_at=run_at,
+        attempts=0,
+        stall_count=0,
+        created_at=now,
+        updated_at=now,
+    )
+    return insert_or_requeue(statement)
+
+
+def insert_or_requeue(statement: Any) -> ReturningInsert[tuple[str]]:
+    """Add the dedup rule to an INSERT of new jobs: an existing ``failed``/``cancelled`` row is
+    reset and re-queued with the new values; any other existing row is left alone. Returns the
+    ids inserted or re-queued."""
+    excluded = statement.excluded
+    reset = {name: excluded[name] for name in (*ENQUEUE_COLUMNS[1:], "run_at", "created_at")}
+    reset.update(
+        state=str(JobState.QUEUED),
+        attempts=0,
+        stall_count=0,
+        lock_token=null(),
+        locked_by=null(),
+        locked_until=null(),
+        result=null(),
+        error=null(),
+        errors=null(),
+        result_expires_at=null(),
+        started_at=null(),
+        finished_at=null(),
+        updated_at=excluded.updated_at,
+    )
+    statement = statement.on_conflict_do_update(
+        index_elements=[JOBS.c.id],
+        set_=reset,
+        # Literal states: an expanding IN cannot run under executemany.
+        where=JOBS.c.state.in_([literal_column(f"'{s}'") for s in REQUEUEABLE_STATES]),
+    )
+    returning: ReturningInsert[tuple[str]] = statement.returning(JOBS.c.id)
+    return returning
