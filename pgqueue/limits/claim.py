@@ -22,7 +22,7 @@ slot opens, so it claims then instead of at its next poll.
 
 A claim may take a slot up to ``LOOKAHEAD_SECONDS`` before it opens: the job is claimed early and
 its handler started at the slot's instant (``LimitedClaim.starts``). The worker starts every
-rate-limited handler a fixed delay after its slot, on its wall clock (on SQLite the clock the
+rate-limited handler a fixed delay (100 ms) after its slot, on its wall clock (on SQLite the clock the
 slots are measured on; on PostgreSQL the server's, which a worker on the same host or kept by
 NTP agrees with to a few ms): the claim's commit and the dispatch to a handler thread then
 happen within that delay, and their jitter under load does not move starts across a window's

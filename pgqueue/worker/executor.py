@@ -264,11 +264,12 @@ class Executor:
 
 #: A rate-limited handler starts this long after its slot (pgqueue.limits.claim): the same
 #: delay for every start, within which the claim's commit and the hand-over to a thread fall,
-#: so that their jitter does not bunch starts.
-SLOT_START_DELAY = 0.05
+#: so that their jitter does not bunch starts (a claim may take a slot up to 50 ms old: the
+#: catch-up of pgqueue.limits.claim, which leaves at least 50 ms).
+SLOT_START_DELAY = 0.1
 #: The longest a handler waits for its slot: the claim's look-ahead plus the delay, and some
 #: room for a worker clock behind the database's.
-_MAX_SLOT_WAIT = 0.2
+_MAX_SLOT_WAIT = 0.25
 
 
 def _until(slot: float) -> float:
