@@ -24,6 +24,7 @@ from pgqueue.errors import (
     PgQueueError,
     SchemaMissingError,
     SerializationError,
+    TransientBackendError,
     UnknownTaskError,
 )
 from pgqueue.execution import JobContext, current_job
@@ -34,7 +35,7 @@ from pgqueue.maintenance.reaper import Reaper, StalledJob
 from pgqueue.maintenance.scheduler import Scheduler
 from pgqueue.operations import count_jobs
 from pgqueue.periodic import Schedule
-from pgqueue.queue import Queue
+from pgqueue.queue import ConnectionProvider, Queue
 from pgqueue.retries import Backoff, Retry, RetryPolicy
 from pgqueue.serde import JSONSerializer, Serializer
 from pgqueue.task import BoundTask, EnqueueOptions, JobSpec, Task
@@ -51,6 +52,7 @@ __all__ = [
     "CancelResult",
     "Chain",
     "ConfigError",
+    "ConnectionProvider",
     "EnqueueOptions",
     "EnqueueResult",
     "FailedStep",
@@ -79,6 +81,7 @@ __all__ = [
     "Signature",
     "StalledJob",
     "Task",
+    "TransientBackendError",
     "UnknownTaskError",
     "Worker",
     "WorkerStats",

@@ -25,6 +25,11 @@ DEFAULT_QUEUE = "default"
 DEFAULT_MAX_ATTEMPTS = 3
 DEFAULT_RESULT_TTL = 3600
 DEFAULT_PRIORITY = 0
+#: Worker registry rows silent for this long are deleted by the reaper, and no longer count as
+#: live workers (``maintenance.reaper``, ``operations.queue_stats``, the dashboard).
+DEFAULT_WORKER_TTL = 300.0
+#: The error type stored on a job the reaper took back from a dead or stalled worker.
+STALLED_ERROR_TYPE = "StalledJobError"
 
 # A job id is limited in UTF-8 bytes, not characters: PostgreSQL refuses an index row larger than
 # 2704 bytes (btree version 4, 8 kB pages), and the id is the last column of the widest index,

@@ -9,13 +9,16 @@ Every error pgqueue raises on purpose derives from :class:`PgQueueError`::
     ├── JobFailedError         enqueue_and_wait: the job ended ``failed``
     ├── JobTimeoutError        enqueue_and_wait: our own wait timed out (also a TimeoutError)
     └── BackendError           the database refused or the connection broke
-        └── SchemaMissingError the pgqueue tables are not there: run ``pgqueue migrate``
+        ├── TransientBackendError  the database cannot be reached for now: retry later
+        └── SchemaMissingError     the pgqueue tables are not there: run ``pgqueue migrate``
 
 A lost lease is not an error anyone can catch: the worker discards that outcome, counts it
 (``worker.stats.lost``) and sets the handler's ``current_job().cancelled`` event.
 
-Database driver errors are translated once, at the backend boundary, and keep the original
-exception as ``__cause__``.
+Database driver errors are translated once, at the database boundary
+(``pgqueue._database.Database.translate``), and keep the original exception as ``__cause__``.
+``BackendError.transient`` says whether retrying later may succeed (a restart, a failover, a
+dropped connection) or the database refused for good.
 
 Example::
 
@@ -37,6 +40,7 @@ __all__ = [
     "PgQueueError",
     "SchemaMissingError",
     "SerializationError",
+    "TransientBackendError",
     "UnknownTaskError",
 ]
 
@@ -95,7 +99,35 @@ class JobTimeoutError(PgQueueError, TimeoutError):
 
 
 class BackendError(PgQueueError):
-    """The database refused a statement or the connection failed."""
+    """The database refused a statement or the connection failed.
+
+    ``transient`` is False: the same call fails again (a constraint, a missing table, bad SQL).
+    :class:`TransientBackendError` is the kind worth retrying.
+
+    Example::
+
+        try:
+            queue.enqueue("tasks.add", args=[1, 2])
+        except pgqueue.BackendError as exc:
+            if not exc.transient:
+                raise
+    """
+
+    #: Whether the failure is the database being unreachable for now (retrying may succeed).
+    transient: bool = False
+
+
+class TransientBackendError(BackendError):
+    """The database cannot be reached for now (a restart, a failover, a dropped connection):
+    the same call may succeed later. The driver's error is ``__cause__``.
+
+    Example::
+
+        except pgqueue.TransientBackendError:
+            time.sleep(1)   # and try again
+    """
+
+    transient = True
 
 
 class SchemaMissingError(BackendError, ConfigError):

@@ -35,6 +35,7 @@ from sqlalchemy.engine import URL
 from sqlalchemy.exc import DBAPIError
 
 from pgqueue import statements
+from pgqueue._database import translate
 from pgqueue.backends import Backend, backend_for
 from pgqueue.config import resolve_url
 from pgqueue.errors import ConfigError
@@ -47,8 +48,10 @@ __all__ = [
     "VERSION_TABLE",
     "alembic_config",
     "downgrade",
+    "downgrade_on",
     "include_object",
     "upgrade",
+    "upgrade_on",
     "upgrade_sql",
 ]
 
@@ -102,6 +105,59 @@ def downgrade(
     """
     check = None if force or not _may_drop_jobs(revision) else _refuse_live_jobs
     _run(engine, command.downgrade, revision, schema, check)
+
+
+def upgrade_on(
+    connection: Connection, revision: str = "head", *, url: str | URL, schema: str | None = None
+) -> None:
+    """Upgrade to ``revision`` on the caller's ``connection``, inside the transaction it has open
+    (a framework's own migrations run pgqueue's this way: ``pgqueue.contrib.django`` does), never
+    committing it. ``url`` names the database (the connection may come from an engine of the
+    framework's); ``schema`` is created if missing. A database at or past ``revision`` is left
+    alone.
+
+    Example::
+
+        with engine.begin() as connection:
+            migrate.upgrade_on(connection, "0005", url=engine.url)
+    """
+    from alembic.migration import MigrationContext
+    from alembic.script import ScriptDirectory
+
+    schema = _enter(connection, url, schema)
+    cfg = alembic_config(connection=connection, schema=schema)
+    heads = MigrationContext.configure(
+        connection, opts={"version_table": VERSION_TABLE, "version_table_schema": schema}
+    ).get_current_heads()
+    script = ScriptDirectory.from_config(cfg)
+    reached = {rev.revision for head in heads for rev in script.iterate_revisions(head, "base")}
+    if revision not in reached:
+        command.upgrade(cfg, revision)
+
+
+def downgrade_on(
+    connection: Connection, revision: str, *, url: str | URL, schema: str | None = None
+) -> None:
+    """Downgrade to ``revision`` on the caller's ``connection``, inside its open transaction
+    (see :func:`upgrade_on`; no live-jobs check: the framework's migration owns the decision).
+
+    Example::
+
+        with engine.begin() as connection:
+            migrate.downgrade_on(connection, "0004", url=engine.url)
+    """
+    schema = _enter(connection, url, schema)
+    command.downgrade(alembic_config(connection=connection, schema=schema), revision)
+
+
+def _enter(connection: Connection, url: str | URL, schema: str | None) -> str | None:
+    """pgqueue's schema on ``connection`` for the revisions: created if missing, and pgqueue's
+    unqualified tables mapped into it (as :func:`_run` does)."""
+    backend = backend_for(resolve_url(url), schema=schema)
+    if backend.schema is not None:
+        backend.ensure_schema(connection)
+        connection.execution_options(schema_translate_map={None: backend.schema})
+    return backend.schema
 
 
 def upgrade_sql(
@@ -194,4 +250,4 @@ def _run(
                 check(backend, connection)
             action(alembic_config(connection=connection, schema=schema), revision)
     except DBAPIError as exc:
-        raise backend.translate(exc) from exc
+        raise translate(backend, exc) from exc

@@ -23,10 +23,11 @@ from datetime import datetime
 from typing import TYPE_CHECKING
 
 from pgqueue import config, statements
+from pgqueue._rows import status_from_row
+from pgqueue.config import DEFAULT_WORKER_TTL, STALLED_ERROR_TYPE
 from pgqueue.errors import ConfigError
 from pgqueue.job import CLAIMABLE_STATES, FINISHED_STATES, JobState, JobStatus
 from pgqueue.limits.stats import held_back
-from pgqueue.maintenance.reaper import DEFAULT_WORKER_TTL, STALLED_ERROR_TYPE
 from pgqueue.notifications import ENQUEUED_CHANNEL
 from pgqueue.workflow import dependencies
 
@@ -177,7 +178,7 @@ def list_jobs(
     )
     with queue.connect(write=False) as conn:
         rows = conn.execute(statement).mappings().all()
-    return [queue.status_from_row(row) for row in rows]
+    return [status_from_row(queue.serializer, row) for row in rows]
 
 
 def count_jobs(

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypedDict, TypeVar, Unpack
+from collections.abc import Callable, Coroutine, Iterable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar, Unpack
 
 from pgqueue.errors import ConfigError
 from pgqueue.job import EnqueueResult
-from pgqueue.limits import NO_LIMITS, Limits, RateLimit
+from pgqueue.limits import NO_LIMITS, Limits
+from pgqueue.producer.options import check_enqueue_options
+from pgqueue.producer.spec import EnqueueOptions, JobSpec
 from pgqueue.retries import DEFAULT_RETRY, RetryPolicy
 from pgqueue.workflow.compose import Signature
 
@@ -24,71 +26,6 @@ __all__ = ["BoundTask", "EnqueueOptions", "JobSpec", "Task"]
 
 P = ParamSpec("P")
 R = TypeVar("R")
-
-
-class EnqueueOptions(TypedDict, total=False):
-    """Per-call options accepted by ``using()``, ``Queue.enqueue`` and ``enqueue_many``.
-
-    ``id`` the dedup key (default: a new UUID); ``priority`` higher runs first; ``delay`` seconds or a
-    timedelta from now; ``run_at`` an aware datetime; ``queue`` overrides the task's queue;
-    ``max_attempts`` and ``result_ttl`` override the task's; ``connection`` (SQLAlchemy Connection) or
-    ``session`` (ORM Session) make the enqueue part of the caller's transaction.
-
-    Flow limits (docs/limits.md) override the task's for this job: ``max_running`` and
-    ``concurrency_key`` (the key's value, e.g. ``"acme"``), ``rate_limit`` (``"10/s"``) and
-    ``rate_limit_key``, ``unique_key`` and ``unique_until`` (``"started"`` or ``"finished"``).
-    ``depends_on`` (job ids or EnqueueResults) makes the job ``waiting`` until every one of them
-    has finished; ``on_dependency_failure`` is ``"cancel"`` (default: the job is cancelled when
-    one of them fails or is cancelled, and so are its own dependents) or ``"run"`` (it runs
-    anyway). ``workflow_id`` groups jobs for ``Queue.workflow_status`` and ``cancel_workflow``
-    (see docs/workflows.md).
-    """
-
-    id: str
-    priority: int
-    delay: float | timedelta
-    run_at: datetime
-    queue: str
-    max_attempts: int
-    result_ttl: int | timedelta
-    connection: Connection
-    session: Session
-    max_running: int
-    concurrency_key: str | int
-    rate_limit: str | RateLimit
-    rate_limit_key: str | int
-    unique_key: str | int
-    unique_until: str
-    depends_on: Iterable[str | EnqueueResult]
-    on_dependency_failure: str
-    workflow_id: str
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class JobSpec:
-    """One job for ``enqueue_many`` when jobs need their own id or options.
-
-    Example::
-
-        send.enqueue_many([JobSpec(args=(42,), id="invoice-42"), JobSpec(args=(43,), priority=5)])
-    """
-
-    args: tuple[Any, ...] | list[Any] = ()
-    kwargs: dict[str, Any] = field(default_factory=dict)
-    id: str | None = None
-    priority: int | None = None
-    delay: float | timedelta | None = None
-    run_at: datetime | None = None
-    queue: str | None = None
-    max_attempts: int | None = None
-    result_ttl: int | timedelta | None = None
-    #: This job's key values for the task's flow limits (see :class:`EnqueueOptions`).
-    concurrency_key: str | int | None = None
-    rate_limit_key: str | int | None = None
-    unique_key: str | int | None = None
-    depends_on: Iterable[str | EnqueueResult] | None = None
-    on_dependency_failure: str | None = None
-    workflow_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -210,12 +147,12 @@ class Task(Generic[P, R]):
         """:meth:`enqueue_many` for asyncio code (``await add.aenqueue_many([(1, 2), (3, 4)])``)."""
         return await self.queue.aenqueue_many(self.name, items)
 
-    async def aenqueue_and_wait(
+    def aenqueue_and_wait(
         self, *args: Any, timeout: float | timedelta | None = None, **kwargs: Any
-    ) -> R:
-        """:meth:`enqueue_and_wait` for asyncio code (``await add.aenqueue_and_wait(1, 2)``)."""
-        value: R = await self.queue.aenqueue_and_wait(self.name, args, kwargs, timeout=timeout)
-        return value
+    ) -> Coroutine[Any, Any, R]:
+        """:meth:`enqueue_and_wait` for asyncio code (``await add.aenqueue_and_wait(1, 2)``);
+        checked at the call, as :meth:`Queue.aenqueue_and_wait` is."""
+        return self.queue.aenqueue_and_wait(self.name, args, kwargs, timeout=timeout)
 
     def s(self, *args: Any, **kwargs: Any) -> Signature:
         """This task's call as a workflow step, not enqueued (see :func:`pgqueue.chain`).
@@ -228,7 +165,7 @@ class Task(Generic[P, R]):
 
     def using(self, **options: Unpack[EnqueueOptions]) -> BoundTask[P, R]:
         """The same task with per-call options (validated here, before anything is written)."""
-        return BoundTask(self, self.queue.check_enqueue_options(options))
+        return BoundTask(self, check_enqueue_options(options))
 
 
 @dataclass(frozen=True, slots=True)
@@ -285,12 +222,9 @@ class BoundTask(Generic[P, R]):
         """:meth:`enqueue_many` for asyncio code, with the bound options as every job's defaults."""
         return await self.task.queue.aenqueue_many(self.task.name, items, **self.options)
 
-    async def aenqueue_and_wait(
+    def aenqueue_and_wait(
         self, *args: Any, timeout: float | timedelta | None = None, **kwargs: Any
-    ) -> R:
-        """:meth:`enqueue_and_wait` for asyncio code."""
+    ) -> Coroutine[Any, Any, R]:
+        """:meth:`enqueue_and_wait` for asyncio code (checked at the call)."""
         queue, name = self.task.queue, self.task.name
-        value: R = await queue.aenqueue_and_wait(
-            name, args, kwargs, timeout=timeout, **self.options
-        )
-        return value
+        return queue.aenqueue_and_wait(name, args, kwargs, timeout=timeout, **self.options)

@@ -9,7 +9,7 @@ Wake-ups come from three places:
   same transaction as its UPDATE, so the row is visible by the time the notification arrives.
   Whenever that connection (re)starts listening, every waiter re-reads: a notification sent while
   it was down is gone, but the row it announced is not.
-- **In-process**: a worker running in this process calls ``Queue.jobs_finished`` after it commits,
+- **In-process**: a worker running in this process calls the Queue's finished listeners after it commits,
   which wakes the waiters without a database round trip (the only push there is on SQLite).
 - **A timer**: each waiter also re-reads on its own, with backoff. On SQLite that is the poll
   (another process's worker cannot push); on PostgreSQL it is a slow safety net for a finish that
@@ -34,26 +34,24 @@ from contextlib import suppress
 from dataclasses import dataclass
 from datetime import timedelta
 from functools import partial
-from typing import TYPE_CHECKING, Any, TypeVar
-
-from sqlalchemy.exc import DBAPIError
+from typing import Any, TypeVar
 
 from pgqueue import config, statements
+from pgqueue._database import Database
+from pgqueue._rows import stored
 from pgqueue.errors import BackendError, ConfigError, JobFailedError, JobTimeoutError
 from pgqueue.job import EnqueueResult, JobState
 from pgqueue.notifications import FINISHED_CHANNEL
-
-if TYPE_CHECKING:
-    from pgqueue.queue import Queue
+from pgqueue.serde import Serializer
 
 __all__ = ["Wait", "Waiters", "await_for", "wait_for"]
 
 logger = logging.getLogger("pgqueue.waiting")
 
-#: Seconds between a waiter's own re-reads of its job: (first, longest), growing by
-#: POLL_BACKOFF. SQLite polls briskly because nothing else tells it about a worker in another
-#: process; PostgreSQL's notifications make its re-read a rarely needed safety net.
-POLL_INTERVALS = {"sqlite": (0.01, 0.25), "postgresql": (0.5, 5.0)}
+# Seconds between a waiter's own re-reads of its job, (first, longest), growing by
+# POLL_BACKOFF, are the backend's ``wait_poll``: SQLite polls briskly because nothing else tells
+# it about a worker in another process; PostgreSQL's notifications make its re-read a rarely
+# needed safety net.
 #: Gentle, so a poll notices a finish at most about a quarter of the time waited so far after it.
 POLL_BACKOFF = 1.25
 
@@ -83,8 +81,13 @@ class Waiters:
         unwatch = waiters.watch(job_id, woken.set)
     """
 
-    def __init__(self, queue: Queue) -> None:
-        self._queue = queue
+    def __init__(
+        self,
+        database: Database,
+        add_finished_listener: Callable[[Callable[[str, str], None]], object],
+    ) -> None:
+        self._database = database
+        self._add_finished_listener = add_finished_listener
         self._lock = threading.Lock()
         self._wakers: dict[str, list[Callable[[], object]]] = {}
         self._hooked = False
@@ -125,8 +128,8 @@ class Waiters:
         self._call(wakers)
 
     def _hook(self) -> None:
-        self._queue.add_finished_listener(lambda job_id, _state: self.wake([job_id]))
-        listener = self._queue.listener
+        self._add_finished_listener(lambda job_id, _state: self.wake([job_id]))
+        listener = self._database.listener
         if listener is not None:
             # Registered before subscribing, which starts the connection: it fires on the first
             # connection too, so not waiting for LISTEN here loses nothing.
@@ -164,11 +167,10 @@ class Wait:
 
     def __init__(
         self,
-        queue: Queue,
+        database: Database,
+        serializer: Serializer,
         waiters: Waiters,
-        task: str,
-        args: Iterable[Any],
-        kwargs: Mapping[str, Any] | None,
+        enqueue: Callable[[Mapping[str, Any]], EnqueueResult],
         timeout: float | timedelta | None,
         options: Mapping[str, Any],
     ) -> None:
@@ -178,11 +180,16 @@ class Wait:
                 "until you commit, so the wait could never end. Enqueue with connection=, commit, "
                 "then look the job up with queue.status(id)"
             )
-        self.queue = queue
+        if database.joins_open_transaction():
+            raise ConfigError(
+                f"enqueue_and_wait inside {database.connections.transaction_name} would wait for "
+                "a job that no worker can see until the block commits; enqueue() here, or wait "
+                "after the commit"
+            )
+        self.database = database
+        self.serializer = serializer
         self.waiters = waiters
-        self.task = task
-        self.args = tuple(args)
-        self.kwargs = dict(kwargs or {})
+        self._enqueue = enqueue
         self.timeout = (
             None if timeout is None else config.check_positive_seconds("timeout", timeout)
         )
@@ -190,14 +197,12 @@ class Wait:
         self.job_id = options.get("id") or str(uuid.uuid4())
         self.options = {**options, "id": self.job_id}
         self._deadline = None if self.timeout is None else time.monotonic() + self.timeout
-        self._interval, self._longest = POLL_INTERVALS.get(queue.backend.name, (0.5, 5.0))
+        self._interval, self._longest = database.backend.wait_poll
 
     def enqueue(self) -> EnqueueResult:
         """Enqueue the job (blocking). Safe to retry: the id is fixed, so a retry of an enqueue
         that did commit finds its own job as a duplicate."""
-        return self.through_outages(
-            lambda: self.queue.enqueue(self.task, self.args, self.kwargs, **self.options)
-        )
+        return self.through_outages(lambda: self._enqueue(self.options))
 
     def through_outages(self, call: Callable[[], T]) -> T:
         """``call()``, retried with backoff while the database is unreachable, until the deadline
@@ -208,11 +213,7 @@ class Wait:
             try:
                 return call()
             except BackendError as exc:
-                cause = exc.__cause__
-                unreachable = isinstance(cause, DBAPIError) and self.queue.backend.unreachable(
-                    cause
-                )
-                if not unreachable or time.monotonic() + delay >= give_up:
+                if not exc.transient or time.monotonic() + delay >= give_up:
                     raise
                 logger.warning(
                     "database unreachable while waiting for job_id=%s, retrying in %.2fs: %s",
@@ -258,7 +259,7 @@ class Wait:
             raise JobFailedError(self.job_id, MISSING_ERROR)
         state, result, error, expired = row
         if state == JobState.COMPLETED:
-            return Finished(self.queue.stored(result, expired=expired))
+            return Finished(stored(self.serializer, result, expired=expired))
         if state == JobState.FAILED:
             raise JobFailedError(self.job_id, error)
         if state == JobState.CANCELLED:
@@ -266,10 +267,8 @@ class Wait:
         return None
 
     def _read(self) -> Any:
-        with self.queue.connect(write=False) as conn:
-            return conn.execute(
-                statements.job_result(self.job_id, self.queue.backend.clock())
-            ).first()
+        with self.database.connect(write=False) as conn:
+            return conn.execute(statements.job_result(self.job_id, self.database.clock())).first()
 
 
 def wait_for(wait: Wait) -> Any:

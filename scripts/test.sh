@@ -52,6 +52,9 @@ echo "== ruff"
 echo "== mypy --strict pgqueue"
 "$VENV/bin/mypy" --strict pgqueue
 
+echo "== lint-imports (layers, contrib uses the public API; see [tool.importlinter])"
+"$VENV/bin/lint-imports" --no-cache
+
 echo "== mkdocs build --strict"
 site_dir=$(mktemp -d)
 # Not --quiet: it also hides the warnings that --strict turns into a failure.

@@ -86,7 +86,7 @@ def finish_next(
         if state is not JobState.FAILING:
             queue.backend.notify(conn, FINISHED_CHANNEL, finished_payload(state, job_id))
     if in_process and state is not JobState.FAILING:
-        queue.jobs_finished([(job_id, str(state))])
+        queue._jobs_finished([(job_id, str(state))])
     return job_id
 
 

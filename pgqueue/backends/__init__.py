@@ -6,7 +6,7 @@ from sqlalchemy.engine import URL
 
 from pgqueue.backends.base import Backend, Clock
 
-__all__ = ["POOLERS", "Backend", "Clock", "backend_for", "supports_jdbc"]
+__all__ = ["POOLERS", "Backend", "Clock", "backend_for", "same_database_kind", "supports_jdbc"]
 
 #: What may sit between pgqueue and PostgreSQL (``Queue(pooler=...)``): None for a direct
 #: connection or a session-pooling pgbouncer, "transaction" for transaction pooling.
@@ -33,6 +33,16 @@ def backend_for(
     from pgqueue.backends.sqlite import SQLiteBackend
 
     return SQLiteBackend(schema=schema, pooler=pooler)
+
+
+def same_database_kind(url: URL, other: URL) -> bool:
+    """Whether two resolved URLs name the same kind of database (both PostgreSQL, both SQLite).
+
+    Example::
+
+        same_database_kind(make_url("postgresql://db/app"), make_url("sqlite://"))  # False
+    """
+    return url.get_backend_name() == other.get_backend_name()
 
 
 def supports_jdbc(url: URL) -> bool:

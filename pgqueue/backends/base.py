@@ -91,6 +91,9 @@ class Backend(Protocol):
     session_locks: bool
     #: The database schema holding pgqueue's tables (None: the connection's default).
     schema: str | None
+    #: Seconds between an ``enqueue_and_wait`` waiter's own re-reads of its job (first,
+    #: longest): brisk where nothing tells a waiter about a worker in another process.
+    wait_poll: tuple[float, float]
     #: True when the database takes one writer at a time (SQLite): writers in parallel only
     #: queue for its lock, so a bulk writer should not split its work.
     single_writer: bool

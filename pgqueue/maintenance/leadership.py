@@ -276,7 +276,7 @@ class AdvisoryLockLeadership(Leadership):
             return self.queue.backend.try_lock(self._connection, self.key)
         except DBAPIError as exc:
             self._drop_connection()
-            raise self.queue.backend.translate(exc) from exc
+            raise self.queue.db.translate(exc) from exc
 
     def _connect(self) -> Connection:
         engine = self.queue.session_engine

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from sqlalchemy import Connection, RowMapping, Select
 
 from pgqueue import config, metrics, statements
+from pgqueue.config import DEFAULT_WORKER_TTL, STALLED_ERROR_TYPE
 from pgqueue.job import JobState
 from pgqueue.maintenance.leadership import (
     DEFAULT_LOCK_NAMESPACE,
@@ -63,11 +64,8 @@ DEFAULT_GRACE = 0.0
 DEFAULT_BATCH_SIZE = 100
 #: Release the jobs of a dead worker process at once (PostgreSQL; see maintenance.presence).
 DEFAULT_CRASH_DETECTION = True
-#: Registry rows of workers silent for this long are deleted.
-DEFAULT_WORKER_TTL = 300.0
 #: The error message stored on a job the reaper moves to ``failed``.
 STALLED_MESSAGE = "job stalled more than allowable limit"
-STALLED_ERROR_TYPE = "StalledJobError"
 MAX_BATCH_SIZE = 10_000
 MAX_STALLS_LIMIT = 1_000_000
 
@@ -255,7 +253,7 @@ class Reaper(MaintenanceService):
             dead = [(job.id, str(job.state)) for job in released if job.retry_in is None]
             if dead:
                 try:
-                    self.queue.jobs_finished(dead)  # wakes in-process waiters (SQLite)
+                    self.queue._jobs_finished(dead)  # wakes in-process waiters (SQLite)
                 except Exception:
                     logger.exception("a finished-job callback failed")
             for job in released:

@@ -80,7 +80,7 @@ class JobStore:
         except BaseException as exc:
             self.close()
             if isinstance(exc, DBAPIError):
-                raise self.backend.translate(exc) from exc
+                raise self.queue.db.translate(exc) from exc
             raise
 
     def close(self) -> None:
@@ -297,7 +297,7 @@ class JobStore:
     def _refusal(self, job: Claimed, outcome: Outcome, exc: BaseException) -> Outcome:
         """The failure stored in place of an outcome the database could not take."""
         if isinstance(exc, DBAPIError):
-            reason = str(self.backend.translate(exc))
+            reason = str(self.queue.db.translate(exc))
         else:
             reason = f"{type(exc).__name__}: {exc}"
         if outcome.state is JobState.COMPLETED:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from pgqueue._rows import stored
 from pgqueue.job import JobState
 from pgqueue.workflow import statements
 
@@ -24,7 +25,7 @@ def dependency_rows(queue: Queue, job_id: str) -> dict[str, tuple[JobState, Any]
     return {
         row.id: (
             JobState(row.state),
-            queue.stored(row.result, expired=row.result_expired)
+            stored(queue.serializer, row.result, expired=row.result_expired)
             if row.state == JobState.COMPLETED
             else None,
         )

@@ -3,6 +3,7 @@ outside it the job is committed at once. Both of Django's databases (SQLite, Pos
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import django_support
@@ -104,6 +105,16 @@ def test_enqueue_and_wait_inside_atomic_is_refused(alias: str) -> None:
     send_task(alias)
     with transaction.atomic(using=alias), pytest.raises(pgqueue.ConfigError, match="atomic"):
         get_queue(alias).enqueue_and_wait("tests.mark_sent", args=[alias, 1], timeout=1)
+    assert count_jobs(alias) == 0
+
+
+def test_aenqueue_and_wait_inside_atomic_is_refused_too(alias: str) -> None:
+    # The async wait enqueues from a worker thread, where Django has no transaction open: the
+    # guard must be taken on the caller's thread, before anything is written.
+    send_task(alias)
+    queue = get_queue(alias)
+    with transaction.atomic(using=alias), pytest.raises(pgqueue.ConfigError, match="atomic"):
+        asyncio.run(queue.aenqueue_and_wait("tests.mark_sent", args=[alias, 1], timeout=1))
     assert count_jobs(alias) == 0
 
 

@@ -15,7 +15,7 @@ import sqlalchemy as sa
 from results_helpers import DEADLINE, Waiting, claim_one, finish_next, wait_until
 
 import pgqueue
-from pgqueue import statements, waiting
+from pgqueue import statements
 from pgqueue.backends.postgres.listener import Listener
 from pgqueue.notifications import FINISHED_CHANNEL, finished_payload
 
@@ -24,7 +24,7 @@ pytestmark = pytest.mark.parametrize("db_url", ["postgresql"], indirect=True)
 
 @pytest.fixture
 def pg_queue(queue: pgqueue.Queue, monkeypatch: pytest.MonkeyPatch) -> Iterator[pgqueue.Queue]:
-    monkeypatch.setitem(waiting.POLL_INTERVALS, "postgresql", (60.0, 60.0))
+    monkeypatch.setattr(queue.backend, "wait_poll", (60.0, 60.0))
 
     @queue.task(name="tasks.add")
     def add(a: int, b: int) -> int:

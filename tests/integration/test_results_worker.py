@@ -15,7 +15,7 @@ from results_helpers import Waiting
 from worker_helpers import DEADLINE, stop_process, wait_until, worker_process, working
 
 import pgqueue
-from pgqueue import JobState, waiting
+from pgqueue import JobState
 
 NO_DELAY = pgqueue.Backoff(base=0, max=0, jitter=0)
 
@@ -130,7 +130,8 @@ def test_a_worker_in_another_process_wakes_the_waiter(
 ) -> None:
     queue = child_tasks_queue
     # PostgreSQL: only the worker's NOTIFY may wake the waiter within the deadline.
-    monkeypatch.setitem(waiting.POLL_INTERVALS, "postgresql", (DEADLINE * 2, DEADLINE * 2))
+    if queue.backend.supports_notify:
+        monkeypatch.setattr(queue.backend, "wait_poll", (DEADLINE * 2, DEADLINE * 2))
     child = worker_process(db_url, tmp_path / "log", tmp_path / "stderr", "--concurrency", "2")
     try:
         waiters = [
@@ -151,7 +152,7 @@ def test_the_listen_connection_killed_mid_wait(
     child_tasks_queue: pgqueue.Queue, db_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     queue = child_tasks_queue
-    monkeypatch.setitem(waiting.POLL_INTERVALS, "postgresql", (DEADLINE * 2, DEADLINE * 2))
+    monkeypatch.setattr(queue.backend, "wait_poll", (DEADLINE * 2, DEADLINE * 2))
     released = tmp_path / "release"
     child = worker_process(db_url, tmp_path / "log", tmp_path / "stderr")
     try:

@@ -7,21 +7,21 @@ import json
 import logging
 import select as select_module
 import zlib
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy import Connection, Engine, Table, Text, bindparam, event, func, select
+from sqlalchemy import Connection, Engine, Table, event
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.engine import URL
 from sqlalchemy.exc import DBAPIError, DisconnectionError, OperationalError
 
 from pgqueue import statements
 from pgqueue.backends.base import Clock, Completion, iter_chunks, split_holder
-from pgqueue.backends.postgres import locks
+from pgqueue.backends.postgres import bulk, locks
 from pgqueue.backends.postgres import statements as pg_statements
 from pgqueue.backends.postgres.listener import Listener
 from pgqueue.config import check_name
@@ -40,29 +40,11 @@ _UNDEFINED_TABLE = "42P01"
 # name another schema.
 _MAX_IDENTIFIER_BYTES = 63
 
-# One NOTIFY per payload in one statement, built once (building costs more than running it).
-_NOTIFY_MANY = select(
-    func.pg_notify(
-        bindparam("channel", type_=Text),
-        func.unnest(bindparam("payloads", type_=postgresql.ARRAY(Text))).column_valued("payload"),
-    )
-)
-
-
+# Built once (building a statement costs more than running it).
 _NO_BITMAP_SCAN = pg_statements.transaction_setting("enable_bitmapscan", "off")
-
-_NOTIFY = select(func.pg_notify(bindparam("channel", type_=Text), bindparam("payload", type_=Text)))
-
-
-# Leaders hold a session advisory lock on a connection named "pgqueue leader ROLE PID@HOST" (see
-# maintenance/leadership.py); followers have the same name but no granted lock.
-_LEADERS = sa.text(
-    "SELECT DISTINCT substr(a.application_name, 16) AS label,"
-    " coalesce(host(a.client_addr), 'local') || ' pid ' || a.pid AS holder"
-    " FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid"
-    " WHERE l.locktype = 'advisory' AND l.granted"
-    " AND a.application_name LIKE 'pgqueue leader %' ORDER BY label"
-)
+_NOTIFY = pg_statements.notify()
+_NOTIFY_MANY = pg_statements.notify_many()
+_LEADERS = pg_statements.leaders_holding_locks()
 
 
 @functools.cache
@@ -95,6 +77,7 @@ def _check_idle_connection(dbapi_connection: Any, _record: Any, _proxy: Any) -> 
         raise DisconnectionError("the server closed this pooled connection while it was idle")
 
 
+@functools.cache
 def _complete_on_database_clock() -> Any:
     # Built once, like the enqueue: a busy worker completes a batch every turn.
     return pg_statements.job_complete_many(Clock(None))
@@ -116,6 +99,8 @@ class PostgresBackend:
     """
 
     name = "postgresql"
+    # Notifications wake waiters; their own re-read is a rarely needed safety net.
+    wait_poll = (0.5, 5.0)
     single_writer = False
 
     def __init__(
@@ -173,12 +158,7 @@ class PostgresBackend:
     def ensure_schema(self, connection: Connection) -> None:
         if self.schema is None:
             return
-        exists = connection.scalar(
-            select(sa.literal(True)).where(
-                sa.table("pg_namespace", sa.column("nspname"), schema="pg_catalog").c.nspname
-                == self.schema
-            )
-        )
+        exists = connection.scalar(pg_statements.schema_exists(self.schema))
         # Checked first: CREATE SCHEMA IF NOT EXISTS needs the CREATE privilege on the database
         # even when the schema is already there, which an application role often lacks.
         if not exists:
@@ -242,6 +222,30 @@ class PostgresBackend:
             # first one have been applied after all, the same ids make the second a no-op.
             logger.info("enqueue: pooled connection was lost (%s); retrying once", exc.orig)
             return _run_autocommit(engine, statement, jobs)
+
+    def enqueue_fresh(
+        self,
+        connection: Connection,
+        shared: Mapping[str, Any],
+        documents: Iterable[str],
+        clock: Clock,
+    ) -> list[str]:
+        """Jobs of one task with generated ids (see ``backends/postgres/bulk.py``)."""
+        return bulk.enqueue_fresh(connection, shared, documents, clock)
+
+    def enqueue_fresh_committed(
+        self, engine: Engine, shared: Mapping[str, Any], document: str, clock: Clock, channel: str
+    ) -> list[str]:
+        """:meth:`enqueue_fresh` as one statement that commits itself with its wake-up."""
+        channel = self.channel(channel)
+        try:
+            return bulk.enqueue_fresh_committed(engine, shared, document, clock, channel)
+        except DBAPIError as exc:
+            if not exc.connection_invalidated:
+                raise
+            # As enqueue_committed: the pooled connection died while idle, nothing ran on it.
+            logger.info("enqueue: pooled connection was lost (%s); retrying once", exc.orig)
+            return bulk.enqueue_fresh_committed(engine, shared, document, clock, channel)
 
     def claim(self, connection: Connection, statement: Any, values: dict[str, Any]) -> list[Any]:
         # The claim must walk the claim index in order and stop after LIMIT rows. Without

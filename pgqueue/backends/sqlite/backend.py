@@ -48,6 +48,8 @@ class SQLiteBackend:
     single_writer = True
     supports_notify = False
     session_locks = False
+    # Nothing pushes a finish from another process: the waiter polls briskly.
+    wait_poll = (0.01, 0.25)
 
     def __init__(self, *, schema: str | None = None, pooler: str | None = None) -> None:
         # SQLite's schemas are attached database files; pgqueue's tables live in the one file

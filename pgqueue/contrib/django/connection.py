@@ -2,7 +2,7 @@
 
 pgqueue speaks SQLAlchemy; Django has its own connections. Two engines bridge them:
 
-* :func:`own_engine` opens pgqueue's own pooled connections with the very parameters Django would
+* :func:`own_engine_options` opens pgqueue's own pooled connections with the very parameters Django would
   use (``get_connection_params()`` at connect time), so it follows ``DATABASES`` including the
   test runner's switch to ``test_<NAME>``. Workers and enqueues outside a transaction use it.
 * :func:`borrowed_engine` hands SQLAlchemy the DBAPI connection Django holds in the current
@@ -24,7 +24,6 @@ from sqlalchemy.dialects.sqlite.pysqlite import SQLiteDialect_pysqlite
 from sqlalchemy.engine import URL
 from sqlalchemy.pool import NullPool
 
-from pgqueue.backends import backend_for
 from pgqueue.errors import ConfigError
 
 __all__ = [
@@ -32,7 +31,7 @@ __all__ = [
     "database_url",
     "downgrade_schema",
     "in_transaction",
-    "own_engine",
+    "own_engine_options",
     "upgrade_schema",
     "vendor",
 ]
@@ -63,21 +62,22 @@ def in_transaction(alias: str) -> bool:
     )
 
 
-def own_engine(alias: str, engine_options: dict[str, Any] | None = None) -> Engine:
-    """pgqueue's own pooled engine for the database behind a Django alias."""
-    url = database_url(alias)
+def own_engine_options(alias: str, engine_options: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The engine options of pgqueue's own pooled engine for the database behind a Django
+    alias (``Queue(database_url(alias), engine_options=...)``): every connection asks Django
+    for its parameters at connect time."""
     options = dict(engine_options or {})
-    if url.get_backend_name() == "postgresql":
-        options["creator"] = lambda: _connect_postgres(alias)
-    else:
+    if vendor(alias) == "sqlite":
         options["creator"] = lambda: _connect_sqlite(alias)
-    return backend_for(url).create_engine(url, **options)
+    else:
+        options["creator"] = lambda: _connect_postgres(alias)
+    return options
 
 
 def database_url(alias: str) -> URL:
     """The SQLAlchemy URL of a Django alias's database, from its settings as they are now.
 
-    Connections from :func:`own_engine` do not use it (they ask Django each time); it names the
+    Connections made with :func:`own_engine_options` do not use it (they ask Django each time); it names the
     database in messages, and PostgreSQL's LISTEN connection connects with it.
     """
     from django.db import connections
@@ -218,42 +218,21 @@ def upgrade_schema(alias: str, revision: str) -> None:
     ``pgqueue migrate`` afterwards finds nothing to do. A database already at or past
     ``revision`` is left alone.
     """
-    from alembic import command
-    from alembic.migration import MigrationContext
-    from alembic.script import ScriptDirectory
-
-    from pgqueue.migrate import VERSION_TABLE, alembic_config
+    from pgqueue import migrate
+    from pgqueue.contrib.django.conf import pgqueue_settings
 
     with borrowed_engine(alias).connect() as connection:
-        schema = _enter_schema(alias, connection)
-        cfg = alembic_config(connection=connection, schema=schema)
-        heads = MigrationContext.configure(
-            connection, opts={"version_table": VERSION_TABLE, "version_table_schema": schema}
-        ).get_current_heads()
-        script = ScriptDirectory.from_config(cfg)
-        reached = {rev.revision for head in heads for rev in script.iterate_revisions(head, "base")}
-        if revision not in reached:
-            command.upgrade(cfg, revision)
+        migrate.upgrade_on(
+            connection, revision, url=database_url(alias), schema=pgqueue_settings()["SCHEMA"]
+        )
 
 
 def downgrade_schema(alias: str, revision: str) -> None:
     """Run pgqueue's Alembic lineage down to ``revision`` inside Django's current transaction."""
-    from alembic import command
-
-    from pgqueue.migrate import alembic_config
-
-    with borrowed_engine(alias).connect() as connection:
-        schema = _enter_schema(alias, connection)
-        command.downgrade(alembic_config(connection=connection, schema=schema), revision)
-
-
-def _enter_schema(alias: str, connection: sa.Connection) -> str | None:
-    """``PGQUEUE["SCHEMA"]`` for the migrations on ``connection``: created if missing, and
-    pgqueue's unqualified tables mapped into it (as ``pgqueue.migrate`` does)."""
+    from pgqueue import migrate
     from pgqueue.contrib.django.conf import pgqueue_settings
 
-    backend = backend_for(database_url(alias), schema=pgqueue_settings()["SCHEMA"])
-    if backend.schema is not None:
-        backend.ensure_schema(connection)
-        connection.execution_options(schema_translate_map={None: backend.schema})
-    return backend.schema
+    with borrowed_engine(alias).connect() as connection:
+        migrate.downgrade_on(
+            connection, revision, url=database_url(alias), schema=pgqueue_settings()["SCHEMA"]
+        )

@@ -6,25 +6,66 @@ import functools
 import inspect
 import threading
 import weakref
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from typing import Any, ParamSpec, TypeVar
 
 from django.db import close_old_connections
+from django.utils.module_loading import import_string
 from sqlalchemy import Connection, Engine
+from sqlalchemy.engine import URL
 
 from pgqueue.contrib.django import connection as bridge
 from pgqueue.contrib.django.transactions import DjangoJobTransaction
 from pgqueue.errors import ConfigError, PgQueueError
 from pgqueue.execution import current_job
-from pgqueue.notifications import WakeUps
-from pgqueue.queue import Queue
+from pgqueue.queue import ConnectionProvider, Queue
 from pgqueue.task import Task
 
-__all__ = ["DjangoQueue", "get_queue", "with_fresh_connections"]
+__all__ = [
+    "TASK_FINDERS",
+    "DjangoConnections",
+    "DjangoQueue",
+    "get_queue",
+    "with_fresh_connections",
+]
 
 P = ParamSpec("P")
 R = TypeVar("R")
+
+
+class DjangoConnections(ConnectionProvider):
+    """Django's connection for ``alias`` while ``transaction.atomic()`` is open on this thread:
+    pgqueue's calls there join Django's transaction (see :class:`~pgqueue.ConnectionProvider`).
+
+    Example::
+
+        queue = pgqueue.Queue(engine, connections=DjangoConnections("default"))
+    """
+
+    transaction_name = "transaction.atomic()"
+
+    def __init__(self, alias: str) -> None:
+        self.alias = alias
+        self._borrowed: Engine | None = None
+
+    def in_transaction(self) -> bool:
+        """Whether Django has a transaction open on this thread's connection for the alias."""
+        return bridge.in_transaction(self.alias)
+
+    def open_transaction(self) -> AbstractContextManager[Connection] | None:
+        """Django's own connection, inside its transaction; None in autocommit."""
+        if not self.in_transaction():
+            return None
+        if self._borrowed is None:
+            self._borrowed = bridge.borrowed_engine(self.alias)
+        return self._borrowed.connect()
+
+    def current_url(self) -> URL:
+        """The database ``DATABASES`` names now: Django's test runner switches NAME to the test
+        database after the apps (and so the queue) were imported. Pooled connections ask Django
+        each time; the LISTEN connection connects with this URL."""
+        return bridge.database_url(self.alias)
 
 
 class DjangoQueue(Queue):
@@ -32,9 +73,11 @@ class DjangoQueue(Queue):
 
     Inside ``transaction.atomic()`` every write (enqueue, cancel, retry) runs on Django's own
     connection, so it commits or rolls back with the block; outside one, pgqueue commits its own
-    short transaction at once, like Django's autocommit. Workers use pgqueue's own connections to
-    the same database. Tasks declared with ``django.tasks.task`` (or ``django_tasks.task``) and the
-    :class:`~pgqueue.contrib.django.TasksBackend` are found by name when a worker needs them.
+    short transaction at once, like Django's autocommit (see :class:`DjangoConnections`);
+    ``enqueue_and_wait`` and ``aenqueue_and_wait`` are refused inside the block. Workers use
+    pgqueue's own connections to the same database. Tasks declared with ``django.tasks.task``
+    (or ``django_tasks.task``) and the :class:`~pgqueue.contrib.django.TasksBackend` are found by
+    name when a worker needs them.
 
     Example::
 
@@ -57,39 +100,17 @@ class DjangoQueue(Queue):
         **options: Any,
     ) -> None:
         self.database = database
-        super().__init__(bridge.own_engine(database, engine_options), **options)
+        super().__init__(
+            bridge.database_url(database),
+            engine_options=bridge.own_engine_options(database, engine_options),
+            connections=DjangoConnections(database),
+            **options,
+        )
         self.tasks = _Tasks(self)
         self._borrowed: Engine | None = None
 
     def __repr__(self) -> str:
         return f"DjangoQueue(database={self.database!r})"
-
-    @property
-    def listener(self) -> WakeUps | None:
-        """As :attr:`Queue.listener`, connecting to the database ``DATABASES`` names now."""
-        # Django's test runner switches NAME to the test database after the apps (and so this
-        # queue) were imported; pooled connections ask Django each time, LISTEN uses the URL.
-        self.engine.url = bridge.database_url(self.database)
-        return super().listener
-
-    @contextmanager
-    def connect(
-        self,
-        *,
-        connection: Connection | None = None,
-        session: Any = None,
-        write: bool = True,
-    ) -> Iterator[Connection]:
-        """As :meth:`Queue.connect`, but join Django's transaction when one is open."""
-        if connection is None and session is None and bridge.in_transaction(self.database):
-            with (
-                self.borrowed().connect() as borrowed,
-                super().connect(connection=borrowed) as conn,
-            ):
-                yield conn
-        else:
-            with super().connect(connection=connection, session=session, write=write) as conn:
-                yield conn
 
     def borrowed(self) -> Engine:
         """An engine over Django's connection of the calling thread (see
@@ -104,21 +125,6 @@ class DjangoQueue(Queue):
         # A transactional handler's writes go through Django's ORM: its job transaction is an
         # atomic() block on Django's connection (contrib/django/transactions.py).
         return DjangoJobTransaction(self, job_id, lock_token, result_ttl)
-
-    def _joins_open_transaction(self) -> bool:
-        # Inside transaction.atomic() connect() joins Django's transaction: an enqueue there must
-        # not take the one-statement path that commits by itself.
-        return bridge.in_transaction(self.database)
-
-    def enqueue_and_wait(self, task: str, /, *args: Any, **kwargs: Any) -> Any:
-        """As :meth:`Queue.enqueue_and_wait`; refused inside ``transaction.atomic()``, where no
-        worker could see the job before the wait ends."""
-        if bridge.in_transaction(self.database):
-            raise ConfigError(
-                "enqueue_and_wait inside transaction.atomic() would wait for a job that no worker "
-                "can see until the block commits; enqueue() here, or wait after the commit"
-            )
-        return super().enqueue_and_wait(task, *args, **kwargs)
 
     def task(self, function: Callable[..., Any] | None = None, **options: Any) -> Any:
         """As :meth:`Queue.task`; under a worker, the handler gets fresh Django connections."""
@@ -196,22 +202,38 @@ class _Tasks(dict[str, Task[Any, Any]]):
             raise KeyError(name)
         self._resolving.add(name)
         try:
-            from pgqueue.contrib.django import tasks
-        except ImportError:  # neither django.tasks nor django_tasks
-            raise KeyError(name) from None
-        try:
-            found = tasks.register_by_name(self.queue, name)
+            _load_backend_of(name)
+            for find in list(TASK_FINDERS):
+                found = find(self.queue, name)
+                if found is not None:
+                    return found
         finally:
             self._resolving.discard(name)
-        if found is None:
-            raise KeyError(name)
-        return found
+        raise KeyError(name)
 
     def get(self, name: str, default: Any = None) -> Any:
         try:
             return self[name]
         except KeyError:
             return default
+
+
+#: Who finds a task by name that was never registered with ``@queue.task``:
+#: ``pgqueue.contrib.django.tasks`` adds Django's ``@task`` functions on import. (This module
+#: never imports that one: the tasks backend depends on the queue, not the other way round.)
+TASK_FINDERS: list[Callable[[DjangoQueue, str], Task[Any, Any] | None]] = []
+
+
+def _load_backend_of(name: str) -> None:
+    """Import the object at ``name`` and, for a Django task, its backend: a TasksBackend's
+    module then has its finder in :data:`TASK_FINDERS`."""
+    try:
+        found = import_string(name)
+    except ImportError:
+        return
+    get_backend = getattr(found, "get_backend", None)
+    if callable(get_backend) and hasattr(found, "module_path"):
+        get_backend()
 
 
 _QUEUES: dict[str, DjangoQueue] = {}

@@ -37,7 +37,7 @@ from django.utils.module_loading import import_string
 
 from pgqueue import config
 from pgqueue.contrib.django.options import TaskOptions, check_options, options_of
-from pgqueue.contrib.django.queues import DjangoQueue, get_queue
+from pgqueue.contrib.django.queues import TASK_FINDERS, DjangoQueue, get_queue
 from pgqueue.execution import current_job
 from pgqueue.job import JobState, JobStatus
 from pgqueue.limits import LIMIT_OPTIONS, check_limits
@@ -334,3 +334,7 @@ def _runner(queue: DjangoQueue, name: str) -> Callable[..., Any]:
 
     run.__qualname__ = run.__name__ = f"run[{name}]"
     return run
+
+
+# Workers find Django tasks by name through the queue's registry (see queues.TASK_FINDERS).
+TASK_FINDERS.append(register_by_name)

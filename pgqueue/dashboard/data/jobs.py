@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from pgqueue._rows import status_from_row
 from pgqueue.dashboard import queries
 from pgqueue.dashboard.data._common import read_now
 from pgqueue.job import JobState, JobStatus
@@ -98,7 +99,7 @@ def read_jobs(
     page = rows[:limit]
     next_cursor = encode_cursor(page[-1][0], page[-1][1]) if len(rows) > limit else None
     return JobsPage(
-        jobs=[queue.status_from_row(row) for _, _, row in page],
+        jobs=[status_from_row(queue.serializer, row) for _, _, row in page],
         changed=[moment for moment, _, _ in page],
         next_cursor=next_cursor,
         now=current,

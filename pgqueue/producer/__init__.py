@@ -1,0 +1,121 @@
+"""The producer side, below the :class:`~pgqueue.Queue` facade: checking enqueue options,
+building rows, and writing them.
+
+- :mod:`pgqueue.producer.options`: per-call options checked, one job's row built;
+- :mod:`pgqueue.producer.insert`: the write, with dedup, unique keys and workflow links;
+- :mod:`pgqueue.producer.lookups`: reading jobs back, cancel and retry.
+
+``enqueue_and_wait`` is the producer plus a waiter (:mod:`pgqueue.waiting`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from sqlalchemy import Connection
+
+from pgqueue import config, tracing
+from pgqueue._database import Database
+from pgqueue.job import EnqueueResult
+from pgqueue.producer import options as _options
+from pgqueue.producer.bulk import enqueue_fresh
+from pgqueue.producer.insert import Inserter
+from pgqueue.producer.spec import JobSpec
+from pgqueue.serde import Serializer
+
+__all__ = ["Producer"]
+
+
+class Producer:
+    """Enqueues jobs into one database.
+
+    ``task_defaults(name)`` gives a task's default options (queue, priority, max_attempts,
+    result_ttl, limits, function), raising UnknownTaskError where unknown tasks are refused.
+
+    Example::
+
+        producer = Producer(database, JSONSerializer(), queue_defaults)
+        producer.enqueue_many("tasks.add", [(1, 2)], {})
+    """
+
+    def __init__(
+        self,
+        database: Database,
+        serializer: Serializer,
+        task_defaults: Callable[[str], dict[str, Any]],
+    ) -> None:
+        self.database = database
+        self.serializer = serializer
+        self.task_defaults = task_defaults
+        self.inserter = Inserter(database, serializer)
+
+    def enqueue_many(
+        self,
+        task: str,
+        items: Iterable[tuple[Any, ...] | list[Any] | JobSpec],
+        options: Mapping[str, Any],
+    ) -> list[EnqueueResult]:
+        """``Queue.enqueue_many``: check, build and write, on the cheapest path that keeps the
+        same outcome."""
+        # Checked even when unknown tasks are allowed (every CLI command allows them).
+        task = config.check_name("task name", task)
+        checked: dict[str, Any] = dict(_options.check_enqueue_options(options))
+        connection = checked.pop("connection", None)
+        session = checked.pop("session", None)
+        defaults = self.task_defaults(task)
+        items = list(items)
+        if not items:
+            return []
+        queue_name = checked.get("queue", defaults["queue"])
+        with tracing.enqueue_span(task, queue=queue_name, count=len(items)) as span:
+
+            def build(item: tuple[Any, ...] | list[Any] | JobSpec) -> dict[str, Any]:
+                return _options.build_row(
+                    self.serializer, task, defaults, checked, item, span.carrier
+                )
+
+            own = (
+                connection is None
+                and session is None
+                and not self.database.joins_open_transaction()
+            )
+            unique = _options.unique(items, checked, defaults)
+            linked = _options.linked(items, checked)
+            small = len(items) <= self.database.backend.committed_enqueue_limit
+            fresh = not _options.chosen_ids(items, checked) and not unique and not linked
+            bulk = enqueue_fresh if own and fresh else None  # args-only, generated ids: bulk.py
+            if bulk and (done := bulk(self, task, defaults, checked, items, span.carrier)):
+                return done
+            if own and not unique and not linked and small:
+                # Few enough jobs for one statement that commits itself (with its wake-up).
+                return self.inserter.insert_committed([build(item) for item in items])
+            if own and fresh:
+                # Fresh ids in pgqueue's own transaction: the rows are built while the first
+                # ones are written. A bad item still fails the call and rolls everything back.
+                with self.database.connect() as conn:
+                    return self.inserter.insert_new(conn, map(build, items))
+            rows = [build(item) for item in items]
+            with self.database.connect(connection=connection, session=session) as conn:
+                return self.inserter.insert(conn, rows)
+
+    def build_row(
+        self,
+        task: str,
+        args: Iterable[Any],
+        kwargs: Mapping[str, Any],
+        options: Mapping[str, Any],
+        extra: Mapping[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        """One job's row for :meth:`insert_rows` (workflows build theirs with it): ``options``
+        are checked as ``enqueue``'s; ``extra`` goes into the stored payload document."""
+        checked = _options.check_enqueue_options(options)
+        item = JobSpec(args=tuple(args), kwargs=dict(kwargs))
+        return _options.build_row(
+            self.serializer, task, self.task_defaults(task), checked, item, extra=extra
+        )
+
+    def insert_rows(self, conn: Connection, rows: list[dict[str, Any]]) -> list[EnqueueResult]:
+        """Write rows made by :meth:`build_row` (of any tasks) on ``conn``, with the dedup rules
+        of ``enqueue_many``, in the caller's transaction."""
+        return self.inserter.insert(conn, rows)

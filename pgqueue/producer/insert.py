@@ -1,0 +1,223 @@
+"""Writing job rows: the dedup rules, unique keys, workflow links, and the wake-ups.
+
+:meth:`Inserter.insert` is THE enqueue write: every path (``enqueue``, ``enqueue_many``,
+workflows) goes through it or through one of its two fast paths, :meth:`Inserter.insert_committed`
+(one statement that commits itself) and :meth:`Inserter.insert_new` (fresh ids, streamed).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any
+
+from sqlalchemy import Connection
+from sqlalchemy.exc import IntegrityError
+
+from pgqueue import statements
+from pgqueue._database import Database
+from pgqueue._rows import stored
+from pgqueue.backends.base import Clock, iter_chunks
+from pgqueue.errors import BackendError
+from pgqueue.job import EnqueueResult, JobState
+from pgqueue.limits.statements import limit_unique_holder
+from pgqueue.notifications import ENQUEUED_CHANNEL
+from pgqueue.producer.options import LINK_FIELDS
+from pgqueue.serde import Serializer
+from pgqueue.workflow import dependencies
+from pgqueue.workflow import statements as wf_statements
+
+__all__ = ["BULK_CHUNK", "Inserter"]
+
+# Ids per look-up of the existing jobs that an enqueue_many found (duplicates).
+BULK_CHUNK = 1000
+# Enqueues of one job with a unique key whose holder keeps finishing under it before giving up.
+_UNIQUE_TRIES = 5
+
+
+class Inserter:
+    """Writes built rows (see :func:`pgqueue.producer.options.build_row`) with the dedup rules
+    of ``enqueue_many`` and reports one :class:`EnqueueResult` per row."""
+
+    def __init__(self, database: Database, serializer: Serializer) -> None:
+        self.database = database
+        self.backend = database.backend
+        self.serializer = serializer
+
+    def insert(self, conn: Connection, rows: list[dict[str, Any]]) -> list[EnqueueResult]:
+        """Write ``rows`` (of any tasks) on ``conn``, in the caller's transaction."""
+        clock = self.backend.clock()
+        # Workflow links are written beside the rows, not by the backend's INSERT.
+        links = {
+            row["id"]: {key: row.pop(key) for key in LINK_FIELDS if key in row}
+            for row in rows
+            if any(key in row for key in LINK_FIELDS)
+        }
+        if clock.fixed is not None:
+            for row in rows:
+                if row["run_at"] is None:
+                    row["run_at"] = clock.fixed + row["delay"]
+        # The first occurrence of an id is the one written. Sorting by id makes concurrent bulk
+        # producers lock rows in the same order, so overlapping batches cannot deadlock.
+        unique: dict[str, dict[str, Any]] = {}
+        for row in rows:
+            unique.setdefault(row["id"], row)
+        ordered = sorted(unique.values(), key=lambda row: row["id"])
+        linked = [{**row, **links[row["id"]]} for row in ordered if row["id"] in links]
+        if linked:
+            dependencies.lock_dependencies(conn, [*linked, *ordered])
+        # Jobs with a unique key: the first of the call holds the key (taken in key order, so
+        # concurrent producers of overlapping keys lock them in the same order).
+        position = {job_id: index for index, job_id in enumerate(unique)}
+        keyed = sorted(
+            (row for row in ordered if row["unique_key"] is not None),
+            key=lambda row: (row["unique_key"], position[row["id"]]),
+        )
+        plain = [row for row in ordered if row["unique_key"] is None] if keyed else ordered
+        queued = set(self.backend.enqueue_rows(conn, plain, clock))
+        holders: dict[str, EnqueueResult] = {}
+        for row in keyed:
+            holder = self._insert_unique(conn, row, clock)
+            if holder is None:
+                queued.add(row["id"])
+            else:
+                holders[row["id"]] = holder
+        if linked:
+            self._link(conn, linked, queued, clock)
+        settled = queued | set(holders)
+        outcomes = {**self.outcomes(conn, [i for i in unique if i not in settled]), **holders}
+        for queue_name in {row["queue"] for row in unique.values() if row["id"] in queued}:
+            self.backend.notify(conn, ENQUEUED_CHANNEL, queue_name)
+        return results(rows, queued, outcomes)
+
+    def insert_committed(self, rows: list[dict[str, Any]]) -> list[EnqueueResult]:
+        """:meth:`insert` as one statement that commits itself, wake-up included (see
+        ``Backend.enqueue_committed``). Existing ids are looked up afterwards: under READ
+        COMMITTED a second statement in the same transaction would take a new snapshot too."""
+        unique: dict[str, dict[str, Any]] = {}
+        for row in rows:
+            unique.setdefault(row["id"], row)
+        ordered = sorted(unique.values(), key=lambda row: row["id"])
+        with self.database.translating():
+            queued = set(
+                self.backend.enqueue_committed(
+                    self.database.engine, ordered, self.backend.clock(), ENQUEUED_CHANNEL
+                )
+            )
+        existing = [i for i in unique if i not in queued]
+        outcomes: dict[str, EnqueueResult] = {}
+        if existing:
+            with self.database.connect(write=False) as conn:
+                outcomes = self.outcomes(conn, existing)
+        return results(rows, queued, outcomes)
+
+    def insert_new(self, conn: Connection, rows: Iterable[dict[str, Any]]) -> list[EnqueueResult]:
+        """:meth:`insert` for jobs whose ids pgqueue generates (no duplicates among them, no
+        lock order to keep), taking the rows from an iterator as the backend writes them."""
+        clock = self.backend.clock()
+        ids: list[str] = []
+        queues: set[str] = set()
+
+        def prepared() -> Iterator[dict[str, Any]]:
+            for row in rows:
+                if clock.fixed is not None and row["run_at"] is None:
+                    row["run_at"] = clock.fixed + row["delay"]
+                ids.append(row["id"])
+                queues.add(row["queue"])
+                yield row
+
+        queued = set(self.backend.enqueue_rows(conn, prepared(), clock))
+        # Only a generated id that met an existing row lands here: practically never.
+        outcomes = self.outcomes(conn, [job_id for job_id in ids if job_id not in queued])
+        if queued:
+            for queue_name in queues:
+                self.backend.notify(conn, ENQUEUED_CHANNEL, queue_name)
+        return [
+            EnqueueResult(id=job_id, status="queued") if job_id in queued else outcomes[job_id]
+            for job_id in ids
+        ]
+
+    def _insert_unique(
+        self, conn: Connection, row: dict[str, Any], clock: Clock
+    ) -> EnqueueResult | None:
+        """Enqueue one job with a unique key, each try in a savepoint: None when it was queued,
+        else the outcome (the key's holder as a ``duplicate``, or the id's existing job).
+
+        Two producers racing on one key: PostgreSQL makes the second wait on the unique index
+        until the first commits, then refuses it; SQLite serialises them. The refused one reads
+        the holder; if the holder finished in between, the key is free and it tries again.
+        """
+        for _ in range(_UNIQUE_TRIES):
+            try:
+                with conn.begin_nested():
+                    queued = self.backend.enqueue_rows(conn, [row], clock)
+            except IntegrityError:
+                holder = conn.execute(limit_unique_holder(row["unique_key"])).first()
+                if holder is not None:
+                    return EnqueueResult(
+                        id=holder.id, status="duplicate", existing_state=JobState(holder.state)
+                    )
+                continue
+            return None if queued else self.outcomes(conn, [row["id"]])[row["id"]]
+        raise BackendError(
+            f"unique_key {row['unique_key']!r}: the enqueue kept conflicting with jobs that "
+            f"finished before they could be read ({_UNIQUE_TRIES} tries)"
+        )
+
+    def outcomes(self, conn: Connection, ids: list[str]) -> dict[str, EnqueueResult]:
+        """What became of jobs whose ids already existed: duplicates, or completed ones with
+        their cached result."""
+        outcomes: dict[str, EnqueueResult] = {}
+        for chunk in iter_chunks(ids, BULK_CHUNK):
+            statement = statements.job_outcomes(chunk, self.backend.clock())
+            for job_id, state, result, expired in conn.execute(statement):
+                state = JobState(state)
+                if state is JobState.COMPLETED:
+                    outcomes[job_id] = EnqueueResult(
+                        id=job_id,
+                        status="completed",
+                        existing_state=state,
+                        result=stored(self.serializer, result, expired=expired),
+                    )
+                else:
+                    outcomes[job_id] = EnqueueResult(
+                        id=job_id, status="duplicate", existing_state=state
+                    )
+        missing = [i for i in ids if i not in outcomes]
+        if missing:
+            # Only a delete racing between the upsert and this read gets here (the pruner
+            # removing a finished row): treat as the conflict it was, a duplicate of a finished job.
+            for job_id in missing:
+                outcomes[job_id] = EnqueueResult(id=job_id, status="duplicate")
+        return outcomes
+
+    def _link(
+        self, conn: Connection, linked: list[dict[str, Any]], queued: set[str], clock: Any
+    ) -> None:
+        """Workflow ids and dependency edges of the rows this call queued."""
+        by_workflow: dict[str, list[str]] = {}
+        for row in linked:
+            if row["id"] in queued and row.get("workflow_id"):
+                by_workflow.setdefault(row["workflow_id"], []).append(row["id"])
+        for workflow_id, ids in by_workflow.items():
+            conn.execute(wf_statements.jobs_set_workflow(ids, workflow_id))
+        dependencies.attach(conn, self.backend, linked, queued, clock)
+
+
+def results(
+    rows: list[dict[str, Any]], queued: set[str], outcomes: Mapping[str, EnqueueResult]
+) -> list[EnqueueResult]:
+    """One result per row, in order: an id repeated in one call is queued once, then reported
+    as a duplicate of that queued job."""
+    found: list[EnqueueResult] = []
+    seen: set[str] = set()
+    for row in rows:
+        job_id = row["id"]
+        if job_id in queued and job_id not in seen:
+            result = EnqueueResult(id=job_id, status="queued")
+        elif job_id in queued:
+            result = EnqueueResult(id=job_id, status="duplicate", existing_state=JobState.QUEUED)
+        else:
+            result = outcomes[job_id]
+        seen.add(job_id)
+        found.append(result)
+    return found
