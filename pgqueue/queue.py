@@ -11,7 +11,7 @@ import asyncio
 from collections.abc import Callable, Coroutine, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, Unpack
+from typing import TYPE_CHECKING, Any, ClassVar, ParamSpec, TypeVar, Unpack
 
 from sqlalchemy import Connection, Engine
 from sqlalchemy.engine import URL
@@ -79,6 +79,11 @@ class Queue(TaskDeclarations):
 
         add.enqueue(1, 2)
     """
+
+    #: The transaction a job's handler writes in and its completion commits in (None: the
+    #: worker's own, ``worker/transaction.py``); a framework's queue (contrib.django) sets its
+    #: own, which the worker makes per job as ``cls(queue, job_id, lock_token, result_ttl)``.
+    job_transaction_class: ClassVar[type[JobTransaction] | None] = None
 
     def __init__(
         self,
@@ -362,13 +367,6 @@ class Queue(TaskDeclarations):
                 queue.retry(job_id)
         """
         return lookups.retry(self.db, job_id, connection, now)
-
-    def _job_transaction(self, job_id: str, lock_token: str, result_ttl: int) -> JobTransaction:
-        """The transaction a job's handler writes in and the job completes in (see
-        ``worker/transaction.py``); a framework's queue (``contrib.django``) gives its own."""
-        from pgqueue.worker.transaction import JobTransaction
-
-        return JobTransaction(self, job_id, lock_token, result_ttl)
 
     # -- workflows -----------------------------------------------------------------------------
 

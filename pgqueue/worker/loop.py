@@ -30,6 +30,7 @@ from pgqueue.worker.ledger import Claimed, Ledger
 from pgqueue.worker.planner import Turn, TurnPlanner
 from pgqueue.worker.services import EmbeddedServices
 from pgqueue.worker.store import JobStore
+from pgqueue.worker.transaction import JobTransaction
 
 if TYPE_CHECKING:
     from pgqueue.queue import Queue
@@ -305,8 +306,8 @@ class WorkerLoop:
                     worker_id=self.id,
                     created_at=row["created_at"],
                     source=self.queue,
-                    job_transaction=self.queue._job_transaction(
-                        row["id"], lock_token, row["result_ttl"]
+                    job_transaction=(self.queue.job_transaction_class or JobTransaction)(
+                        self.queue, row["id"], lock_token, row["result_ttl"]
                     ),
                 ),
                 lock_token,

@@ -92,6 +92,10 @@ class DjangoQueue(Queue):
             send_invoice.enqueue(order.pk)     # gone again if the block rolls back
     """
 
+    # A transactional handler writes through Django's ORM: its job transaction is an atomic()
+    # block on Django's connection (contrib/django/transactions.py).
+    job_transaction_class = DjangoJobTransaction
+
     def __init__(
         self,
         database: str = "default",
@@ -118,13 +122,6 @@ class DjangoQueue(Queue):
         if self._borrowed is None:
             self._borrowed = bridge.borrowed_engine(self.database)
         return self._borrowed
-
-    def _job_transaction(
-        self, job_id: str, lock_token: str, result_ttl: int
-    ) -> DjangoJobTransaction:
-        # A transactional handler's writes go through Django's ORM: its job transaction is an
-        # atomic() block on Django's connection (contrib/django/transactions.py).
-        return DjangoJobTransaction(self, job_id, lock_token, result_ttl)
 
     def task(self, function: Callable[..., Any] | None = None, **options: Any) -> Any:
         """As :meth:`Queue.task`; under a worker, the handler gets fresh Django connections."""

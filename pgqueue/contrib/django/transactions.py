@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from django.db import close_old_connections, transaction
 from sqlalchemy import Connection, RootTransaction
 
-from pgqueue.worker.transaction import JobTransaction
+from pgqueue.worker import JobTransaction
 
 if TYPE_CHECKING:
     from pgqueue.contrib.django.queues import DjangoQueue
