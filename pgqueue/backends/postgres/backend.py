@@ -99,6 +99,7 @@ class PostgresBackend:
     """
 
     name = "postgresql"
+    events_in_table = False
     # Notifications wake waiters; their own re-read is a rarely needed safety net.
     wait_poll = (0.5, 5.0)
     single_writer = False
@@ -266,6 +267,10 @@ class PostgresBackend:
         # Transaction pooling without a session of its own: no LISTEN to be had.
         return Listener(engine, channel=self.channel) if self.supports_notify else None
 
+    def session(self, engine: Engine, label: str) -> Listener | None:
+        # A session of its own (a service or presence made outside a worker), named ``label``.
+        return Listener(engine, channel=self.channel, label=label) if self.session_locks else None
+
     def lock_migrations(
         self, connection: Connection, key: int, *, tables: Sequence[str] = ()
     ) -> None:
@@ -342,11 +347,12 @@ class PostgresBackend:
         return sqlstate is None or sqlstate.startswith(("08", "57P"))
 
     def leaders(self, connection: Connection, now: datetime) -> list[tuple[str, str, Any]]:
-        leaders = []
+        leaders: list[tuple[str, str, Any]] = []
         for label, address in connection.execute(_LEADERS):
-            role, process = split_holder(label)
+            roles, process = split_holder(label)
             holder = address if process is None else f"{process[0]}@{process[1]}"
-            leaders.append((role, holder, None))
+            # A worker holds all the roles it leads on its one session: "reaper,scheduler".
+            leaders.extend((role, holder, None) for role in roles.split(","))
         return leaders
 
     def translate(self, error: DBAPIError) -> Exception:
