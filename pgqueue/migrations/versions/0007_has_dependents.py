@@ -1,8 +1,8 @@
 """Workflows: ``pgqueue_jobs.has_dependents``, so that finishing a job without dependents skips
 the look-up of who waits on it (the completion reads the flag in its RETURNING).
 
-Revision ID: 0006_has_dependents
-Revises: 0005_workflows
+Revision ID: 0007_has_dependents
+Revises: 0006_events
 Create Date: 2026-11-24
 
 Other branches may add revisions concurrently; the lead re-chains ``down_revision`` at merge.
@@ -13,8 +13,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0006_has_dependents"
-down_revision = "0005_workflows"
+revision = "0007_has_dependents"
+down_revision = "0006_events"
 branch_labels = None
 depends_on = None
 

@@ -1,4 +1,4 @@
-"""Workflows: pgqueue's Alembic revision 0006_has_dependents (``pgqueue_jobs.has_dependents``)
+"""Workflows: pgqueue's Alembic revision 0007_has_dependents (``pgqueue_jobs.has_dependents``)
 on Django's connection, and the read-only Job model's field (state only: the table is
 pgqueue's)."""
 
@@ -10,8 +10,8 @@ from django.db import migrations, models
 
 from pgqueue.contrib.django.connection import downgrade_schema, upgrade_schema
 
-ALEMBIC_REVISION = "0006_has_dependents"
-PREVIOUS_REVISION = "0005_workflows"
+ALEMBIC_REVISION = "0007_has_dependents"
+PREVIOUS_REVISION = "0006_events"
 
 
 def upgrade(apps: Any, schema_editor: Any) -> None:
@@ -23,7 +23,7 @@ def downgrade(apps: Any, schema_editor: Any) -> None:
 
 
 class Migration(migrations.Migration):  # type: ignore[misc]
-    dependencies = [("pgqueue", "0004_workflows")]
+    dependencies = [("pgqueue", "0005_events")]
 
     operations = [
         migrations.RunPython(upgrade, downgrade),
