@@ -216,6 +216,14 @@ class Backend(Protocol):
         :attr:`session_locks`)."""
         ...
 
+    def prepare_work_connection(self, connection: Connection, *, lease: float) -> None:
+        """Prepare a worker's work connection (claims, heartbeats, outcomes; outside any
+        transaction), whose jobs run under leases of ``lease`` seconds: where the database
+        allows it, a transaction left idle for a few leases (a worker stopped by SIGSTOP or a
+        debugger while it holds job rows) is ended by the server, so the reaper, which skips
+        locked rows, can take those jobs over."""
+        ...
+
     def try_lock(self, connection: Connection, key: int) -> bool:
         """Take the session lock ``key`` on a :meth:`session_connection` if it is free; True when
         that session holds it (only where :attr:`session_locks`)."""

@@ -75,6 +75,7 @@ class JobStore:
         try:
             if self._connection is None:
                 self._connection = self.queue.engine.connect()
+                self.backend.prepare_work_connection(self._connection, lease=self.lease)
             with self._connection.begin():
                 yield self._connection
         except BaseException as exc:

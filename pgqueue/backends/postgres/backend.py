@@ -34,6 +34,10 @@ logger = logging.getLogger("pgqueue.backends.postgres")
 # Jobs per INSERT: round trips stop mattering well before this, and one statement's JSON
 # document stays a few megabytes.
 ENQUEUE_CHUNK = 5000
+# A worker's work connection idle inside a transaction this many leases is ended by the server
+# (prepare_work_connection), never sooner than the floor (ms).
+IDLE_IN_TRANSACTION_LEASES = 3
+IDLE_IN_TRANSACTION_MIN_MS = 1000
 # SQLSTATE classes: 42P01 undefined_table; 08 connection exceptions; 57P admin shutdown etc.
 _UNDEFINED_TABLE = "42P01"
 # PostgreSQL truncates identifiers to NAMEDATALEN - 1 bytes; a longer schema name would silently
@@ -313,6 +317,18 @@ class PostgresBackend:
 
     def set_session(self, connection: Connection, name: str, value: str) -> None:
         locks.set_session(connection, name, value)
+
+    def prepare_work_connection(self, connection: Connection, *, lease: float) -> None:
+        # The reaper claims expired jobs with SKIP LOCKED: rows locked by a stopped worker's
+        # open transaction stay invisible to it until that session ends. The server ends it
+        # after a few leases idle in a transaction (the worker's own transactions last
+        # milliseconds). Not behind a transaction pooler: a session setting would leak to the
+        # pooler's other clients.
+        if self.pooler == "transaction":
+            return
+        timeout_ms = max(IDLE_IN_TRANSACTION_MIN_MS, round(lease * IDLE_IN_TRANSACTION_LEASES * 1000))
+        with connection.begin():
+            locks.set_session(connection, "idle_in_transaction_session_timeout", str(timeout_ms))
 
     def try_lock(self, connection: Connection, key: int) -> bool:
         return locks.try_lock(connection, key)

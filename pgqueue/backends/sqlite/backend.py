@@ -195,6 +195,11 @@ class SQLiteBackend:
     def set_session(self, connection: Connection, name: str, value: str) -> None:
         raise NotImplementedError(_NO_SESSION_LOCKS)
 
+    def prepare_work_connection(self, connection: Connection, *, lease: float) -> None:
+        # One writer at a time and no row locks: a stopped writer holds the whole file, which
+        # busy_timeout and the lock's owner dying already cover.
+        return None
+
     def try_lock(self, connection: Connection, key: int) -> bool:
         raise NotImplementedError(_NO_SESSION_LOCKS)
 
