@@ -269,7 +269,7 @@ class PostgresBackend:
         sql, defaults = _driver_sql(connection, statement)
         result = connection.exec_driver_sql(sql, {**defaults, **values})
         names = tuple(result.keys())
-        rows = [dict(zip(names, row, strict=True)) for row in result]
+        rows = [dict(zip(names, row, strict=True)) for row in result.fetchall()]
         for row in rows:
             row["created_at"] = row["created_at"].astimezone(UTC)
         return rows
