@@ -85,7 +85,7 @@ def test_claim_takes_due_jobs_by_priority_up_to_the_limit(queue: pgqueue.Queue) 
     )
     [first] = claim(queue, limit=1)
     assert first["id"] == "high" and first["attempts"] == 1
-    assert first["locked_until"] == T0 + timedelta(seconds=LEASE)
+    assert row_of(queue, "high").locked_until == T0 + timedelta(seconds=LEASE)
     assert [row["id"] for row in claim(queue)] == ["low"]
     assert claim(queue) == []  # "later" is not due, the others are held
     assert state_of(queue, "later") is JobState.QUEUED
