@@ -40,6 +40,7 @@ __all__ = [
     "RECENT_WINDOW",
     "KeptByTTL",
     "QueueStats",
+    "ScheduleState",
     "count_jobs",
     "count_kept_by_ttl",
     "count_purgeable",
@@ -47,6 +48,7 @@ __all__ = [
     "purge",
     "queue_stats",
     "retry_failed",
+    "schedule_states",
 ]
 
 #: Seconds of finished jobs that the throughput figure averages over.
@@ -327,6 +329,34 @@ def purge(
             progress(deleted)
         if deleted < batch_size:
             return total
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduleState:
+    """Where one periodic schedule stands in the database: the instant its scheduler has
+    checked through and when it last fired (None: never)."""
+
+    name: str
+    checked_through: datetime
+    last_fire_at: datetime | None
+
+
+def schedule_states(queue: Queue, names: Sequence[str]) -> dict[str, ScheduleState]:
+    """The recorded state of the named schedules, by name; a schedule no scheduler has seen yet
+    is missing from the result. One read-only query.
+
+    Example::
+
+        states = operations.schedule_states(queue, list(queue.schedules))
+        print({name: state.last_fire_at for name, state in states.items()})
+    """
+    if not names:
+        return {}
+    with queue.connect(write=False) as conn:
+        rows = conn.execute(statements.schedule_states(list(names)))
+        return {
+            row.name: ScheduleState(row.name, row.checked_through, row.last_fire_at) for row in rows
+        }
 
 
 def check_state(value: object) -> JobState:
