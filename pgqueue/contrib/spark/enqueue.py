@@ -26,6 +26,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from pgqueue import config
+from pgqueue.backends import resolve_url
 from pgqueue.contrib.spark.connections import executor_queue
 from pgqueue.errors import ConfigError, SerializationError
 from pgqueue.queue import Queue
@@ -227,7 +228,7 @@ def _plan(
     run_at_col: str | None,
     batch_size: int,
 ) -> _Plan:
-    resolved = config.resolve_url(url)
+    resolved = resolve_url(url)
     options: dict[str, Any] = {}
     if isinstance(task, Task):
         name = task.name
