@@ -26,11 +26,21 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from benchmarks import compare, dashboard, drain, enqueue, history, recovery, roundtrip
+from benchmarks import (
+    compare,
+    connections,
+    dashboard,
+    drain,
+    enqueue,
+    history,
+    recovery,
+    roundtrip,
+)
 from benchmarks.common import BACKENDS, Databases, Figure, Interference
 
 BENCHMARKS = {
-    module.NAME: module for module in (enqueue, drain, roundtrip, recovery, history, dashboard)
+    module.NAME: module
+    for module in (enqueue, drain, roundtrip, recovery, history, dashboard, connections)
 }
 
 

@@ -27,6 +27,7 @@ from pgqueue.errors import (
     TransientBackendError,
     UnknownTaskError,
 )
+from pgqueue.events import AsyncEventStream, Event, EventStream
 from pgqueue.execution import JobContext, current_job
 from pgqueue.job import CancelResult, EnqueueResult, JobState, JobStatus
 from pgqueue.limits import Limits, RateLimit
@@ -46,6 +47,7 @@ from pgqueue.workflow.status import FailedStep, WorkflowStatus
 __version__ = "0.1.0"
 
 __all__ = [
+    "AsyncEventStream",
     "BackendError",
     "Backoff",
     "BoundTask",
@@ -55,6 +57,8 @@ __all__ = [
     "ConnectionProvider",
     "EnqueueOptions",
     "EnqueueResult",
+    "Event",
+    "EventStream",
     "FailedStep",
     "Group",
     "JSONSerializer",

@@ -74,6 +74,27 @@ def job_context(job_id: str | None, worker_id: str | None = None) -> Iterator[No
         _job_id.reset(job_token)
 
 
+def enter_job(job_id: str | None, worker_id: str | None) -> tuple[Any, Any]:
+    """:func:`job_context` without the generator, for the worker's per-job hot path: returns
+    what :func:`leave_job` takes to restore the ids before.
+
+    Example::
+
+        tokens = enter_job(job.id, worker_id)
+        try:
+            handler()
+        finally:
+            leave_job(tokens)
+    """
+    return _job_id.set(job_id), _worker_id.set(worker_id)
+
+
+def leave_job(tokens: tuple[Any, Any]) -> None:
+    """Undo :func:`enter_job`."""
+    _worker_id.reset(tokens[1])
+    _job_id.reset(tokens[0])
+
+
 def current_job_id() -> str | None:
     """The id of the job this thread is running, or None outside a job."""
     return _job_id.get()

@@ -9,9 +9,20 @@ the rows themselves, and their polls remain for whatever a wake-up misses.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Protocol
+from contextlib import AbstractContextManager
+from typing import Any, Protocol, runtime_checkable
 
-__all__ = ["CHANNELS", "ENQUEUED_CHANNEL", "FINISHED_CHANNEL", "WakeUps", "finished_payload"]
+from sqlalchemy import Connection
+
+__all__ = [
+    "CHANNELS",
+    "ENQUEUED_CHANNEL",
+    "FINISHED_CHANNEL",
+    "Session",
+    "WakeUps",
+    "finished_payload",
+    "session_of",
+]
 
 #: Payload: the queue name. Sent by every enqueue that queued a job.
 ENQUEUED_CHANNEL = "pgqueue_enqueued"
@@ -44,3 +55,65 @@ class WakeUps(Protocol):
     def stop(self) -> None:
         """Stop listening (idempotent)."""
         ...
+
+
+@runtime_checkable
+class Session(Protocol):
+    """A listener that is also a database session able to hold session advisory locks
+    (PostgreSQL's ``backends.postgres.listener.Listener``): a worker process holds its LISTEN,
+    its liveness lock and every maintenance role it leads on this one connection, and its
+    maintenance queries borrow it (see docs/scaling.md, "Connections")."""
+
+    listening: Any
+
+    def on_reconnect(self, callback: Callable[[], None]) -> Callable[[], None]:
+        """Call ``callback()`` once a new connection is up (``keep`` locks held again)."""
+        ...
+
+    def on_lost(self, callback: Callable[[], None]) -> Callable[[], None]:
+        """Call ``callback()`` when the connection, and its locks with it, was lost."""
+        ...
+
+    def connection(
+        self, *, transaction: bool = False, wait: float = ...
+    ) -> AbstractContextManager[Connection]:
+        """The session connection on loan to this thread (autocommit, or one transaction)."""
+        ...
+
+    def hold(
+        self,
+        key: int,
+        owner: object,
+        *,
+        keep: bool = False,
+        role: str | None = None,
+        ttl: float | None = None,
+        wait: float = ...,
+    ) -> bool:
+        """Take the session lock ``key`` for ``owner`` if it is free; True when it holds it."""
+        ...
+
+    def holds(self, key: int, owner: object, *, check: bool = False) -> bool:
+        """Whether ``owner`` holds ``key`` on the live connection."""
+        ...
+
+    def release(self, key: int, owner: object) -> None:
+        """Give ``key`` up if ``owner`` holds it."""
+        ...
+
+    def stop(self) -> None:
+        """Close the session (its locks go with it)."""
+        ...
+
+
+def session_of(owner: Any) -> Session | None:
+    """The session of a Queue (anything with a ``listener``) when its listener can hold session
+    locks (PostgreSQL with a session); None otherwise (SQLite, transaction pooling without
+    ``session_url``).
+
+    Example::
+
+        session = session_of(queue)   # a worker's services share it
+    """
+    listener = getattr(owner, "listener", None)
+    return listener if isinstance(listener, Session) else None

@@ -21,6 +21,7 @@ from pgqueue._database import ConnectionProvider, Database
 from pgqueue._declare import TaskDeclarations
 from pgqueue.backends import Backend
 from pgqueue.errors import ConfigError
+from pgqueue.events import AsyncEventStream, EventStream
 from pgqueue.job import CancelResult, EnqueueResult, JobStatus
 from pgqueue.notifications import WakeUps
 from pgqueue.periodic import (
@@ -386,6 +387,35 @@ class Queue(TaskDeclarations):
         """
         with self.connect(connection=connection) as conn:
             return cancel_workflow(self, workflow_id, conn, now)
+
+    # -- lifecycle events ----------------------------------------------------------------------
+
+    def events(
+        self, *, tasks: Iterable[str] | None = None, queues: Iterable[str] | None = None
+    ) -> EventStream:
+        """Every job transition committed from now on, optionally of some tasks or queues only,
+        in commit order (see docs/events.md). Close it, or use ``with``, to stop listening.
+
+        Example::
+
+            with queue.events(queues=["billing"]) as events:
+                for event in events:
+                    print(event.job_id, event.old_state, "->", event.new_state)
+        """
+        return EventStream(self, tasks=tasks, queues=queues)
+
+    def aevents(
+        self, *, tasks: Iterable[str] | None = None, queues: Iterable[str] | None = None
+    ) -> AsyncEventStream:
+        """The ``async`` form of :meth:`events`; listening starts on ``async with``.
+
+        Example::
+
+            async with queue.aevents(tasks=["orders.charge"]) as events:
+                async for event in events:
+                    print(event)
+        """
+        return AsyncEventStream(self, tasks=tasks, queues=queues)
 
     # -- plumbing ------------------------------------------------------------------------------
 

@@ -26,6 +26,8 @@ from pgqueue.job import CLAIMABLE_STATES, FINISHED_STATES, JobState
 
 __all__ = [
     "DEPENDENCIES",
+    "EVENTS",
+    "EVENT_LISTENERS",
     "JOBS",
     "KEPT_ERRORS",
     "LEADERS",
@@ -231,3 +233,32 @@ LIMITS = Table(
     # A rate key's next job may start at this instant, not before (None: now).
     Column("open_at", UTCDateTime),
 )
+
+# Lifecycle events (pgqueue/events/). Who listens: a row per live listener, renewed while it
+# listens; the triggers that emit events do nothing while no row is live. ``position`` is how far
+# a SQLite listener has read ``pgqueue_events`` (pruning keeps what some listener has not read).
+EVENT_LISTENERS = Table(
+    "pgqueue_event_listeners",
+    METADATA,
+    Column("id", Text, primary_key=True),
+    Column("expires_at", UTCDateTime, nullable=False),
+    Column("position", BigInteger),
+)
+
+# SQLite's events, appended by triggers while somebody listens and read after a wake-up
+# (PostgreSQL sends them in NOTIFY payloads and leaves this table empty). AUTOINCREMENT: a
+# sequence number is never reused once pruned, so a listener's position stays meaningful.
+EVENTS = Table(
+    "pgqueue_events",
+    METADATA,
+    Column("seq", Integer, primary_key=True, autoincrement=True),
+    Column("job_id", Text, nullable=False),
+    Column("task", Text, nullable=False),
+    Column("queue", Text, nullable=False),
+    Column("old_state", Text),
+    Column("new_state", Text, nullable=False),
+    Column("at", UTCDateTime, nullable=False),
+    sqlite_autoincrement=True,
+)
+# The enqueue transaction's look-up of a job's latest event (see events.statements.sqlite_ddl).
+Index("ix_pgqueue_events_job", EVENTS.c.job_id, EVENTS.c.seq)

@@ -88,6 +88,17 @@ class JobSpan:
 _DISABLED = JobSpan()
 
 
+def recording() -> bool:
+    """Whether spans are recorded now (OpenTelemetry installed and a tracer provider set): the
+    worker skips :func:`job_span` altogether when not.
+
+    Example::
+
+        span = tracing.job_span(...) if tracing.recording() else None
+    """
+    return _opentelemetry() is not None
+
+
 @contextmanager
 def enqueue_span(task: str, *, queue: str | None = None, count: int = 1) -> Iterator[JobSpan]:
     """A ``PRODUCER`` span around one enqueue call; ``.carrier`` is the context to store.

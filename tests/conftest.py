@@ -59,6 +59,7 @@ def _truncate(url: str) -> None:
     with engine.begin() as conn:
         conn.exec_driver_sql(
             "TRUNCATE pgqueue_jobs, pgqueue_workers, pgqueue_leaders, pgqueue_schedules, "
+            "pgqueue_event_listeners, pgqueue_events, "
             "pgqueue_limits, pgqueue_dependencies"
         )
     engine.dispose()
@@ -134,9 +135,11 @@ def claim_jobs(
     worker_id: str = "w1",
     lease: float = 30.0,
     limit: int = 100,
+    ids: list[str] | None = None,
 ) -> dict[str, str]:
-    """Claim due jobs as ``worker_id`` at ``now`` (default: the backend's clock), the way a worker
-    would, and return ``{job id: lock token}``. A claim far in the past makes a stalled job."""
+    """Claim due jobs (only ``ids``, when given) as ``worker_id`` at ``now`` (default: the
+    backend's clock), the way a worker would, and return ``{job id: lock token}``. A claim far in
+    the past makes a stalled job."""
     from pgqueue import statements
 
     token = uuid.uuid4().hex
@@ -149,6 +152,7 @@ def claim_jobs(
                 lease=lease,
                 queues=None,
                 clock=q.backend.clock(now),
+                ids=ids,
             )
         ).all()
     return {row.id: row.lock_token for row in rows}

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import uuid
 from dataclasses import dataclass
 from typing import Any
 
+from conftest import claim_jobs
+
 import pgqueue
-from pgqueue import statements
 from pgqueue.maintenance.leadership import Leadership
 from pgqueue.maintenance.presence import WorkerPresence
 from pgqueue.testing import run_job
@@ -66,18 +66,7 @@ def fill(queue: pgqueue.Queue) -> Filled:
     ids["processing"] = queue.enqueue("shop.add", args=[7, 7], id="job-processing").id
     presence = WorkerPresence(queue, "worker-test", queues=["default"], concurrency=4)
     presence.register()
-    with queue.connect() as conn:
-        conn.execute(
-            statements.job_claim(
-                worker_id="worker-test",
-                lock_token=uuid.uuid4().hex,
-                limit=1,
-                lease=3600,
-                queues=None,
-                clock=queue.backend.clock(),
-                ids=[ids["processing"]],
-            )
-        )
+    claim_jobs(queue, worker_id="worker-test", lease=3600, limit=1, ids=[ids["processing"]])
     ids["queued"] = queue.enqueue("shop.add", args=[2, 2], id="job-queued").id
     leadership = Leadership.for_queue(queue)
     assert leadership.elect()

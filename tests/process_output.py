@@ -1,8 +1,12 @@
-"""Reading a child process's output while it runs (tests that start ``pgqueue worker``)."""
+"""Child processes of the tests: reading their output while they run (tests that start ``pgqueue
+worker``), stopping them, running one to its end."""
 
 from __future__ import annotations
 
+import subprocess
 import threading
+from collections.abc import Mapping
+from pathlib import Path
 
 
 class Output:
@@ -28,3 +32,25 @@ class Output:
             for line in list(self.lines)
             if "worker started worker_id=" in line
         ]
+
+
+def stop_supervisor(process: subprocess.Popen[str], output: Output) -> None:
+    """Kill ``process`` if it still runs, wait for the end of its output, close its stderr (call
+    it in a ``finally``)."""
+    if process.poll() is None:
+        process.kill()
+        process.wait()
+    output.close()
+    assert process.stderr is not None
+    process.stderr.close()
+
+
+def run_ok(
+    command: list[str], *, cwd: Path, env: Mapping[str, str], timeout: float
+) -> subprocess.CompletedProcess[str]:
+    """Run ``command`` to its end and fail with its output unless it exits 0."""
+    done = subprocess.run(
+        command, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done

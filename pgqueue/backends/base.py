@@ -22,7 +22,7 @@ from sqlalchemy.exc import DBAPIError
 from pgqueue.backends.types import UTCDateTime
 
 if TYPE_CHECKING:
-    from pgqueue.notifications import WakeUps
+    from pgqueue.notifications import Session, WakeUps
 
 __all__ = ["Backend", "Clock", "Completion", "split_holder"]
 
@@ -86,6 +86,9 @@ class Backend(Protocol):
     #: True when this queue can hear wake-ups (LISTEN/NOTIFY on a session of its own); False
     #: means poll. Sending them (``notify``) works whenever the database has them.
     supports_notify: bool
+    #: True when lifecycle events are kept in the ``pgqueue_events`` table for listeners to
+    #: read (SQLite); False: they travel in NOTIFY payloads (see ``pgqueue.events``).
+    events_in_table: bool
     #: True when session advisory locks can be held (leader election, worker liveness); False:
     #: leadership by lease rows, and leases alone find dead workers.
     session_locks: bool
@@ -194,6 +197,12 @@ class Backend(Protocol):
         """Whether ``error`` says the database refused a value the statement carried (a data
         exception, a size or nesting limit): the same write can never succeed, unlike one that
         met a dropped connection, a lock timeout or a restart."""
+        ...
+
+    def session(self, engine: Engine, label: str) -> Session | None:
+        """A session of its own for ``engine``'s database, named ``label``: a connection outside
+        the pool (started on first use) that holds session locks and can LISTEN; None where
+        there are no session locks."""
         ...
 
     def session_connection(self, engine: Engine, label: str) -> Connection:

@@ -113,9 +113,11 @@ def _metrics(args: argparse.Namespace) -> int:
 def _add_reaper(parser: argparse.ArgumentParser) -> None:
     from pgqueue.maintenance import reaper
 
-    parser.add_argument("queue", metavar="MODULE[:ATTR]", help="where the Queue is defined")
-    parser.add_argument(
-        "--interval", type=float, default=reaper.DEFAULT_INTERVAL, help="seconds between scans"
+    add_service_target(
+        parser,
+        where="where the Queue is defined",
+        interval=reaper.DEFAULT_INTERVAL,
+        interval_help="seconds between scans",
     )
     parser.add_argument(
         "--max-stalls",
@@ -152,6 +154,14 @@ def _reaper(args: argparse.Namespace) -> int:
         lock_namespace=args.lock_namespace,
     )
     return serve(args, reaper, "released {} stalled jobs", "scan")
+
+
+def add_service_target(
+    parser: argparse.ArgumentParser, *, where: str, interval: float, interval_help: str
+) -> None:
+    """The Queue a standalone maintenance service runs on, and its ``--interval``."""
+    parser.add_argument("queue", metavar="MODULE[:ATTR]", help=where)
+    parser.add_argument("--interval", type=float, default=interval, help=interval_help)
 
 
 def add_service_options(parser: argparse.ArgumentParser, verb: str) -> None:
@@ -203,14 +213,11 @@ def run_until_signalled(service: MaintenanceService) -> None:
 def _add_scheduler(parser: argparse.ArgumentParser) -> None:
     from pgqueue.maintenance import scheduler
 
-    parser.add_argument(
-        "queue", metavar="MODULE[:ATTR]", help="where the Queue and its schedules live"
-    )
-    parser.add_argument(
-        "--interval",
-        type=float,
-        default=scheduler.DEFAULT_INTERVAL,
-        help="seconds between checks (default: %(default)s)",
+    add_service_target(
+        parser,
+        where="where the Queue and its schedules live",
+        interval=scheduler.DEFAULT_INTERVAL,
+        interval_help="seconds between checks (default: %(default)s)",
     )
     parser.add_argument(
         "--misfire-grace",

@@ -5,13 +5,18 @@ idempotent UPDATE). So an election may be briefly wrong, e.g. two leaders for a 
 network partition heals, without harm.
 
 PostgreSQL
-    A session advisory lock (``pg_try_advisory_lock``) held on a dedicated connection that is
-    not part of the Engine's pool. Whoever holds the lock leads; the lock dies with the session,
-    so a leader that crashes or loses its connection frees it at once, and a follower takes it on
-    its next attempt. The leader re-checks every tick that its session still holds the lock; an
-    error on that connection means leadership is lost. A leader that *hangs* keeps its socket
-    open, so the session also gets ``idle_session_timeout`` of a few intervals (the TTL below):
-    the server ends a session that stopped ticking, and the lock passes on (PostgreSQL 14+).
+    A session advisory lock (``pg_try_advisory_lock``) held on a session connection that is not
+    part of the Engine's pool: a worker's one session (its Queue's listener, which also holds its
+    liveness lock and its LISTEN, see :mod:`pgqueue.notifications`), or one of the leadership's
+    own for a service started on its own. A worker's services run their queries on its session
+    too (:meth:`Leadership.connect`); a service on its own uses the pool. Whoever holds the lock
+    leads; the lock dies with the session, so a leader that crashes or loses its connection
+    frees it at once, and a follower takes it on its next attempt. The leader re-checks every
+    tick that its session still holds the lock; a lost session means leadership is lost. A
+    leader that *hangs* keeps its socket open, so while it leads the session also gets
+    ``idle_session_timeout`` (and ``idle_in_transaction_session_timeout``) of a few intervals
+    (the TTL below): the server ends a session that stopped ticking, and the lock passes on
+    (PostgreSQL 14+).
 
 SQLite
     A lease row in ``pgqueue_leaders``: the holder renews ``expires_at`` on every tick, and anyone
@@ -49,6 +54,7 @@ import socket
 import threading
 import uuid
 import zlib
+from collections.abc import Iterator
 from datetime import datetime
 from typing import TYPE_CHECKING
 
@@ -57,6 +63,7 @@ from sqlalchemy.exc import DBAPIError
 
 from pgqueue import config, statements
 from pgqueue.errors import ConfigError
+from pgqueue.notifications import Session
 
 if TYPE_CHECKING:
     from pgqueue.queue import Queue
@@ -159,17 +166,20 @@ class Leadership(abc.ABC):
         *,
         name: str = DEFAULT_LEADER_NAME,
         lock_namespace: int = DEFAULT_LOCK_NAMESPACE,
+        session: Session | None = None,
     ) -> Leadership:
         """The leadership implementation for the queue's database: an advisory lock where the
-        queue can hold a session (PostgreSQL), else a lease row (SQLite, transaction pooling
-        without ``session_url``).
+        queue can hold a session (PostgreSQL; on ``session`` if given, else a session of its
+        own), else a lease row (SQLite, transaction pooling without ``session_url``).
 
         Example::
 
             leadership = Leadership.for_queue(queue, lock_namespace=0x1234)
         """
         if queue.session_engine is not None and queue.backend.session_locks:
-            return AdvisoryLockLeadership(queue, name, lock_namespace=lock_namespace)
+            return AdvisoryLockLeadership(
+                queue, name, lock_namespace=lock_namespace, session=session
+            )
         return LeaseRowLeadership(queue, name)
 
     @property
@@ -223,6 +233,19 @@ class Leadership(abc.ABC):
             except Exception:
                 logger.warning("resigning leadership %r failed", self.name, exc_info=True)
 
+    @contextlib.contextmanager
+    def connect(self, *, write: bool = True) -> Iterator[Connection]:
+        """A connection in a transaction for the services' own queries (committed at the end):
+        the leader's session on PostgreSQL, a pooled connection otherwise.
+
+        Example::
+
+            with leadership.connect() as conn:
+                conn.execute(statement)
+        """
+        with self.queue.connect(write=write) as conn:
+            yield conn
+
     @abc.abstractmethod
     def _elect(self, now: datetime | None) -> bool: ...
 
@@ -231,11 +254,13 @@ class Leadership(abc.ABC):
 
 
 class AdvisoryLockLeadership(Leadership):
-    """PostgreSQL: a session advisory lock on a dedicated connection (see the module docstring).
+    """PostgreSQL: a session advisory lock (see the module docstring), held on ``session``, a
+    :class:`~pgqueue.notifications.Session` shared with the rest of the process (a worker
+    passes its Queue's), or on a session of its own when None.
 
     Example::
 
-        leadership = AdvisoryLockLeadership(queue, "maintenance")
+        leadership = AdvisoryLockLeadership(queue, "maintenance", session=queue.listener)
         leadership.elect()   # True in exactly one process at a time
     """
 
@@ -246,6 +271,7 @@ class AdvisoryLockLeadership(Leadership):
         *,
         lock_namespace: int = DEFAULT_LOCK_NAMESPACE,
         ttl: float | None = None,
+        session: Session | None = None,
     ) -> None:
         super().__init__(queue, name, ttl=ttl)
         if queue.session_engine is None or not queue.backend.session_locks:
@@ -254,62 +280,75 @@ class AdvisoryLockLeadership(Leadership):
                 "pooler: pass session_url= to the Queue)"
             )
         self.key = leader_key(check_lock_namespace(lock_namespace), self.name, queue.schema)
-        self._connection: Connection | None = None
+        self._session = session
+        self._private = session is None
+
+    @property
+    def session(self) -> Session:
+        """The session holding the lock (a private one is opened on first use)."""
+        with self._lock:
+            if self._session is None:
+                engine = self.queue.session_engine
+                assert engine is not None  # checked in __init__
+                # The process label after the role lets the dashboard name the leading worker.
+                session = self.queue.backend.session(
+                    engine, f"pgqueue leader {self.name} {process_label()}"
+                )
+                assert session is not None  # session_locks, checked in __init__
+                self._session, self._private = session, True
+            return self._session
+
+    def bind(self, session: Session) -> None:
+        """Hold the lock on ``session`` from now on (a worker gathers its services' roles on
+        its one session); leadership held elsewhere is given up first."""
+        with self._lock:
+            if self._session is session:
+                return
+            self.resign()
+            self._session, self._private = session, False
 
     def _elect(self, now: datetime | None) -> bool:
-        if self._connection is not None:
-            try:
-                if self.queue.backend.holds_lock(self._connection, self.key):
-                    return True
-            except DBAPIError as exc:
-                # The lock died with the session. Stand down for this round rather than racing
-                # to take it again: every process gets the same chance on its next tick.
-                if self._leader:
-                    logger.warning(
-                        "leader connection lost (%s); leadership %r lost", exc, self.name
-                    )
-                self._drop_connection()
-                return False
+        session = self.session
+        # Asked of the server every tick: a session that died without a word is noticed, and the
+        # server sees the leader's session in use (its idle timeout restarts).
+        if session.holds(self.key, self) and session.holds(self.key, self, check=True):
+            return True
+        if self._leader:
+            # The lock died with the session. Stand down for this round rather than racing to
+            # take it again: every process gets the same chance on its next tick.
+            logger.warning("leader session lost; leadership %r lost", self.name)
+            session.release(self.key, self)
+            return False
         try:
-            if self._connection is None:
-                self._connection = self._connect()
-            return self.queue.backend.try_lock(self._connection, self.key)
+            return session.hold(self.key, self, role=self.name, ttl=self.ttl)
         except DBAPIError as exc:
-            self._drop_connection()
             raise self.queue.db.translate(exc) from exc
 
-    def _connect(self) -> Connection:
-        engine = self.queue.session_engine
-        assert engine is not None  # checked in __init__
-        # The process label after the role lets the dashboard name the leading worker.
-        connection = self.queue.backend.session_connection(
-            engine, f"pgqueue leader {self.name} {process_label()}"
-        )
-        # A leader that hangs (SIGSTOP, a long pause, a deadlocked process) keeps its session and
-        # so its lock, and nobody would reap. The session is used every tick, so the server may
-        # end it once it has been idle for a few intervals: that frees the lock for a follower.
-        # PostgreSQL 14+; older servers refuse the setting and keep the lock until the socket dies.
-        try:
-            self.queue.backend.set_session(
-                connection, "idle_session_timeout", f"{int(self.ttl * 1000)}ms"
-            )
-        except DBAPIError as exc:
-            logger.info(
-                "no idle_session_timeout on this server (%s); a hung leader keeps its lock", exc
-            )
-        return connection
+    @contextlib.contextmanager
+    def connect(self, *, write: bool = True) -> Iterator[Connection]:
+        if self._private:
+            # A service on its own (``pgqueue reaper``, a test's run_once) uses the pool as any
+            # client would; its session, if it has one yet, only holds the role.
+            with self.queue.connect(write=write) as conn:
+                yield conn
+            return
+        # A worker's services work on the session it leads from: the worker's work connection
+        # (claims, completions) never waits behind a reaper scan or a prune batch.
+        with (
+            self.session.connection(transaction=True) as raw,
+            self.queue.connect(connection=raw) as conn,
+        ):
+            yield conn
 
     def _resign(self) -> None:
-        # Closing the session frees the lock on its own; the explicit unlock just does it sooner
-        # than the server noticing a closed socket would.
-        if self._connection is not None:
-            with contextlib.suppress(DBAPIError):
-                self.queue.backend.unlock(self._connection, self.key)
-        self._drop_connection()
-
-    def _drop_connection(self) -> None:
-        close_quietly(self._connection)
-        self._connection = None
+        session = self._session
+        if session is None:
+            return
+        # Unlocking frees the role at once; a private session is closed as well.
+        session.release(self.key, self)
+        if self._private:
+            session.stop()
+            self._session = None
 
 
 class LeaseRowLeadership(Leadership):

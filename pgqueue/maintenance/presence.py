@@ -1,11 +1,21 @@
 """A worker process's presence: its row in ``pgqueue_workers`` and, on PostgreSQL, its liveness lock.
 
 Fast crash detection. A lease alone finds a dead worker only once the lease lapses. On
-PostgreSQL each worker also holds a session advisory lock on a connection of its own, and
-records the lock's key in its registry row. When the process dies, for whatever reason (SIGKILL,
-OOM killer, a lost host), the server ends that session and frees the lock; the reaper's leader
-sees a ``processing`` job whose worker's lock is free and releases it at once, without waiting
-for the lease. A *hung* worker still holds its lock, so it is caught by its lease as before.
+PostgreSQL each worker also holds a session advisory lock on its session connection (the Queue's
+listener, shared with LISTEN and the maintenance roles it leads; a presence made on its own opens
+a session of its own), and records the lock's key in its registry row. When the process dies,
+for whatever reason (SIGKILL, OOM killer, a lost host), the server ends that session and frees
+the lock; the reaper's leader sees a ``processing`` job whose worker's lock is free and releases
+it (after ``orphan_confirm``, 1 s), without waiting for the lease. A *hung* worker still holds
+its lock, so it is caught by its lease as before (unless it leads: a leader's session times out
+after the leader TTL, see leadership.py).
+
+A live worker whose session connection is cut loses its lock with it. The session takes the
+same key again as soon as it reconnects, before anything else runs on the new connection, and
+the reaper waits ``orphan_confirm`` (1 s) before believing a free lock: so the worker is not
+taken for dead. Should the session stay down, the next beat (at once: the session reports the
+loss) writes the registry row without a key over a short-lived connection of its own, and the
+worker is left to its lease until the lock is back.
 
 Session advisory locks need a real session: behind pgbouncer in transaction pooling mode the
 lock would land on whichever server connection the pooler picked and stay there after the client
@@ -27,28 +37,28 @@ Example::
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import secrets
-import select
 import socket
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from sqlalchemy import Connection
 from sqlalchemy.exc import DBAPIError
 
 from pgqueue import config, statements
-from pgqueue.errors import PgQueueError
+from pgqueue.errors import BackendError, PgQueueError
 from pgqueue.maintenance.leadership import (
     DEFAULT_LOCK_NAMESPACE,
     check_lock_namespace,
     close_quietly,
     worker_key,
 )
+from pgqueue.notifications import Session
 
 if TYPE_CHECKING:
     from pgqueue.queue import Queue
@@ -64,12 +74,16 @@ DEFAULT_CRASH_DETECTION = True
 _RELOCK_FIRST_SECONDS = 0.05
 # Attempts at finding a free liveness key; a clash needs two workers drawing the same 31 bits.
 _KEY_ATTEMPTS = 8
+# How long a beat waits for a session that is reconnecting before writing the row without a key.
+_SESSION_WAIT_SECONDS = 0.5
 
 
 class WorkerPresence:
     """One worker's registry row and liveness lock (see the module docstring).
 
-    Thread-safe: ``beat`` runs on the heartbeat thread while ``stop`` runs on another.
+    ``session``: the session to hold the lock on (a worker passes its Queue's listener); None
+    opens one of its own. Thread-safe: ``beat`` runs on the heartbeat thread while ``stop`` runs
+    on another.
     """
 
     def __init__(
@@ -81,6 +95,7 @@ class WorkerPresence:
         crash_detection: bool = DEFAULT_CRASH_DETECTION,
         lock_namespace: int = DEFAULT_LOCK_NAMESPACE,
         concurrency: int | None = None,
+        session: Session | None = None,
     ) -> None:
         self.queue = queue
         self.worker_id = worker_id
@@ -100,14 +115,18 @@ class WorkerPresence:
         self.host = socket.gethostname()
         self.pid = os.getpid()
         #: The advisory lock key this worker holds, or None (SQLite, crash detection off, or the
-        #: lock connection is down).
+        #: session is down).
         self.lock_key: int | None = None
-        self._connection: Connection | None = None
+        # The key to ask for first when the lock must be taken again (the one advertised).
+        self._wanted: int | None = None
+        self._session = session
+        self._private = session is None
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self._stopping = threading.Event()
-        # stop() writes to the second socket to end the beat thread's select() at once.
-        self._wakeup: tuple[socket.socket, socket.socket] | None = None
+        # Set by stop(), and by the session when it loses or regains its connection: beat now.
+        self._nudge = threading.Event()
+        self._removers: list[Callable[[], None]] = []
 
     def start(self, every: float) -> None:
         """Register now, then beat every ``every`` seconds on a thread of its own. A failure to
@@ -120,7 +139,13 @@ class WorkerPresence:
         except PgQueueError as exc:
             logger.warning("worker registration failed, retrying on the next beat: %s", exc)
         self._stopping.clear()
-        self._wakeup = socket.socketpair()
+        self._nudge.clear()
+        session = self._session
+        if session is not None and self.crash_detection:
+            self._removers = [
+                session.on_lost(self._nudge.set),
+                session.on_reconnect(self._nudge.set),
+            ]
         self._thread = threading.Thread(
             target=self._beat_forever,
             args=(every,),
@@ -132,13 +157,13 @@ class WorkerPresence:
     def stop(self) -> None:
         """Stop beating and unregister (see :meth:`unregister`). Idempotent."""
         thread, self._thread = self._thread, None
-        wakeup, self._wakeup = self._wakeup, None
         self._stopping.set()
-        if thread is not None and wakeup is not None:
-            wakeup[1].send(b"\0")
+        self._nudge.set()
+        for remove in self._removers:
+            remove()
+        self._removers = []
+        if thread is not None:
             thread.join()
-            for end in wakeup:
-                end.close()
         self.unregister()
 
     def _beat_forever(self, every: float) -> None:
@@ -149,7 +174,9 @@ class WorkerPresence:
                 wait, retry = retry, min(retry * 2, every)
             else:
                 wait, retry = every, _RELOCK_FIRST_SECONDS
-            if self._wait_for_loss(wait):
+            self._nudge.wait(wait)
+            self._nudge.clear()
+            if self._stopping.is_set():
                 return
             try:
                 self.beat()
@@ -157,97 +184,131 @@ class WorkerPresence:
                 logger.warning("worker heartbeat to the registry failed: %s", exc)
 
     def _lock_lost(self) -> bool:
-        return self.crash_detection and (self._connection is None or self.lock_key is None)
-
-    def _wait_for_loss(self, seconds: float) -> bool:
-        """Sleep ``seconds``, or less if the liveness connection shows that the server is
-        closing it (it says nothing on an idle session otherwise): a restart or a terminated
-        session frees the lock, and the sooner it is taken again, the smaller the window in
-        which the reaper could take this live worker for a dead one. True when stopping."""
-        wakeup = self._wakeup
-        sockets: list[Any] = [wakeup[0]] if wakeup is not None else []
-        connection = self._connection
-        if connection is not None:
-            with contextlib.suppress(Exception):
-                sockets.append(connection.connection.dbapi_connection.fileno())  # type: ignore[union-attr]
-        if sockets:
-            select.select(sockets, [], [], seconds)
-        else:
-            self._stopping.wait(seconds)
-        return self._stopping.is_set()
+        return self.crash_detection and self.lock_key is None
 
     def register(self, now: datetime | None = None) -> None:
         """Take the liveness lock, then write the registry row. Call before the first claim, so
         every job this worker ever holds is covered by the lock it advertises."""
-        self.beat(now=now)
+        self.beat(now=now, wait=None)
 
-    def beat(self, *, connection: Connection | None = None, now: datetime | None = None) -> None:
-        """Record a heartbeat; re-take the liveness lock first if its connection was lost.
+    def beat(
+        self,
+        *,
+        connection: Connection | None = None,
+        now: datetime | None = None,
+        wait: float | None = _SESSION_WAIT_SECONDS,
+    ) -> None:
+        """Record a heartbeat; re-take the liveness lock first if the session lost it.
 
         With ``connection`` the row is written in the caller's transaction (e.g. the one that
-        extends the worker's leases).
+        extends the worker's leases); otherwise on the session, or, while the session is down,
+        on a short-lived connection of its own (the row then says "no lock": leases only).
+        ``wait``: seconds to wait for a reconnecting session (None: the session's default).
         """
-        with self._lock:
-            self._hold_lock()
-            key = self.lock_key
-        with self.queue.connect(connection=connection) as conn:
-            conn.execute(
-                statements.worker_upsert(
-                    self.queue.backend.insert,
-                    worker_id=self.worker_id,
-                    host=self.host,
-                    pid=self.pid,
-                    queues=self.queues,
-                    lock_key=key,
-                    clock=self.queue.backend.clock(now),
-                    concurrency=self.concurrency,
-                )
+        for attempt in range(2):
+            with self._lock:
+                self._hold_lock(wait)
+                key = self.lock_key
+            statement = statements.worker_upsert(
+                self.queue.backend.insert,
+                worker_id=self.worker_id,
+                host=self.host,
+                pid=self.pid,
+                queues=self.queues,
+                lock_key=key,
+                clock=self.queue.backend.clock(now),
+                concurrency=self.concurrency,
             )
+            try:
+                with self._connect(connection) as conn:
+                    conn.execute(statement)
+                return
+            except PgQueueError:
+                # The session died under the write (and its lock with it): once more, with the
+                # lock taken again on the new connection, or the row saying it has none.
+                if attempt or connection is not None or self._session is None:
+                    raise
+
+    @contextmanager
+    def _connect(self, connection: Connection | None) -> Iterator[Connection]:
+        """Where a registry write goes: the caller's transaction; else the session (a worker's
+        one session, so beats open no connection of their own); else, while the session is
+        down, a connection used once and closed; without a session, a pooled one (SQLite)."""
+        session = self._session
+        if connection is not None or session is None:
+            with self.queue.connect(connection=connection) as conn:
+                yield conn
+            return
+        if session.listening.is_set():
+            with session.connection(wait=0) as raw, self.queue.connect(connection=raw) as conn:
+                yield conn
+            return
+        # Not through the pool: an idle pooled connection would outlive this one write.
+        raw = self.queue.engine.connect()
+        try:
+            raw.detach()
+            with raw.begin(), self.queue.connect(connection=raw) as conn:
+                yield conn
+        finally:
+            close_quietly(raw)
 
     def unregister(self) -> None:
         """Delete the registry row, then free the lock. Call after the worker's jobs are handed
         back: a lock freed earlier would let the reaper count them as stalled. Idempotent."""
         try:
-            with self.queue.connect() as conn:
+            with self._connect(None) as conn:
                 conn.execute(statements.worker_delete(self.worker_id))
         finally:
             with self._lock:
                 self._drop_lock()
 
-    def _hold_lock(self) -> None:
+    def _own_session(self) -> Session:
+        if self._session is None:
+            engine = self.queue.session_engine
+            assert engine is not None  # crash_detection is off without one
+            session = self.queue.backend.session(engine, f"pgqueue worker {self.worker_id}")
+            assert session is not None  # crash_detection needs session locks
+            self._session, self._private = session, True
+        return self._session
+
+    def _hold_lock(self, wait: float | None) -> None:
         if not self.crash_detection:
             return
-        if self._connection is not None and self.lock_key is not None:
-            try:
-                if self.queue.backend.holds_lock(self._connection, self.lock_key):
-                    return
-            except DBAPIError as exc:
-                logger.warning("worker liveness connection lost (%s); taking the lock again", exc)
-            self._drop_lock(keep_key=True)
-        engine = self.queue.session_engine
-        assert engine is not None  # crash_detection is off without one
+        session = self._own_session()
+        if self.lock_key is not None and session.holds(self.lock_key, self):
+            return
+        if self.lock_key is not None:
+            logger.warning("worker liveness lock lost with the session; taking it again")
+        self.lock_key = None
+        # Try the key we advertised before, so the registry row stays true across a
+        # reconnect; draw fresh keys only if another worker holds it.
+        candidates = [self._wanted] if self._wanted is not None else []
+        candidates += [
+            worker_key(self.lock_namespace, secrets.randbits(31)) for _ in range(_KEY_ATTEMPTS)
+        ]
         try:
-            self._connection = self.queue.backend.session_connection(
-                engine, f"pgqueue worker {self.worker_id}"
-            )
-            # Try the key we advertised before, so the registry row stays true across a
-            # reconnect; draw fresh keys only if another worker holds it.
-            candidates = [self.lock_key] if self.lock_key is not None else []
-            candidates += [
-                worker_key(self.lock_namespace, secrets.randbits(31)) for _ in range(_KEY_ATTEMPTS)
-            ]
             for key in candidates:
-                if self.queue.backend.try_lock(self._connection, key):
-                    self.lock_key = key
+                held = (
+                    session.hold(key, self, keep=True)
+                    if wait is None
+                    else session.hold(key, self, keep=True, wait=wait)
+                )
+                if held:
+                    self.lock_key = self._wanted = key
                     return
             logger.warning("no free worker liveness lock; crash detection is off for this worker")
-        except DBAPIError as exc:
+        except (DBAPIError, BackendError) as exc:
             # Never fatal: without the lock the worker is still covered by its lease.
             logger.warning("cannot take the worker liveness lock (%s); relying on leases", exc)
-        self._drop_lock()
 
     def _drop_lock(self, *, keep_key: bool = False) -> None:
-        close_quietly(self._connection)
-        self._connection = None
+        """Free the liveness lock (a private session is closed with it)."""
+        session = self._session
+        if session is not None and self.lock_key is not None:
+            session.release(self.lock_key, self)
+        if session is not None and self._private:
+            session.stop()
+            self._session = None
+        self.lock_key = None
         if not keep_key:
-            self.lock_key = None
+            self._wanted = None

@@ -27,6 +27,7 @@ from sqlalchemy import Update
 from sqlalchemy.sql.dml import Delete
 
 from pgqueue import config, statements
+from pgqueue.events.maintenance import prune_events
 from pgqueue.job import JobState
 from pgqueue.limits.statements import limit_prune
 from pgqueue.maintenance.leadership import (
@@ -220,6 +221,8 @@ class Pruner(MaintenanceService):
         counts["limits"] = self._drain(limit_prune(limit, clock))
         # Edges of pruned dependents (not counted: they are part of their job).
         self._drain(statements.dependencies_prune(limit))
+        # Lifecycle events no live listener still has to read (see pgqueue.events).
+        prune_events(self.queue)
         result = PruneCounts(**counts)
         if result.deleted or result.results_expired:
             logger.info(
@@ -234,7 +237,7 @@ class Pruner(MaintenanceService):
     def _drain(self, batch: Update | Delete) -> int:
         total = 0
         while not self._stopping.is_set():
-            with self.queue.connect() as conn:
+            with self.leadership.connect() as conn:
                 changed = conn.execute(batch).rowcount
             total += changed
             if changed < self.config.batch_size:

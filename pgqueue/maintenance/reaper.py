@@ -19,6 +19,7 @@ only avoids duplicated work.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -48,6 +49,7 @@ __all__ = [
     "DEFAULT_GRACE",
     "DEFAULT_INTERVAL",
     "DEFAULT_MAX_STALLS",
+    "DEFAULT_ORPHAN_CONFIRM",
     "DEFAULT_WORKER_TTL",
     "STALLED_MESSAGE",
     "Reaper",
@@ -64,6 +66,9 @@ DEFAULT_GRACE = 0.0
 DEFAULT_BATCH_SIZE = 100
 #: Release the jobs of a dead worker process at once (PostgreSQL; see maintenance.presence).
 DEFAULT_CRASH_DETECTION = True
+#: Seconds a worker's liveness lock must stay free before its jobs are released: a live worker
+#: whose session connection was cut takes its lock again on reconnecting, well within this.
+DEFAULT_ORPHAN_CONFIRM = 1.0
 #: The error message stored on a job the reaper moves to ``failed``.
 STALLED_MESSAGE = "job stalled more than allowable limit"
 MAX_BATCH_SIZE = 10_000
@@ -79,7 +84,9 @@ class ReaperConfig:
     job counts as stale; ``batch_size`` jobs per transaction; ``crash_detection`` release at once
     the jobs of workers whose liveness lock is free (PostgreSQL); ``worker_ttl`` seconds after
     which a silent worker's registry row is deleted; ``lock_namespace`` the high 32 bits of
-    pgqueue's advisory lock keys.
+    pgqueue's advisory lock keys; ``orphan_confirm`` seconds a worker's lock must stay free before
+    crash detection releases its jobs (a live worker that lost its session takes the lock again
+    within it; 0 releases at once).
 
     Example::
 
@@ -93,6 +100,7 @@ class ReaperConfig:
     crash_detection: bool = DEFAULT_CRASH_DETECTION
     worker_ttl: float = DEFAULT_WORKER_TTL
     lock_namespace: int = DEFAULT_LOCK_NAMESPACE
+    orphan_confirm: float = DEFAULT_ORPHAN_CONFIRM
 
     def __post_init__(self) -> None:
         checked = {
@@ -107,6 +115,9 @@ class ReaperConfig:
             "crash_detection": config.check_bool("crash_detection", self.crash_detection),
             "worker_ttl": config.check_positive_seconds("worker_ttl", self.worker_ttl),
             "lock_namespace": check_lock_namespace(self.lock_namespace),
+            "orphan_confirm": config.check_positive_seconds(
+                "orphan_confirm", self.orphan_confirm, allow_zero=True
+            ),
         }
         for name, value in checked.items():
             object.__setattr__(self, name, value)
@@ -168,7 +179,11 @@ class Reaper(MaintenanceService):
         worker_ttl: float | timedelta = DEFAULT_WORKER_TTL,
         lock_namespace: int = DEFAULT_LOCK_NAMESPACE,
         leadership: Leadership | None = None,
+        orphan_confirm: float | timedelta = DEFAULT_ORPHAN_CONFIRM,
+        sleep: Callable[[float], Any] = time.sleep,
     ) -> None:
+        #: How the reaper waits out ``orphan_confirm`` (tests pass a fake).
+        self.sleep = sleep
         self.config = ReaperConfig(
             interval=interval,  # type: ignore[arg-type]  # normalised to float by the config
             max_stalls=max_stalls,
@@ -177,6 +192,7 @@ class Reaper(MaintenanceService):
             crash_detection=crash_detection,
             worker_ttl=worker_ttl,  # type: ignore[arg-type]
             lock_namespace=lock_namespace,
+            orphan_confirm=orphan_confirm,  # type: ignore[arg-type]
         )
         super().__init__(
             queue,
@@ -213,17 +229,26 @@ class Reaper(MaintenanceService):
         )
         # Only where liveness locks can be held: without them no worker records a key.
         if c.crash_detection and self.queue.backend.session_locks:
+            if c.orphan_confirm and self._any_orphaned():
+                # A free lock may be a live worker between losing its session and taking the
+                # lock again on the next one: only a lock still free after the wait (the
+                # release below re-reads pg_locks) means the process is gone.
+                self.sleep(c.orphan_confirm)
             released += self._release(
                 lambda: self.queue.backend.orphaned_jobs(limit=c.batch_size),
                 cause="worker_gone",
                 grace=None,
                 now=now,
             )
-        with self.queue.connect() as conn:
+        with self.leadership.connect() as conn:
             conn.execute(statements.worker_prune(c.worker_ttl, self.queue.backend.clock(now)))
         if released:
             logger.warning("released stale running jobs count=%d", released)
         return released
+
+    def _any_orphaned(self) -> bool:
+        with self.leadership.connect(write=False) as conn:
+            return conn.execute(self.queue.backend.orphaned_jobs(limit=1)).first() is not None
 
     def _release(
         self,
@@ -236,7 +261,7 @@ class Reaper(MaintenanceService):
         total = 0
         while True:
             released: list[StalledJob] = []
-            with self.queue.connect() as conn:
+            with self.leadership.connect() as conn:
                 rows = conn.execute(select_batch()).mappings().all()
                 for row in rows:
                     job = self._reap(conn, row, cause=cause, grace=grace, now=now)

@@ -163,7 +163,7 @@ class Scheduler(MaintenanceService):
         schedules = list(self.queue.schedules.values())
         if not schedules:
             return 0
-        with self.queue.connect(write=False) as conn:
+        with self.leadership.connect(write=False) as conn:
             if now is None:
                 now = conn.scalar(statements.clock_read(self.queue.backend.clock()))
             rows = conn.execute(statements.schedule_states([s.name for s in schedules]))
@@ -182,7 +182,7 @@ class Scheduler(MaintenanceService):
             # Nothing to write: the same span is looked at again next time, at no cost.
             return 0
         last_fire_at = due[-1] if due else None
-        with self.queue.connect() as conn:
+        with self.leadership.connect() as conn:
             if state is None:
                 claim = statements.schedule_start(
                     self.queue.backend.insert,

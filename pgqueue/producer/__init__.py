@@ -19,6 +19,7 @@ from pgqueue import config, tracing
 from pgqueue._database import Database
 from pgqueue.job import EnqueueResult
 from pgqueue.producer import options as _options
+from pgqueue.producer.bulk import enqueue_fresh
 from pgqueue.producer.insert import Inserter
 from pgqueue.producer.spec import JobSpec
 from pgqueue.serde import Serializer
@@ -82,10 +83,13 @@ class Producer:
             unique = _options.unique(items, checked, defaults)
             linked = _options.linked(items, checked)
             small = len(items) <= self.database.backend.committed_enqueue_limit
+            fresh = not _options.chosen_ids(items, checked) and not unique and not linked
+            bulk = enqueue_fresh if own and fresh else None  # args-only, generated ids: bulk.py
+            if bulk and (done := bulk(self, task, defaults, checked, items, span.carrier)):
+                return done
             if own and not unique and not linked and small:
                 # Few enough jobs for one statement that commits itself (with its wake-up).
                 return self.inserter.insert_committed([build(item) for item in items])
-            fresh = not _options.chosen_ids(items, checked) and not unique and not linked
             if own and fresh:
                 # Fresh ids in pgqueue's own transaction: the rows are built while the first
                 # ones are written. A bad item still fails the call and rolls everything back.

@@ -7,7 +7,8 @@ thread (its result encoded there, once) and handed to ``deliver``; the worker's 
 Example::
 
     executor = Executor(queue, "w1", concurrency=4, deliver=inbox_put)
-    failure = executor.launch(job, row["payload"])     # None: started
+    failure = executor.launch(job, row["payload"])     # None: started (or, async, queued)
+    executor.flush()                                   # the async ones of the batch start
 """
 
 from __future__ import annotations
@@ -19,8 +20,7 @@ import itertools
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping
-from concurrent.futures import Future
+from collections.abc import Callable, Coroutine, Mapping
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
@@ -64,6 +64,8 @@ class Executor:
         self._deadlines: list[tuple[float, int, Claimed]] = []
         self._sequence = itertools.count()
         self._coroutine_functions: dict[str, bool] = {}
+        #: ``async def`` handlers launched but not yet handed to the event loop (see :meth:`flush`).
+        self._starting: list[tuple[Claimed, Coroutine[Any, Any, Outcome]]] = []
 
     def free_slots(self) -> int:
         """Handlers that may start now."""
@@ -94,11 +96,23 @@ class Executor:
                 task.function
             )
         if is_async:
-            job.future = self._loop.submit(self._run_async(job, task, args, kwargs, previous))
-            job.future.add_done_callback(partial(self._async_done, job))
+            # Started with the rest of the batch by flush(): one wake-up of the event loop.
+            self._starting.append((job, self._run_async(job, task, args, kwargs, previous)))
         else:
             self._pool.submit(partial(self._run, job, task, args, kwargs, previous))
         return None
+
+    def flush(self) -> None:
+        """Hand the ``async def`` handlers launched since the last call to the event loop, all
+        at once (the loop thread calls it after launching a claimed batch)."""
+        if not self._starting:
+            return
+        starting, self._starting = self._starting, []
+        handles = self._loop.start_all(
+            [(coroutine, partial(self._async_done, job)) for job, coroutine in starting]
+        )
+        for (job, _), handle in zip(starting, handles, strict=True):
+            job.future = handle
 
     def returned(self, job: Claimed) -> None:
         """``job``'s handler is done (its outcome reached the loop): its slot is free again."""
@@ -183,7 +197,11 @@ class Executor:
                     await asyncio.to_thread(job.context.transaction)
                 value = await task.function(*args, **kwargs)
                 outcome = self._returned(job, value)
-                outcome = await asyncio.to_thread(self._end_transaction, job, outcome)
+                transaction = job.context.job_transaction
+                if transaction is not None and transaction.open:
+                    # Only a handler that began its own transaction has one to end: the
+                    # commit blocks, so it runs off the loop. Every other job stays on it.
+                    outcome = await asyncio.to_thread(self._end_transaction, job, outcome)
                 span.set(outcome=str(outcome.state))
         except asyncio.CancelledError:
             # A timeout or a stop cancelled the task: its outcome is already decided.
@@ -230,9 +248,9 @@ class Executor:
         if transaction is not None and transaction.open:
             transaction.rollback()
 
-    def _async_done(self, job: Claimed, future: Future[Outcome]) -> None:
-        # A done callback, not the coroutine's own finally: a task cancelled before its first
-        # step never runs its body, and its slot must still come back.
+    def _async_done(self, job: Claimed, future: asyncio.Future[Outcome]) -> None:
+        # A done callback (on the event loop's thread), not the coroutine's own finally: a task
+        # cancelled before its first step never runs its body, and its slot must still come back.
         try:
             outcome = future.result()
         except BaseException as exc:  # CancelledError included: the slot must come back

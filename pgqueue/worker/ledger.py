@@ -13,12 +13,11 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from concurrent.futures import Future
 from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any
 
 from pgqueue import metrics
-from pgqueue.execution import JobContext, Outcome, failed
+from pgqueue.execution import AsyncTask, JobContext, Outcome, failed
 from pgqueue.job import JobState
 from pgqueue.retries import DEFAULT_RETRY
 
@@ -68,8 +67,8 @@ class Claimed:
     decided: bool = False
     #: The pool thread running a synchronous handler (for the stack shown on a timeout).
     thread_id: int | None = None
-    #: The asyncio task's future for an ``async def`` handler (cancelled on a timeout).
-    future: Future[Outcome] | None = None
+    #: The asyncio task of an ``async def`` handler (cancelled on a timeout).
+    future: AsyncTask | None = None
     #: The enqueue's trace context, stored in the payload (see pgqueue.tracing).
     carrier: Mapping[str, str] | None = None
     #: When the handler started, and how long it ran (monotonic seconds; for the metrics).

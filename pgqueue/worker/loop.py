@@ -318,6 +318,7 @@ class WorkerLoop:
             failure = self.executor.launch(job, row["payload"])
             if failure is not None:
                 self.ledger.decide(job, failure)
+        self.executor.flush()
 
     # -- the end -------------------------------------------------------------------------------
 

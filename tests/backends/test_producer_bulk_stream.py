@@ -9,6 +9,7 @@ from conftest import count_jobs
 import pgqueue
 from pgqueue.backends.postgres import backend as postgres
 from pgqueue.backends.sqlite import backend as sqlite
+from pgqueue.producer import bulk as _bulk
 
 
 @pytest.fixture(autouse=True)
@@ -16,6 +17,10 @@ def small_chunks(monkeypatch: pytest.MonkeyPatch) -> None:
     # Several chunks, and so the overlapped path, without enqueueing thousands of jobs.
     monkeypatch.setattr(postgres, "ENQUEUE_CHUNK", 10)
     monkeypatch.setattr(sqlite, "ENQUEUE_CHUNK", 10)
+    # The args-only bulk path (pgqueue/producer/bulk.py): chunks of 10, and past 20 jobs the streamed
+    # transaction instead of the one statement that commits itself.
+    monkeypatch.setattr(_bulk, "CHUNK", 10)
+    monkeypatch.setattr(postgres.PostgresBackend, "committed_enqueue_limit", 20)
 
 
 def test_many_chunks_are_all_queued_in_order(queue: pgqueue.Queue) -> None:

@@ -15,7 +15,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 import sqlalchemy as sa
 from conditions import wait_until
-from conftest import claim_jobs
+from conftest import POSTGRES_ONLY, claim_jobs
 
 import pgqueue
 from pgqueue import statements
@@ -58,8 +58,7 @@ def state_of(queue: pgqueue.Queue, job_id: str) -> JobState:
 
 @pytest.fixture
 def pg_queue(queue: pgqueue.Queue) -> pgqueue.Queue:
-    if queue.backend.name != "postgresql":
-        pytest.skip("crash detection uses PostgreSQL advisory locks")
+    # Crash detection uses PostgreSQL advisory locks: the tests that take it are POSTGRES_ONLY.
     queue.allow_unknown_tasks = True
     return queue
 
@@ -72,6 +71,7 @@ def presences() -> Iterator[list[WorkerPresence]]:
         presence.unregister()
 
 
+@POSTGRES_ONLY
 def test_a_dead_workers_jobs_are_released_before_the_lease_lapses(
     pg_queue: pgqueue.Queue, presences: list[WorkerPresence]
 ) -> None:
@@ -99,6 +99,7 @@ def test_a_dead_workers_jobs_are_released_before_the_lease_lapses(
     assert status is not None and status.stall_count == 1
 
 
+@POSTGRES_ONLY
 def test_a_dead_worker_is_released_by_a_reaper_with_crash_detection(
     pg_queue: pgqueue.Queue, presences: list[WorkerPresence]
 ) -> None:
@@ -111,6 +112,7 @@ def test_a_dead_worker_is_released_by_a_reaper_with_crash_detection(
     assert state_of(pg_queue, job_id) is JobState.FAILING
 
 
+@POSTGRES_ONLY
 def test_a_reaper_without_crash_detection_ignores_free_locks(
     pg_queue: pgqueue.Queue, presences: list[WorkerPresence]
 ) -> None:
@@ -124,6 +126,7 @@ def test_a_reaper_without_crash_detection_ignores_free_locks(
     assert state_of(pg_queue, job_id) is JobState.PROCESSING
 
 
+@POSTGRES_ONLY
 def test_a_worker_without_a_lock_is_left_to_its_lease(
     pg_queue: pgqueue.Queue, presences: list[WorkerPresence]
 ) -> None:
@@ -136,12 +139,14 @@ def test_a_worker_without_a_lock_is_left_to_its_lease(
     assert state_of(pg_queue, job_id) is JobState.PROCESSING
 
 
+@POSTGRES_ONLY
 def test_an_unregistered_worker_is_left_to_its_lease(pg_queue: pgqueue.Queue) -> None:
     job_id = claim_as(pg_queue, "never-registered")
     assert Reaper(pg_queue).run_once() == 0
     assert state_of(pg_queue, job_id) is JobState.PROCESSING
 
 
+@POSTGRES_ONLY
 def test_a_lost_lock_connection_is_taken_again_on_the_next_beat(
     pg_queue: pgqueue.Queue, presences: list[WorkerPresence]
 ) -> None:

@@ -13,7 +13,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 import sqlalchemy as sa
 from conditions import wait_until
-from conftest import claim_jobs
+from conftest import POSTGRES_ONLY, SQLITE_ONLY, claim_jobs
 
 import pgqueue
 from pgqueue.errors import ConfigError
@@ -178,11 +178,10 @@ def test_each_service_elects_its_own_leader_by_default(
         pruner.leadership.resign()
 
 
+@SQLITE_ONLY  # lease rows are SQLite's leadership
 def test_the_lease_row_expires_when_the_leader_stops_renewing(
     queue: pgqueue.Queue, reapers: list[Reaper]
 ) -> None:
-    if queue.backend.name != "sqlite":
-        pytest.skip("lease rows are SQLite's leadership")
     first, second = Reaper(queue, interval=10), Reaper(queue, interval=10)
     reapers += [first, second]
     log_first = Recorder(first)
@@ -202,11 +201,10 @@ def test_the_lease_row_expires_when_the_leader_stops_renewing(
     assert log_first.events == ["leadership_acquired", "leadership_lost"]
 
 
+@POSTGRES_ONLY  # advisory locks are PostgreSQL's leadership
 def test_leadership_is_lost_with_its_connection(
     queue: pgqueue.Queue, reapers: list[Reaper]
 ) -> None:
-    if queue.backend.name != "postgresql":
-        pytest.skip("advisory locks are PostgreSQL's leadership")
     first, second = Reaper(queue), Reaper(queue)
     reapers += [first, second]
     log_first = Recorder(first)
@@ -245,11 +243,10 @@ def test_the_lock_namespace_is_configurable(queue: pgqueue.Queue, reapers: list[
         Reaper(queue, lock_namespace=-1)
 
 
+@POSTGRES_ONLY  # advisory locks are PostgreSQL's leadership
 def test_a_hung_leaders_session_times_out(queue: pgqueue.Queue) -> None:
     """A leader that stops ticking (SIGSTOP, a long pause) still has an open socket; the server
     ends its idle session after the TTL, so the lock passes on instead of blocking reaping."""
-    if queue.backend.name != "postgresql":
-        pytest.skip("advisory locks are PostgreSQL's leadership")
     hung = AdvisoryLockLeadership(queue, "hung-test", ttl=0.3)
     follower = AdvisoryLockLeadership(queue, "hung-test", ttl=0.3)
     try:

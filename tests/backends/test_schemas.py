@@ -66,6 +66,8 @@ def test_each_schema_gets_its_own_tables_and_version_table(url: str) -> None:
     names = [
         "pgqueue_alembic_version",
         "pgqueue_dependencies",
+        "pgqueue_event_listeners",
+        "pgqueue_events",
         "pgqueue_jobs",
         "pgqueue_leaders",
         "pgqueue_limits",

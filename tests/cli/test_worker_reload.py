@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from conditions import wait_until
-from process_output import Output
+from process_output import Output, stop_supervisor
 
 import pgqueue
 from pgqueue.cli import main
@@ -104,12 +104,7 @@ def test_a_code_change_restarts_the_worker_on_the_new_code(db_url: str, tmp_path
         status = queue.status(job.id)
         assert status is not None and (status.state, status.attempts) == ("queued", 0)
     finally:
-        if supervisor.poll() is None:
-            supervisor.kill()
-            supervisor.wait()
-        output.close()
-        assert supervisor.stderr is not None
-        supervisor.stderr.close()
+        stop_supervisor(supervisor, output)
         queue.close()
 
 

@@ -165,6 +165,18 @@ def alias(request: pytest.FixtureRequest) -> str:
     return use_database(request.param, request)
 
 
+def admin_client() -> Any:
+    """A Django test client logged in as a superuser ``admin`` made afresh."""
+    from django.contrib.auth.models import User
+    from django.test import Client
+
+    User.objects.filter(username="admin").delete()
+    User.objects.create_superuser("admin", "admin@example.com", "password")
+    client = Client()
+    client.login(username="admin", password="password")
+    return client
+
+
 def count_jobs(alias: str, **filters: Any) -> int:
     """Jobs visible to a fresh pgqueue connection (what a worker would see)."""
     from pgqueue.contrib.django import get_queue

@@ -32,12 +32,7 @@ def queue(request: pytest.FixtureRequest) -> DjangoQueue:
 
 @pytest.fixture
 def client(queue: DjangoQueue) -> Client:
-    from django.contrib.auth.models import User
-
-    User.objects.filter(username="admin").delete()
-    User.objects.create_superuser("admin", "admin@example.com", "password")
-    client = Client()
-    client.login(username="admin", password="password")
+    client: Client = django_support.admin_client()
     return client
 
 

@@ -4,7 +4,6 @@ queue, and the example project works as docs/django.md tells a newcomer to run i
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -12,6 +11,7 @@ import django_support
 import pytest
 from django.core.management import CommandError, call_command
 from django_support import EXAMPLE
+from process_output import run_ok
 
 from pgqueue import cli
 from pgqueue.contrib.django import get_queue
@@ -56,16 +56,9 @@ def test_a_django_task_round_trips_through_manage_py_pgqueue_worker_burst(alias:
 
 
 def run_example(*arguments: str, env: dict[str, str]) -> str:
-    done = subprocess.run(
-        [sys.executable, "manage.py", *arguments],
-        cwd=EXAMPLE,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert done.returncode == 0, done.stdout + done.stderr
-    return done.stdout
+    return run_ok(
+        [sys.executable, "manage.py", *arguments], cwd=EXAMPLE, env=env, timeout=120
+    ).stdout
 
 
 PLACE_ORDER = """

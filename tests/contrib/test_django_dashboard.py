@@ -87,12 +87,7 @@ def test_the_admin_shows_the_error_as_a_readable_traceback(request: pytest.Fixtu
     django_support.use_database("default", request)
     state = fill(get_queue("default"))
     request.addfinalizer(state.close)
-    from django.contrib.auth.models import User
-
-    User.objects.filter(username="admin").delete()
-    User.objects.create_superuser("admin", "admin@example.com", "password")
-    client = Client()
-    client.login(username="admin", password="password")
+    client = django_support.admin_client()
     page = client.get("/admin/pgqueue/job/job-failed/change/").content.decode()
     assert '<span class="tb-exc-type">ConnectionError</span>' in page
     assert "payment gateway timed out for order-42" in page

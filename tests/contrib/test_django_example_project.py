@@ -5,12 +5,12 @@ by other users") if pgqueue still holds pooled or LISTEN connections to it."""
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 from pathlib import Path
 
 import django_support
 from django_support import EXAMPLE
+from process_output import run_ok
 
 # Fixtures shared by the Django tests (pytest finds them in this module's namespace).
 alias = django_support.alias
@@ -36,15 +36,12 @@ def test_manage_py_test_with_workers_exits_0(alias: str, tmp_path: Path) -> None
     else:
         env["SHOP_SQLITE_PATH"] = str(tmp_path / "shop.sqlite3")
         env["SHOP_SQLITE_TEST_PATH"] = str(tmp_path / "test_shop.sqlite3")
-    done = subprocess.run(
+    done = run_ok(
         [sys.executable, "manage.py", "test", "shop", "--noinput", "-v", "2"],
         cwd=EXAMPLE,
         env=env,
-        capture_output=True,
-        text=True,
         timeout=240,
     )
-    assert done.returncode == 0, done.stdout + done.stderr
     assert "Ran 2 tests" in done.stderr and "\nOK" in done.stderr, done.stderr
     if alias == "postgresql":
         assert "Destroying test database" in done.stderr

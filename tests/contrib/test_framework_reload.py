@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 from conditions import wait_until
-from process_output import Output
+from process_output import Output, stop_supervisor
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
@@ -35,12 +35,7 @@ def _run_and_touch(command: list[str], cwd: Path, env: dict[str, str], touched: 
         supervisor.send_signal(signal.SIGTERM)
         assert supervisor.wait(timeout=60) == 0
     finally:
-        if supervisor.poll() is None:
-            supervisor.kill()
-            supervisor.wait()
-        output.close()
-        assert supervisor.stderr is not None
-        supervisor.stderr.close()
+        stop_supervisor(supervisor, output)
 
 
 def test_manage_py_pgqueue_worker_reload(tmp_path: Path) -> None:

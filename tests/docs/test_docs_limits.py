@@ -3,12 +3,11 @@ comments say."""
 
 from __future__ import annotations
 
-import contextlib
-import io
 from pathlib import Path
 
 import pytest
-from test_docs_quickstart import blocks, expected_output
+from test_docs_celery import run_page_samples
+from test_docs_quickstart import blocks
 
 ROOT = Path(__file__).resolve().parents[2]
 LIMITS = ROOT / "docs" / "limits.md"
@@ -18,12 +17,5 @@ def test_limits_samples_run_and_print_what_they_say(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.chdir(tmp_path)
-    namespace: dict[str, object] = {"__name__": "limits_doc"}
-    samples = blocks(LIMITS, "python")
-    assert len(samples) == 2
-    for code in samples:
-        output = io.StringIO()
-        with contextlib.redirect_stdout(output):
-            exec(compile(code, str(LIMITS), "exec"), namespace)
-        assert output.getvalue().splitlines() == expected_output(code)
-    namespace["queue"].close()  # type: ignore[attr-defined]
+    assert len(blocks(LIMITS, "python")) == 2
+    run_page_samples(LIMITS, "limits_doc", at_least=2)

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import os
 import re
-import subprocess
 import sys
 from pathlib import Path
+
+from process_output import run_ok
 
 ROOT = Path(__file__).resolve().parents[2]
 TESTING = ROOT / "docs" / "testing.md"
@@ -24,13 +25,10 @@ def test_the_plain_pytest_example_passes(tmp_path: Path) -> None:
     (tmp_path / "myapp" / "__init__.py").write_text("")
     env = {k: v for k, v in os.environ.items() if k != "PGQUEUE_URL"}
     env["PYTHONPATH"] = str(tmp_path)
-    done = subprocess.run(
+    done = run_ok(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-W", "error", "tests"],
         cwd=tmp_path,
         env=env,
-        capture_output=True,
-        text=True,
         timeout=120,
     )
-    assert done.returncode == 0, done.stdout + done.stderr
     assert "2 passed" in done.stdout

@@ -34,6 +34,7 @@ def test_quick_benchmark_run(tmp_path: Path) -> None:
     for backend in ("postgresql", "sqlite"):
         for benchmark in ("enqueue", "drain", "pickup", "enqueue_and_wait", "recovery", "claim"):
             assert (benchmark, backend) in seen
+    assert ("connections", "postgresql") in seen  # per worker process: PostgreSQL only
     assert all(math.isfinite(f["value"]) and f["value"] > 0 for f in report["figures"])
 
 

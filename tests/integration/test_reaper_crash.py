@@ -60,7 +60,13 @@ def marks(tmp_path: Path) -> Path:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("crash_detection", [False, True], ids=["lease", "crash_detection"])
+@pytest.mark.parametrize(
+    ("db_url", "crash_detection"),
+    # Crash detection uses PostgreSQL advisory locks: SQLite recovers by the lease alone.
+    [("sqlite", False), ("postgresql", False), ("postgresql", True)],
+    ids=["sqlite-lease", "postgresql-lease", "postgresql-crash_detection"],
+    indirect=["db_url"],
+)
 def test_a_sigkilled_workers_job_is_completed_by_another_worker(
     db_url: str,
     marks: Path,
@@ -68,8 +74,6 @@ def test_a_sigkilled_workers_job_is_completed_by_another_worker(
     record_property: pytest.RecordProperty,
 ) -> None:
     queue = make_queue(db_url, marks)
-    if crash_detection and queue.backend.name != "postgresql":
-        pytest.skip("crash detection uses PostgreSQL advisory locks")
     # With crash detection the lease is long, so a recovery well inside it cannot be the lease.
     lease = 30.0 if crash_detection else 2.0
     options = [

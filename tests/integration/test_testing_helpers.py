@@ -3,15 +3,15 @@ reaper."""
 
 from __future__ import annotations
 
-import uuid
 from datetime import timedelta
 from typing import Any
 
 import pytest
+from conftest import claim_jobs
 
 import pgqueue
 import pgqueue.testing
-from pgqueue import JobState, statements
+from pgqueue import JobState
 from pgqueue.config import utc_now
 
 
@@ -117,17 +117,7 @@ def test_assert_and_refute_enqueued(queue: pgqueue.Queue, tasks: dict[str, Any])
 
 def test_always_leader_reaper(queue: pgqueue.Queue, tasks: dict[str, Any]) -> None:
     job = tasks["add"].enqueue(1, 2)
-    with queue.connect() as conn:
-        claimed = conn.execute(
-            statements.job_claim(
-                worker_id="gone",
-                lock_token=uuid.uuid4().hex,
-                limit=1,
-                lease=30,
-                queues=None,
-                clock=queue.backend.clock(),
-            )
-        ).all()
+    claimed = claim_jobs(queue, worker_id="gone", limit=1)
     assert len(claimed) == 1
     reaper = pgqueue.testing.reaper(queue, interval=5)
     assert reaper.run_once() == 0  # the lease still holds

@@ -6,6 +6,7 @@ import asyncio
 import threading
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
@@ -85,6 +86,35 @@ def test_async_handlers_run_on_the_workers_loop_and_see_their_job(
     pgqueue.Worker(queue, concurrency=4).run(burst=True)
     for n, result in enumerate(results):
         assert queue.result(result.id) == {"n": 2 * n, "id": result.id, "attempts": 1}
+
+
+def test_async_handlers_run_on_the_event_loop_without_a_thread_per_job(
+    queue: pgqueue.Queue, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every ``async def`` job runs on the one event loop thread, and no job is handed to another
+    thread on its way (nothing is sent to ``asyncio.to_thread``)."""
+    threads = Recorder()
+    hops = Recorder()
+    to_thread = asyncio.to_thread
+
+    async def counted(function: Any, /, *args: Any, **kwargs: Any) -> Any:
+        hops.add(getattr(function, "__name__", repr(function)))
+        return await to_thread(function, *args, **kwargs)
+
+    monkeypatch.setattr(asyncio, "to_thread", counted)
+
+    @queue.task(name="t.async_thread")
+    async def where(n: int) -> int:
+        await asyncio.sleep(0)
+        threads.add(threading.current_thread().name)
+        return n
+
+    results = where.enqueue_many([(n,) for n in range(60)])
+    pgqueue.Worker(queue, concurrency=20).run(burst=True)
+    assert [queue.result(r.id) for r in results] == list(range(60))
+    assert len(set(threads.items)) == 1
+    assert threads.items[0].endswith("-async")
+    assert hops.items == []
 
 
 def test_current_job_outside_a_job_is_an_error() -> None:

@@ -8,6 +8,7 @@ import time
 from typing import Any
 
 import pytest
+from conftest import POSTGRES_ONLY
 from worker_helpers import DEADLINE, Recorder, row, wait_until, working
 
 import pgqueue
@@ -257,9 +258,8 @@ def test_finished_jobs_are_announced_in_process(queue: pgqueue.Queue, finish: st
     assert announced == [(job_id, "completed" if finish == "complete" else "failed")]
 
 
+@POSTGRES_ONLY  # LISTEN/NOTIFY is PostgreSQL's
 def test_finished_jobs_are_notified_on_postgres(queue: pgqueue.Queue) -> None:
-    if not queue.backend.supports_notify:
-        pytest.skip("LISTEN/NOTIFY is PostgreSQL's")
     from pgqueue.notifications import FINISHED_CHANNEL
 
     heard: list[str] = []

@@ -76,7 +76,9 @@ def test_django_vendors_map_to_their_driver_and_url() -> None:
     assert django_driver("mysql") is None
     assert str(django_url("sqlite", {"NAME": "/tmp/app.db"}, dict)) == "sqlite:////tmp/app.db"
     params = {"dbname": "app", "user": "u", "password": "pw", "host": "db", "port": "5433"}
-    url = django_url("postgresql", {}, lambda: {**params, "sslmode": "require", "context": object()})
+    url = django_url(
+        "postgresql", {}, lambda: {**params, "sslmode": "require", "context": object()}
+    )
     assert url.render_as_string(hide_password=False) == (
         "postgresql+psycopg://u:pw@db:5433/app?sslmode=require"
     )

@@ -9,24 +9,15 @@ from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
-from postgres_server import PostgresServer, _find_binaries, _setpriv_prefix, postgres_available
+from conftest import require_postgres
+from postgres_server import PostgresServer, _find_binaries, _setpriv_prefix
 
 pytestmark = pytest.mark.postgres
 
 
-def _require_postgres() -> None:
-    available, reason = postgres_available()
-    if available:
-        return
-    # CI must exercise PostgreSQL; a silent skip there would hide a broken setup.
-    if os.environ.get("CI", "").lower() == "true":
-        pytest.fail(f"PostgreSQL is required when CI=true: {reason}")
-    pytest.skip(reason)
-
-
 @pytest.fixture(scope="module")
 def server() -> Iterator[PostgresServer]:
-    _require_postgres()
+    require_postgres()
     with PostgresServer() as pg:
         yield pg
 
@@ -117,7 +108,7 @@ def test_restart_drops_sessions_and_keeps_data(server: PostgresServer) -> None:
 
 
 def test_durable_server_restart_and_stop_leave_nothing_behind() -> None:
-    _require_postgres()
+    require_postgres()
     pg = PostgresServer(fast=False)
     pg.start()
     try:
@@ -142,7 +133,7 @@ def test_durable_server_restart_and_stop_leave_nothing_behind() -> None:
 
 def test_stop_after_external_pg_ctl_restart() -> None:
     """Chaos tests may drive pg_ctl themselves; stop() must still find the server."""
-    _require_postgres()
+    require_postgres()
     pg = PostgresServer()
     pg.start()
     try:

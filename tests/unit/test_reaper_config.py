@@ -39,6 +39,8 @@ def test_timedeltas_are_seconds(queue: pgqueue.Queue) -> None:
         ({"crash_detection": "yes"}, "crash_detection"),
         ({"worker_ttl": 0}, "worker_ttl"),
         ({"lock_namespace": 2**31}, "lock_namespace"),
+        ({"orphan_confirm": -1}, "orphan_confirm"),
+        ({"orphan_confirm": "1"}, "orphan_confirm"),
     ],
 )
 def test_bad_options_are_refused(

@@ -3,6 +3,7 @@ completion or not at all (both backends), in-process and with real processes kil
 
 from __future__ import annotations
 
+import asyncio
 import os
 import random
 import signal
@@ -72,6 +73,36 @@ def test_lazy_transaction_and_a_raise_rolls_back(tx_queue: pgqueue.Queue) -> Non
     assert drain(queue).failed == 1
     assert _effects(queue) == []
     status = queue.status(job.id)
+    assert status is not None and status.state is JobState.FAILED
+
+
+def test_async_handlers_own_transactions_commit_or_roll_back_with_their_outcome(
+    tx_queue: pgqueue.Queue,
+) -> None:
+    """``async def`` handlers run on the event loop; the one that began a transaction still has
+    it committed with its completion (off the loop), and a raise still rolls it back."""
+    queue = tx_queue
+
+    @queue.task(name="t.async_ok", transactional=True)
+    async def ok(n: int) -> int:
+        await asyncio.sleep(0)
+        conn = pgqueue.current_job().transaction()
+        conn.execute(sa.text("INSERT INTO effects (job_id) VALUES (:i)"), {"i": f"ok-{n}"})
+        return n
+
+    @queue.task(name="t.async_bad", max_attempts=1)
+    async def bad() -> None:
+        conn = pgqueue.current_job().transaction()
+        conn.execute(sa.text("INSERT INTO effects (job_id) VALUES ('bad')"))
+        raise RuntimeError("after the write")
+
+    jobs = [ok.enqueue(n) for n in range(3)]
+    failing = bad.enqueue()
+    stats = drain(queue)
+    assert (stats.completed, stats.failed) == (3, 1)
+    assert [row.job_id for row in _effects(queue)] == ["ok-0", "ok-1", "ok-2"]
+    assert [queue.result(job.id) for job in jobs] == [0, 1, 2]
+    status = queue.status(failing.id)
     assert status is not None and status.state is JobState.FAILED
 
 

@@ -7,7 +7,7 @@ import json
 import logging
 import select as select_module
 import zlib
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from datetime import datetime
@@ -21,7 +21,7 @@ from sqlalchemy.exc import DBAPIError, DisconnectionError, OperationalError
 
 from pgqueue import statements
 from pgqueue.backends.base import Clock, Completion, iter_chunks, split_holder
-from pgqueue.backends.postgres import locks
+from pgqueue.backends.postgres import bulk, locks
 from pgqueue.backends.postgres import statements as pg_statements
 from pgqueue.backends.postgres.listener import Listener
 from pgqueue.config import check_name
@@ -77,6 +77,7 @@ def _check_idle_connection(dbapi_connection: Any, _record: Any, _proxy: Any) -> 
         raise DisconnectionError("the server closed this pooled connection while it was idle")
 
 
+@functools.cache
 def _complete_on_database_clock() -> Any:
     # Built once, like the enqueue: a busy worker completes a batch every turn.
     return pg_statements.job_complete_many(Clock(None))
@@ -98,6 +99,7 @@ class PostgresBackend:
     """
 
     name = "postgresql"
+    events_in_table = False
     # Notifications wake waiters; their own re-read is a rarely needed safety net.
     wait_poll = (0.5, 5.0)
     single_writer = False
@@ -222,6 +224,30 @@ class PostgresBackend:
             logger.info("enqueue: pooled connection was lost (%s); retrying once", exc.orig)
             return _run_autocommit(engine, statement, jobs)
 
+    def enqueue_fresh(
+        self,
+        connection: Connection,
+        shared: Mapping[str, Any],
+        documents: Iterable[str],
+        clock: Clock,
+    ) -> list[str]:
+        """Jobs of one task with generated ids (see ``backends/postgres/bulk.py``)."""
+        return bulk.enqueue_fresh(connection, shared, documents, clock)
+
+    def enqueue_fresh_committed(
+        self, engine: Engine, shared: Mapping[str, Any], document: str, clock: Clock, channel: str
+    ) -> list[str]:
+        """:meth:`enqueue_fresh` as one statement that commits itself with its wake-up."""
+        channel = self.channel(channel)
+        try:
+            return bulk.enqueue_fresh_committed(engine, shared, document, clock, channel)
+        except DBAPIError as exc:
+            if not exc.connection_invalidated:
+                raise
+            # As enqueue_committed: the pooled connection died while idle, nothing ran on it.
+            logger.info("enqueue: pooled connection was lost (%s); retrying once", exc.orig)
+            return bulk.enqueue_fresh_committed(engine, shared, document, clock, channel)
+
     def claim(self, connection: Connection, statement: Any, values: dict[str, Any]) -> list[Any]:
         # The claim must walk the claim index in order and stop after LIMIT rows. Without
         # statistics (a table never analyzed: autovacuum waits a minute and a tenth of the
@@ -240,6 +266,10 @@ class PostgresBackend:
     def listener(self, engine: Engine) -> Listener | None:
         # Transaction pooling without a session of its own: no LISTEN to be had.
         return Listener(engine, channel=self.channel) if self.supports_notify else None
+
+    def session(self, engine: Engine, label: str) -> Listener | None:
+        # A session of its own (a service or presence made outside a worker), named ``label``.
+        return Listener(engine, channel=self.channel, label=label) if self.session_locks else None
 
     def lock_migrations(
         self, connection: Connection, key: int, *, tables: Sequence[str] = ()
@@ -316,11 +346,12 @@ class PostgresBackend:
         return sqlstate is None or sqlstate.startswith(("08", "57P"))
 
     def leaders(self, connection: Connection, now: datetime) -> list[tuple[str, str, Any]]:
-        leaders = []
+        leaders: list[tuple[str, str, Any]] = []
         for label, address in connection.execute(_LEADERS):
-            role, process = split_holder(label)
+            roles, process = split_holder(label)
             holder = address if process is None else f"{process[0]}@{process[1]}"
-            leaders.append((role, holder, None))
+            # A worker holds all the roles it leads on its one session: "reaper,scheduler".
+            leaders.extend((role, holder, None) for role in roles.split(","))
         return leaders
 
     def translate(self, error: DBAPIError) -> Exception:

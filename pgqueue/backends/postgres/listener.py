@@ -1,4 +1,5 @@
-"""One LISTEN connection per Queue, shared by every waiter and worker thread in the process.
+"""One session connection per Queue: LISTEN for every waiter and worker thread of the process,
+and the session advisory locks of its worker (liveness) and of its elected maintenance roles.
 
 PostgreSQL delivers a NOTIFY when the sending transaction commits, so a wake-up never arrives
 before the row it announces is visible. pgqueue listens on two fixed channels and dispatches by
@@ -10,24 +11,42 @@ waiters re-read the rows they wait on and nothing that happened while deaf is mi
 also run once the first connection is listening: a subscriber that did not wait for it (``wait=0``)
 re-checks then, instead of blocking its caller on the connect. An idle connection is pinged now and
 then, so a connection that died silently (a dropped network path sends no reset) is noticed too.
+
+The same connection holds session advisory locks (:meth:`Listener.hold`): a worker process's
+liveness lock and every maintenance role it leads sit on this one session, so a worker needs two
+PostgreSQL connections in all (this one and its work connection; see docs/scaling.md). A lock
+taken with ``keep=True`` (liveness) is taken again on a new connection before anything else runs
+on it; other locks (leader roles) are given up with the connection and their owners see
+:meth:`Listener.holds` turn False. While it leads, the session is named ``pgqueue leader ROLES
+PID@HOST`` (the dashboard's leader list) and carries ``idle_session_timeout`` (and
+``idle_in_transaction_session_timeout``) of the roles' TTL, so a hung leader process loses its
+roles. A worker's maintenance queries borrow the connection briefly (:meth:`Listener.connection`):
+they delay this process's wake-ups by their own length at most, and never touch the work
+connection that claims and completes jobs.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import select
 import socket
 import threading
+import time
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
-from sqlalchemy import Engine
+from sqlalchemy import Connection, Engine
+from sqlalchemy.exc import DBAPIError
 
+from pgqueue.backends.postgres import locks
+from pgqueue.backends.postgres.held import Hold, current_setting, session_settings
 from pgqueue.backends.wakeups import WakeUpThread
+from pgqueue.errors import BackendError
 from pgqueue.notifications import CHANNELS
 
-__all__ = ["Listener"]
+__all__ = ["SESSION_WAIT_SECONDS", "Listener"]
 
 logger = logging.getLogger("pgqueue.notifications")
 
@@ -35,38 +54,66 @@ _BACKOFF_MAX_SECONDS = 5.0
 # An idle connection runs ``SELECT 1`` this often; psycopg queues notifications that arrive
 # meanwhile for the next notifies() call, so the ping loses nothing.
 _PING_SECONDS = 10.0
-_CONNECT_TIMEOUT_SECONDS = 10
+#: How long a caller of hold() or connection() waits for the session to be (re)connected.
+SESSION_WAIT_SECONDS = 10.0
 
 
 class Listener(WakeUpThread):
-    """A background thread holding a LISTEN connection.
+    """A background thread holding the session connection: LISTEN, session advisory locks, and
+    brief loans of the connection (see the module docstring).
+
+    ``label`` names the connection in ``pg_stat_activity`` (None: the name the URL gives).
 
     Example::
 
         unsubscribe = listener.subscribe(FINISHED_CHANNEL, lambda payload: print(payload))
+        if listener.hold(key, owner, keep=True):
+            ...   # the lock is this owner's until release() or the session is lost
     """
 
-    thread_name = "pgqueue-listener"
-
-    def __init__(self, engine: Engine, *, channel: Callable[[str], str] | None = None) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        *,
+        channel: Callable[[str], str] | None = None,
+        label: str | None = None,
+    ) -> None:
         super().__init__()
         self._engine = engine
+        self._label = label
         # pgqueue's channel names -> the names on the server (a Queue's schema suffixes them).
         self._names = {name: name if channel is None else channel(name) for name in CHANNELS}
         self._by_name = {server: name for name, server in self._names.items()}
+        # Whoever uses the connection holds this: the thread (ping, notifications, LISTEN) and
+        # borrowers (locks, maintenance queries). Re-entrant: hold() runs inside connection().
+        self._use = threading.RLock()
         self._callbacks: dict[str, list[Callable[[str], None]]] = defaultdict(list)
+        self._lost_callbacks: list[Callable[[], None]] = []
         # Channels with (or once with) a subscriber, and those the live connection LISTENs on.
         # A worker process only ever hears enqueues, not every finished job's NOTIFY.
         self._channels: set[str] = set()
         self._listened: set[str] = set()
         self._listened_changed = threading.Condition(self._lock)
-        self._connection: Any = None
+        self._connection: Connection | None = None
+        self._broken = False
+        self._held: dict[int, Hold] = {}
+        # What _apply_settings last set on this connection (name, idle timeout in ms).
+        self._applied: tuple[str | None, int] = (None, 0)
+        self._default_name: str | None = None
 
     @property
     def backend_pid(self) -> int | None:
-        """The server process id of the LISTEN connection while connected (for diagnostics)."""
+        """The server process id of the session connection while connected (for diagnostics)."""
+        raw = self._raw()
+        return None if raw is None else int(raw.info.backend_pid)
+
+    def _raw(self) -> Any:
         connection = self._connection
-        return None if connection is None else int(connection.info.backend_pid)
+        if connection is None:
+            return None
+        with contextlib.suppress(Exception):
+            return connection.connection.dbapi_connection
+        return None
 
     def subscribe(
         self, channel: str, callback: Callable[[str], None], *, wait: float = 10.0
@@ -92,21 +139,231 @@ class Listener(WakeUpThread):
 
         return unsubscribe
 
-    def _connect(self) -> Any:
-        import psycopg
+    def on_lost(self, callback: Callable[[], None]) -> Callable[[], None]:
+        """Call ``callback()`` (on the session's thread) when the connection is lost, its locks
+        with it; returns the remover."""
+        return self._add(self._lost_callbacks, callback)
 
-        args, kwargs = self._engine.dialect.create_connect_args(self._engine.url)
-        # A bounded connect: a host that swallows packets must not hang the thread forever.
-        kwargs.setdefault("connect_timeout", _CONNECT_TIMEOUT_SECONDS)
-        connection = psycopg.connect(*args, **{**kwargs, "autocommit": True})
-        self._listen_to_new_channels(connection)
+    def _add(
+        self, callbacks: list[Callable[[], None]], callback: Callable[[], None]
+    ) -> Callable[[], None]:
+        with self._lock:
+            callbacks.append(callback)
+
+        def remove() -> None:
+            with self._lock:
+                if callback in callbacks:
+                    callbacks.remove(callback)
+
+        return remove
+
+    # -- the connection on loan, and advisory locks ---------------------------------------------
+
+    @contextlib.contextmanager
+    def connection(
+        self, *, transaction: bool = False, wait: float = SESSION_WAIT_SECONDS
+    ) -> Iterator[Connection]:
+        """The session connection, for this thread alone until the block ends: autocommit, or
+        one transaction committed at the end with ``transaction=True``. Starts the session and
+        waits up to ``wait`` seconds for it to be connected; raises
+        :class:`~pgqueue.errors.BackendError` if it is not. A connection that fails in use is
+        replaced (its locks are lost; ``keep`` locks are taken again).
+
+        Example::
+
+            with listener.connection(transaction=True) as conn:
+                conn.execute(statement)
+        """
+        connection = self._borrow(wait)
+        try:
+            try:
+                if not transaction:
+                    yield connection
+                else:
+                    # SQLAlchemy's Connection stays in AUTOCOMMIT (a detached connection cannot
+                    # change its isolation level): the driver's own switch makes its commit()
+                    # and rollback() real for this one transaction.
+                    if connection.in_transaction():
+                        connection.commit()
+                    raw = connection.connection.dbapi_connection
+                    assert raw is not None
+                    raw.autocommit = False
+                    try:
+                        with connection.begin():
+                            yield connection
+                    finally:
+                        if not self._is_broken(connection):
+                            if connection.in_transaction():
+                                connection.rollback()
+                            raw.rollback()  # a no-op after the commit; never leave one open
+                            raw.autocommit = True
+            except BaseException:
+                if self._is_broken(connection):
+                    self._mark_broken()
+                raise
+        finally:
+            self._use.release()
+
+    def _borrow(self, wait: float) -> Connection:
+        """Start the session, wait for a live connection (a broken one is being replaced by
+        the thread), and return it with ``_use`` held."""
+        deadline = time.monotonic() + wait
+        while True:
+            with self._lock:
+                self._ensure_started()
+            if not self.listening.wait(max(deadline - time.monotonic(), 0)):
+                raise BackendError("PostgreSQL error: the session connection is not connected")
+            self._use.acquire()
+            connection = self._connection
+            if connection is not None and not self._broken:
+                return connection
+            self._use.release()
+            if time.monotonic() >= deadline:
+                raise BackendError("PostgreSQL error: the session connection was lost")
+            # The thread has yet to notice; it clears ``listening`` before reconnecting.
+            self._stopping.wait(0.005)
+
+    def hold(
+        self,
+        key: int,
+        owner: object,
+        *,
+        keep: bool = False,
+        role: str | None = None,
+        ttl: float | None = None,
+        wait: float = SESSION_WAIT_SECONDS,
+    ) -> bool:
+        """Take the session advisory lock ``key`` for ``owner`` if it is free; True when
+        ``owner`` holds it. Two owners in one process never share a key (the server would count
+        a second take as re-entry). ``keep``: take it again on every new connection (a worker's
+        liveness). ``role`` and ``ttl``: a leader role, shown in the session's name and bounding
+        its ``idle_session_timeout``. Raises BackendError when the session is down."""
+        with self.connection(wait=wait) as connection:
+            current = self._held.get(key)
+            if current is not None:
+                return current.owner is owner and current.live
+            if not locks.try_lock(connection, key):
+                return False
+            self._held[key] = Hold(owner, keep, role, ttl)
+            self._apply_settings(connection)
+            return True
+
+    def holds(self, key: int, owner: object, *, check: bool = False) -> bool:
+        """Whether ``owner`` holds ``key`` on the live connection. With ``check`` the server is
+        asked too (which also keeps an idle-timed session alive); an error there loses it."""
+        hold = self._held.get(key)
+        if hold is None or hold.owner is not owner or not hold.live:
+            return False
+        if self._broken or not self.listening.is_set():
+            return False
+        if not check:
+            return True
+        try:
+            with self.connection(wait=0) as connection:
+                return locks.holds_lock(connection, key)
+        except (DBAPIError, BackendError):
+            return False
+
+    def release(self, key: int, owner: object) -> None:
+        """Give ``key`` up if ``owner`` holds it (idempotent; quiet if the session is down)."""
+        with self._use:
+            hold = self._held.get(key)
+            if hold is None or hold.owner is not owner:
+                return
+            del self._held[key]
+            connection = self._connection
+            if connection is None or self._broken or not hold.live:
+                return
+            try:
+                locks.unlock(connection, key)
+                self._apply_settings(connection)
+            except DBAPIError:
+                logger.debug("releasing a session lock failed", exc_info=True)
+                if self._is_broken(connection):
+                    self._mark_broken()
+
+    def _apply_settings(self, connection: Connection) -> None:
+        """Name the session after the roles it leads and time it out like its fastest role."""
+        name, timeout = session_settings(self._held, label=self._label, default=self._default_name)
+        applied_name, applied_timeout = self._applied
+        if name is not None and name != applied_name:
+            locks.set_session(connection, "application_name", name)
+        if timeout != applied_timeout:
+            # A leader that hangs keeps its socket open and so its locks; the server ends its
+            # session once it has been idle for the TTL, freeing the roles for a follower.
+            # PostgreSQL 14+; older servers refuse it and a hung leader keeps its roles.
+            # The same within a transaction: maintenance queries run on this session, and a
+            # process stopped in the middle of one would otherwise keep its roles for ever.
+            try:
+                for setting in ("idle_in_transaction_session_timeout", "idle_session_timeout"):
+                    locks.set_session(connection, setting, f"{timeout}ms")
+            except DBAPIError as exc:
+                if self._is_broken(connection):
+                    raise
+                logger.info("no idle_session_timeout on this server (%s)", exc)
+        self._applied = (name, timeout)
+
+    @staticmethod
+    def _is_broken(connection: Connection) -> bool:
+        try:
+            raw = connection.connection.dbapi_connection
+        except Exception:
+            return True
+        return raw is None or bool(raw.closed) or bool(getattr(raw, "broken", False))
+
+    def _mark_broken(self) -> None:
+        self._broken = True
+        wake = self._wake
+        if wake is not None:
+            with contextlib.suppress(OSError):
+                wake.send(b"\2")
+
+    # -- the thread -------------------------------------------------------------------------------
+
+    thread_name = "pgqueue-session"
+
+    def _connect(self) -> Connection:
+        connection = self._engine.connect()
+        try:
+            connection = connection.execution_options(isolation_level="AUTOCOMMIT")
+            # Out of the pool for good: closing it really closes it, and no pool ever hands a
+            # connection that still holds session locks to anyone else.
+            connection.detach()
+            if self._label is not None:
+                locks.set_session(connection, "application_name", self._label)
+            self._default_name = connection.scalar(current_setting("application_name"))
+            self._applied = (self._label or self._default_name, 0)
+            with self._lock:
+                self._listened = set()
+            self._listen_to_new_channels(connection)
+            self._take_kept_locks(connection)
+        except BaseException:
+            with contextlib.suppress(Exception):
+                connection.close()
+            raise
         return connection
 
-    def _listen_to_new_channels(self, connection: Any) -> None:
+    def _take_kept_locks(self, connection: Connection) -> None:
+        """On a new connection: hold the ``keep`` locks again, before any borrower runs (the
+        thread holds ``_use``), so a live worker's liveness lock is free only while it has no
+        connection at all."""
+        for key, hold in list(self._held.items()):
+            if not hold.keep:
+                del self._held[key]
+            elif locks.try_lock(connection, key):
+                hold.live = True
+            else:
+                # Someone else took it meanwhile; its owner takes another on its next beat.
+                del self._held[key]
+        self._apply_settings(connection)
+
+    def _listen_to_new_channels(self, connection: Connection) -> None:
         with self._lock:
             missing = self._channels - self._listened
+        raw = connection.connection.dbapi_connection
+        assert raw is not None
         for channel in sorted(missing):
-            connection.execute(f"LISTEN {self._names[channel]}")
+            raw.execute(f"LISTEN {self._names[channel]}")
         with self._lock:
             self._listened |= missing
             self._listened_changed.notify_all()
@@ -115,9 +372,11 @@ class Listener(WakeUpThread):
         backoff = 0.1
         while not self._stopping.is_set():
             try:
-                self._connection = self._connect()
+                with self._use:
+                    self._broken = False
+                    self._connection = self._connect()
             except Exception as exc:
-                logger.warning("LISTEN connection failed, retrying in %.1fs: %s", backoff, exc)
+                logger.warning("session connection failed, retrying in %.1fs: %s", backoff, exc)
                 self._stopping.wait(backoff)
                 backoff = min(backoff * 2, _BACKOFF_MAX_SECONDS)
                 continue
@@ -128,32 +387,54 @@ class Listener(WakeUpThread):
                 self._listen(self._connection, woken)
             except Exception as exc:
                 if not self._stopping.is_set():
-                    logger.warning("LISTEN connection lost, reconnecting: %s", exc)
+                    logger.warning("session connection lost, reconnecting: %s", exc)
             finally:
                 self.listening.clear()
-                with self._lock:
-                    self._listened = set()
-                try:
-                    self._connection.close()
-                except Exception:
-                    logger.debug("closing the LISTEN connection failed", exc_info=True)
-                self._connection = None
+                with self._use:
+                    for hold in self._held.values():
+                        hold.live = False
+                    with self._lock:
+                        self._listened = set()
+                    connection, self._connection = self._connection, None
+                    if connection is not None:
+                        try:
+                            # A lost connection is invalidated: closing it would first try a
+                            # rollback on the dead socket (and log it as an error).
+                            if self._is_broken(connection):
+                                connection.invalidate()
+                            else:
+                                connection.close()
+                        except Exception:
+                            logger.debug("closing the session connection failed", exc_info=True)
+                if not self._stopping.is_set():
+                    self._fire(self._lost_callbacks)
 
-    def _listen(self, connection: Any, woken: socket.socket) -> None:
+    def _listen(self, connection: Connection, woken: socket.socket) -> None:
+        raw = connection.connection.dbapi_connection
+        assert raw is not None
+        fileno = raw.fileno()
         while not self._stopping.is_set():
-            ready, _, _ = select.select([connection.fileno(), woken], [], [], _PING_SECONDS)
+            if self._broken:
+                raise ConnectionError("the session connection failed in use")
+            ready, _, _ = select.select([fileno, woken], [], [], _PING_SECONDS)
             if woken in ready:
                 woken.recv(64)
                 if self._stopping.is_set():
                     return
-                self._listen_to_new_channels(connection)
+                if self._broken:
+                    raise ConnectionError("the session connection failed in use")
+                with self._use:
+                    self._listen_to_new_channels(connection)
                 continue
-            if not ready:
-                # Quiet for a while: make sure the connection is still there. A dead one
-                # raises here (or, when the server closed it, in notifies() below).
-                connection.execute("SELECT 1")
-            # timeout=0 reads what has arrived, including what psycopg queued during the ping.
-            for notify in connection.notifies(timeout=0):
+            with self._use:
+                if not ready:
+                    # Quiet for a while: make sure the connection is still there. A dead one
+                    # raises here (or, when the server closed it, in notifies() below).
+                    raw.execute("SELECT 1")
+                # timeout=0 reads what has arrived, including what psycopg queued while a
+                # borrower or the ping used the connection.
+                arrived = list(raw.notifies(timeout=0))
+            for notify in arrived:
                 self._dispatch(self._by_name.get(notify.channel, ""), notify.payload)
 
     def _dispatch(self, channel: str, payload: str) -> None:
@@ -164,3 +445,12 @@ class Listener(WakeUpThread):
                 callback(payload)
             except Exception:
                 logger.exception("notification callback failed")
+
+    def _fire(self, callbacks: list[Callable[[], None]]) -> None:
+        with self._lock:
+            todo = list(callbacks)
+        for callback in todo:
+            try:
+                callback()
+            except Exception:
+                logger.exception("session callback failed")

@@ -297,8 +297,9 @@ def leaders_holding_locks() -> TextClause:
     """Who holds a leader's session lock: ``label`` (the role and process after the connection
     name's "pgqueue leader " prefix) and ``holder`` (the client address and server pid).
 
-    Leaders hold a session advisory lock on a connection named "pgqueue leader ROLE PID@HOST"
-    (see maintenance/leadership.py); followers have the same name but no granted lock.
+    Leaders hold a session advisory lock on a connection named "pgqueue leader ROLE[,ROLE...]
+    PID@HOST" (a worker's one session holds every role it leads, see backends/postgres/listener.py);
+    followers have the same name but no granted lock.
     """
     return text(
         "SELECT DISTINCT substr(a.application_name, 16) AS label,"

@@ -47,6 +47,7 @@ class SQLiteBackend:
     name = "sqlite"
     single_writer = True
     supports_notify = False
+    events_in_table = True
     session_locks = False
     # Nothing pushes a finish from another process: the waiter polls briskly.
     wait_poll = (0.01, 0.25)
@@ -142,6 +143,10 @@ class SQLiteBackend:
         if not database or database == ":memory:" or database.startswith("file:"):
             return None
         return FileWatcher(Path(database).resolve())
+
+    def session(self, engine: Engine, label: str) -> None:
+        # No session locks: leadership is a lease row, liveness the lease alone.
+        return None
 
     def lock_migrations(
         self, connection: Connection, key: int, *, tables: Sequence[str] = ()

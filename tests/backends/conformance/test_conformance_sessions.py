@@ -11,6 +11,7 @@ from conformance_support import T0, enqueue, job_row, state_of
 
 import pgqueue
 from pgqueue import statements
+from pgqueue.backends import same_database_kind
 from pgqueue.notifications import ENQUEUED_CHANNEL, FINISHED_CHANNEL
 from pgqueue.schema import JOBS
 
@@ -85,3 +86,44 @@ def test_capability_flags(queue: pgqueue.Queue) -> None:
         assert backend.supports_jdbc(queue.engine.url) is False
     else:
         assert backend.supports_jdbc(queue.engine.url) is (queue.engine.url.host is not None)
+
+
+def test_wait_poll_is_a_growing_pair_of_intervals(queue: pgqueue.Queue) -> None:
+    first, longest = queue.backend.wait_poll
+    assert 0 < first <= longest
+    # Nothing tells a waiter about a worker in another process: it must look briskly itself.
+    if not queue.backend.supports_notify:
+        assert longest <= 1.0
+
+
+def test_same_database_kind(queue: pgqueue.Queue) -> None:
+    url = queue.engine.url
+    assert same_database_kind(url, url)
+    other = (
+        sa.make_url("sqlite://")
+        if url.get_backend_name() != "sqlite"
+        else sa.make_url("postgresql+psycopg://localhost/app")
+    )
+    assert not same_database_kind(url, other)
+
+
+def test_session_holds_locks_where_the_database_has_them(queue: pgqueue.Queue) -> None:
+    from pgqueue.notifications import Session, session_of
+
+    engine = queue.session_engine or queue.engine
+    session = queue.backend.session(engine, "pgqueue conformance")
+    if not queue.backend.session_locks:
+        # SQLite: no session locks; leadership is a lease row, liveness the lease alone.
+        assert session is None and session_of(queue) is None
+        return
+    assert isinstance(session, Session) and isinstance(session_of(queue), Session)
+    owner, other = object(), object()
+    try:
+        assert session.hold(123, owner) and session.holds(123, owner, check=True)
+        assert not session.hold(123, other)  # one owner per key in a process
+        with session.connection() as conn:
+            assert conn.scalar(sa.select(sa.literal(1))) == 1
+        session.release(123, owner)
+        assert not session.holds(123, owner) and session.hold(123, other)
+    finally:
+        session.stop()

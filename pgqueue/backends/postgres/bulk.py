@@ -1,0 +1,138 @@
+"""PostgreSQL: enqueue many jobs of one task whose ids pgqueue generated, as one small JSON object
+per job (``{"id", "payload"}``, the payload's checked text spliced in as it is) and the fields all
+the jobs share as plain parameters.
+
+The general bulk statement (``job_enqueue_many``) carries every field of every job in its
+document: the client encodes each payload twice (once to check it, once inside the document) and
+the server parses a dozen fields per job. Here each payload is encoded once, and the server reads
+two fields per job. The dedup rule is the same (``insert_or_requeue``): a generated id meeting an
+existing row is as unlikely as it gets, and would still be handled as any other enqueue's.
+
+Example::
+
+    statement = fresh_enqueue(Clock(None), channel=None)
+    ids = connection.scalars(statement, {"jobs": document, **shared})
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    Connection,
+    Engine,
+    Float,
+    Integer,
+    Text,
+    bindparam,
+    cast,
+    column,
+    func,
+    literal,
+    literal_column,
+    select,
+)
+from sqlalchemy.dialects import postgresql
+from sqlalchemy.dialects.postgresql import JSONB
+
+from pgqueue.backends.base import Clock
+from pgqueue.job import JobState
+from pgqueue.schema import JOBS
+from pgqueue.statements.enqueue import insert_or_requeue
+
+__all__ = ["FRESH_SHARED", "enqueue_fresh", "enqueue_fresh_committed", "fresh_enqueue"]
+
+#: The parameters every job of one call shares (``run_at`` None: ``delay`` seconds from now).
+FRESH_SHARED = ("task", "queue", "priority", "max_attempts", "result_ttl", "run_at", "delay")
+
+
+def fresh_enqueue(clock: Clock, channel: str | None) -> Any:
+    """``INSERT … SELECT`` of the jobs in ``jobs`` (a JSON array of ``{"id", "payload"}``) with
+    the ``FRESH_SHARED`` parameters; returns the ids queued. With ``channel``, one statement that
+    also sends ``pg_notify(channel, queue)`` (for an autocommit call: see ``enqueue_committed``)."""
+    given = (
+        func.json_to_recordset(cast(bindparam("jobs", type_=Text), JSON))
+        .table_valued(column("id", Text), column("payload", JSONB))
+        .render_derived(name="given", with_types=True)
+    )
+    now = clock.now()
+    values: dict[str, Any] = {
+        "id": given.c.id,
+        "task": bindparam("task", type_=Text),
+        "queue": bindparam("queue", type_=Text),
+        "payload": given.c.payload,
+        "priority": bindparam("priority", type_=Integer),
+        "max_attempts": bindparam("max_attempts", type_=Integer),
+        "result_ttl": bindparam("result_ttl", type_=Integer),
+        "state": literal_column(f"'{JobState.QUEUED}'"),
+        "run_at": func.coalesce(
+            bindparam("run_at", type_=JOBS.c.run_at.type),
+            now + bindparam("delay", type_=Float) * literal_column("INTERVAL '1 second'"),
+        ),
+        "attempts": literal_column("0"),
+        "stall_count": literal_column("0"),
+        "created_at": now,
+        "updated_at": now,
+    }
+    statement = insert_or_requeue(
+        postgresql.insert(JOBS).from_select(list(values), select(*values.values()))
+    )
+    if channel is None:
+        return statement
+    queued = statement.returning(JOBS.c.queue).cte("queued")
+    return select(queued.c.id, func.pg_notify(literal(channel, Text), queued.c.queue))
+
+
+@functools.cache
+def _on_database_clock(channel: str | None) -> Any:
+    # Built once: building costs more than running it for a thousand jobs.
+    return fresh_enqueue(Clock(None), channel)
+
+
+def _statement(clock: Clock, channel: str | None) -> Any:
+    return _on_database_clock(channel) if clock.fixed is None else fresh_enqueue(clock, channel)
+
+
+def enqueue_fresh(
+    connection: Connection, shared: Mapping[str, Any], documents: Iterable[str], clock: Clock
+) -> list[str]:
+    """Run the statement once per document, in the caller's transaction, building the next
+    document (the caller's iterator) while the server inserts the one before."""
+    statement = _statement(clock, None)
+
+    def send(document: str) -> list[str]:
+        return list(connection.scalars(statement, {"jobs": document, **shared}))
+
+    chunks = iter(documents)
+    first = next(chunks, None)
+    if first is None:
+        return []
+    second = next(chunks, None)
+    if second is None:
+        return send(first)
+    queued: list[str] = []
+    # One statement in flight at a time, sent from one helper thread; an exception from either
+    # side ends the call once that statement is back.
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="pgqueue-enqueue") as pool:
+        running = pool.submit(send, first)
+        document: str | None = second
+        while document is not None:
+            queued.extend(running.result())
+            running = pool.submit(send, document)
+            document = next(chunks, None)
+        queued.extend(running.result())
+    return queued
+
+
+def enqueue_fresh_committed(
+    engine: Engine, shared: Mapping[str, Any], document: str, clock: Clock, channel: str
+) -> list[str]:
+    """One autocommit statement: the jobs and their wake-up, committed together."""
+    statement = _statement(clock, channel)
+    with engine.connect() as connection:
+        autocommit = connection.execution_options(isolation_level="AUTOCOMMIT")
+        return [row[0] for row in autocommit.execute(statement, {"jobs": document, **shared})]

@@ -1,0 +1,29 @@
+"""The pruner's share of events: forget listeners that died, and events nobody has left to read."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING
+
+from pgqueue.events import statements
+
+if TYPE_CHECKING:
+    from pgqueue.queue import Queue
+
+__all__ = ["prune_events"]
+
+
+def prune_events(queue: Queue) -> int:
+    """Delete expired listener registrations, then the events every live listener has read (all
+    of them when none is left); returns the events deleted. Live listeners prune as they go: this
+    bounds what a crashed SQLite listener left behind. Real time, not a pruner's injected clock:
+    a listener's registration expires by the wall clock it renews on.
+
+    Example::
+
+        prune_events(queue)
+    """
+    now = datetime.now(UTC)
+    with queue.connect() as conn:
+        conn.execute(statements.listeners_expired_delete(now))
+        return int(conn.execute(statements.events_prune(now)).rowcount or 0)

@@ -1,0 +1,141 @@
+"""The fast path of ``enqueue_many`` for the commonest bulk call: many jobs of one task, each an
+args tuple, with ids pgqueue generates and no flow limits, in pgqueue's own transaction.
+
+Per job it makes only what differs between jobs, the id and the payload's checked JSON text, and
+hands one small document per chunk to a backend that has the ``enqueue_fresh`` verb (PostgreSQL);
+everything the jobs share goes once per statement. Any other call (JobSpecs, chosen ids, limits,
+unique keys, dependencies, a caller's transaction, a backend without the verb) takes the general
+path, so the API, the validation and the dedup rules stay those of ``Queue.enqueue_many``.
+The statement itself is the backend's (``backends/postgres/bulk.py``).
+
+Example::
+
+    results = enqueue_fresh(producer, "tasks.add", defaults, options, [(1, 2), (3, 4)], carrier)
+    if results is None:
+        ...  # not this path's kind of call: take the general one
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Mapping, Sequence
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+from pgqueue import serde, tracing
+from pgqueue.backends.base import iter_chunks
+from pgqueue.job import EnqueueResult
+from pgqueue.limits import LIMIT_OPTIONS
+from pgqueue.notifications import ENQUEUED_CHANNEL
+
+if TYPE_CHECKING:
+    from pgqueue.producer import Producer
+
+__all__ = ["enqueue_fresh", "fresh_ids"]
+
+# Jobs per statement (as the general path's ENQUEUE_CHUNK): round trips stop mattering well before.
+CHUNK = 5000
+
+
+def fresh_ids(count: int) -> list[str]:
+    """``count`` random version-4 UUIDs as text, from one read of the OS's random source (what
+    ``str(uuid.uuid4())`` gives, at a fraction of its cost per id).
+
+    Example::
+
+        job_id, = fresh_ids(1)      # 'c3e1…-…', uuid.UUID(job_id).version == 4
+    """
+    raw = bytearray(os.urandom(16 * count))
+    for offset in range(0, 16 * count, 16):
+        raw[offset + 6] = (raw[offset + 6] & 0x0F) | 0x40  # version 4
+        raw[offset + 8] = (raw[offset + 8] & 0x3F) | 0x80  # RFC 4122 variant
+    text = raw.hex()
+    return [
+        f"{text[k : k + 8]}-{text[k + 8 : k + 12]}-{text[k + 12 : k + 16]}-"
+        f"{text[k + 16 : k + 20]}-{text[k + 20 : k + 32]}"
+        for k in range(0, 32 * count, 32)
+    ]
+
+
+def enqueue_fresh(
+    producer: Producer,
+    task: str,
+    defaults: Mapping[str, Any],
+    options: Mapping[str, Any],
+    items: Sequence[Any],
+    carrier: Mapping[str, str] | None,
+) -> list[EnqueueResult] | None:
+    """Enqueue ``items`` (args tuples/lists) as new jobs of ``task``; None when the call is not
+    this path's kind (the caller then takes the general path, which does everything). The caller
+    has checked ``options`` and decided that pgqueue owns the transaction and the ids."""
+    database = producer.database
+    backend: Any = database.backend
+    if not hasattr(backend, "enqueue_fresh") or not items:
+        return None
+    if defaults["limits"] or any(name in options for name in LIMIT_OPTIONS):
+        return None
+    if not all(isinstance(item, tuple | list) for item in items):
+        return None
+    merged = {**defaults, **options}
+    clock = backend.clock()
+    run_at = merged.get("run_at")
+    delay = float(merged.get("delay", 0.0))
+    if run_at is None and clock.fixed is not None:
+        run_at = clock.fixed + timedelta(seconds=delay)
+    shared = {
+        "task": task,
+        "queue": merged["queue"],
+        "priority": merged["priority"],
+        "max_attempts": merged["max_attempts"],
+        "result_ttl": merged["result_ttl"],
+        "run_at": run_at,
+        "delay": delay,
+    }
+    ids = fresh_ids(len(items))
+    extra = {tracing.TRACE_KEY: dict(carrier)} if carrier else {}
+
+    def documents() -> Iterator[str]:
+        # Every payload is checked (and encoded, once) before its chunk is sent; a bad one fails
+        # the call and the transaction rolls back whatever went before.
+        encode = serde.encode_document
+        serializer = producer.serializer
+        for start, chunk in _chunks(items):
+            parts = []
+            for number, args in enumerate(chunk, start):
+                document = {"args": list(args), "kwargs": {}, **extra}
+                payload = encode(serializer, document, "payload")
+                parts.append(f'{{"id":"{ids[number]}","payload":{payload}}}')
+            yield "[" + ",".join(parts) + "]"
+
+    if len(items) <= backend.committed_enqueue_limit:
+        document = next(documents())
+        with database.translating():
+            queued = set(
+                backend.enqueue_fresh_committed(
+                    database.engine, shared, document, clock, ENQUEUED_CHANNEL
+                )
+            )
+        missing = [job_id for job_id in ids if job_id not in queued]
+        outcomes: dict[str, EnqueueResult] = {}
+        if missing:
+            with database.connect(write=False) as conn:
+                outcomes = producer.inserter.outcomes(conn, missing)
+    else:
+        with database.connect() as conn:
+            queued = set(backend.enqueue_fresh(conn, shared, documents(), clock))
+            # Only a generated id that met an existing row lands here: practically never.
+            missing = [job_id for job_id in ids if job_id not in queued]
+            outcomes = producer.inserter.outcomes(conn, missing)
+            if queued:
+                backend.notify(conn, ENQUEUED_CHANNEL, merged["queue"])
+    return [
+        EnqueueResult(id=job_id, status="queued") if job_id in queued else outcomes[job_id]
+        for job_id in ids
+    ]
+
+
+def _chunks(items: Sequence[Any]) -> Iterator[tuple[int, Sequence[Any]]]:
+    start = 0
+    for chunk in iter_chunks(items, CHUNK):
+        yield start, chunk
+        start += len(chunk)

@@ -1,0 +1,23 @@
+"""docs/events.md: every Python sample runs, in order, in an empty directory, and prints what its
+comments say; the page is in the nav."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from test_docs_celery import run_page_samples
+
+ROOT = Path(__file__).resolve().parents[2]
+PAGE = ROOT / "docs" / "events.md"
+
+
+def test_the_events_page_runs_and_prints_what_it_says(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    run_page_samples(PAGE, "events_tour", at_least=3)
+
+
+def test_the_page_is_in_the_docs_nav() -> None:
+    assert "events.md" in (ROOT / "mkdocs.yml").read_text()
