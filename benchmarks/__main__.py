@@ -7,6 +7,7 @@ JSON.
     python -m benchmarks --json results.json  # where the JSON goes ("-": stdout, no table)
     python -m benchmarks --compare            # pgqueue beside pgqueuer and procrastinate
     python -m benchmarks --compare --drain-sizes 20000,100000 --repeats 1
+    python -m benchmarks --only scale --backend postgresql   # 10M finished, 1M queued rows
 
 PostgreSQL is a throwaway server started here with its default settings (fsync and synchronous
 commit on); SQLite is a fresh file per benchmark. Every figure carries the 1-minute load average
@@ -35,13 +36,16 @@ from benchmarks import (
     history,
     recovery,
     roundtrip,
+    scale,
 )
 from benchmarks.common import BACKENDS, Databases, Figure, Interference
 
 BENCHMARKS = {
     module.NAME: module
-    for module in (enqueue, drain, roundtrip, recovery, history, dashboard, connections)
+    for module in (enqueue, drain, roundtrip, recovery, history, dashboard, connections, scale)
 }
+#: Run only when named with --only: scale writes millions of rows (a quarter of an hour).
+ON_DEMAND = {scale.NAME}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -53,8 +57,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--only",
         type=lambda text: [name.strip() for name in text.split(",") if name.strip()],
-        default=list(BENCHMARKS),
-        help=f"comma-separated, from: {', '.join(BENCHMARKS)}",
+        default=[name for name in BENCHMARKS if name not in ON_DEMAND],
+        help=f"comma-separated, from: {', '.join(BENCHMARKS)} (scale only when named)",
     )
     parser.add_argument("--json", default="benchmark-results.json", metavar="PATH")
     parser.add_argument(
@@ -77,6 +81,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--backlog-queues", type=int, default=None, help="history: ... spread over this many queues"
     )
+    for key, value in scale.SCALE.items():
+        parser.add_argument(
+            f"--scale-{key}",
+            type=int,
+            default=None,
+            metavar="N",
+            help=f"scale: {scale.OPTIONS[key]} (default {value:,})",
+        )
     parser.add_argument(
         "--compare",
         action="store_true",
@@ -112,6 +124,9 @@ def main(argv: list[str] | None = None) -> int:
     for option in ("history_rows", "backlog_rows", "backlog_queues"):
         if getattr(args, option) is not None:
             history.SCALE[option] = getattr(args, option)
+    for key in scale.SCALE:
+        if getattr(args, f"scale_{key}") is not None:
+            scale.SCALE[key] = getattr(args, f"scale_{key}")
     started = datetime.now(UTC)
     load_before = os.getloadavg()
     figures: list[Figure] = []

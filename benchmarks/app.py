@@ -56,11 +56,19 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--concurrency", type=int, default=pgqueue.worker.DEFAULT_CONCURRENCY)
     parser.add_argument("--lease", type=float, default=pgqueue.worker.DEFAULT_LEASE)
     parser.add_argument("--reaper-interval", type=float, default=None)
+    # The scale benchmark prunes from the harness and measures that alone.
+    parser.add_argument("--no-pruner", action="store_true")
     args = parser.parse_args(argv)
     reaper: bool | pgqueue.Reaper = True
     if args.reaper_interval is not None:
         reaper = pgqueue.Reaper(queue, interval=args.reaper_interval)
-    worker = pgqueue.Worker(queue, concurrency=args.concurrency, lease=args.lease, reaper=reaper)
+    worker = pgqueue.Worker(
+        queue,
+        concurrency=args.concurrency,
+        lease=args.lease,
+        reaper=reaper,
+        pruner=False if args.no_pruner else None,
+    )
     worker.run()
 
 

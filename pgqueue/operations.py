@@ -29,6 +29,7 @@ from pgqueue.errors import ConfigError
 from pgqueue.job import CLAIMABLE_STATES, FINISHED_STATES, JobState, JobStatus
 from pgqueue.limits.stats import held_back
 from pgqueue.notifications import ENQUEUED_CHANNEL
+from pgqueue.workflow import dependencies
 
 if TYPE_CHECKING:
     from pgqueue.queue import Queue
@@ -242,9 +243,9 @@ def retry_failed(
             )
             if not ids:
                 return total
-            moved = len(
-                list(conn.scalars(statements.job_retry_many(ids, queue.backend.clock(now))))
-            )
+            # Dependencies checked again, as at enqueue (pgqueue.workflow.dependencies.retry).
+            clock = queue.backend.clock(now)
+            moved = len(dependencies.retry(conn, queue.backend, ids, clock).moved)
             if moved:
                 queue.backend.notify(conn, ENQUEUED_CHANNEL, queue_name or "")
         after = ids[-1]

@@ -11,7 +11,7 @@ import asyncio
 from collections.abc import Callable, Coroutine, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from datetime import datetime, timedelta
-from typing import Any, ParamSpec, TypeVar, Unpack
+from typing import TYPE_CHECKING, Any, ClassVar, ParamSpec, TypeVar, Unpack
 
 from sqlalchemy import Connection, Engine
 from sqlalchemy.engine import URL
@@ -32,6 +32,9 @@ from pgqueue.serde import JSONSerializer, Serializer
 from pgqueue.task import EnqueueOptions, JobSpec, Task
 from pgqueue.waiting import Wait, Waiters, await_for, wait_for
 from pgqueue.workflow.status import WorkflowStatus, cancel_workflow, workflow_status
+
+if TYPE_CHECKING:
+    from pgqueue.worker.transaction import JobTransaction
 
 __all__ = ["ConnectionProvider", "Queue"]
 
@@ -77,6 +80,11 @@ class Queue(TaskDeclarations):
 
         add.enqueue(1, 2)
     """
+
+    #: The transaction a job's handler writes in and its completion commits in (None: the
+    #: worker's own, ``worker/transaction.py``); a framework's queue (contrib.django) sets its
+    #: own, which the worker makes per job as ``cls(queue, job_id, lock_token, result_ttl)``.
+    job_transaction_class: ClassVar[type[JobTransaction] | None] = None
 
     def __init__(
         self,
@@ -349,7 +357,10 @@ class Queue(TaskDeclarations):
     ) -> bool:
         """Move a ``failed`` or ``cancelled`` job back to ``queued`` with fresh counters.
 
-        Returns False when the job is missing or in any other state.
+        A job with dependencies (``depends_on``) has them checked again, as at its enqueue: it
+        goes back to ``waiting`` while one is unfinished. Returns False when the job is missing,
+        in any other state, or depends on a failed or cancelled job under
+        ``on_dependency_failure="cancel"`` (retry that job first; this one is left as it is).
 
         Example::
 

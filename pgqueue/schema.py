@@ -10,6 +10,7 @@ from typing import Any
 
 from sqlalchemy import (
     BigInteger,
+    Boolean,
     CheckConstraint,
     Column,
     Float,
@@ -18,6 +19,7 @@ from sqlalchemy import (
     MetaData,
     Table,
     Text,
+    false,
     text,
 )
 
@@ -111,6 +113,10 @@ JOBS = Table(
     Column("unique_until", Text),
     # The workflow (chain, group, chord, or a caller's own id) this job belongs to, if any.
     Column("workflow_id", Text),
+    # Whether some job was ever enqueued depending on this one: set (never cleared) by that
+    # enqueue, under a lock on this row, and read back by the statements that finish a job so
+    # that only jobs with dependents pay for the look-up of who waits on them (workflow/).
+    Column("has_dependents", Boolean, nullable=False, server_default=false()),
     CheckConstraint(
         "state IN ({})".format(", ".join(repr(str(s)) for s in JobState)),
         name="ck_pgqueue_jobs_state",

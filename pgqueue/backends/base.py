@@ -187,10 +187,11 @@ class Backend(Protocol):
 
     def complete(
         self, connection: Connection, jobs: Sequence[Completion], clock: Clock
-    ) -> set[str]:
+    ) -> dict[str, bool]:
         """Store these results, fenced on id + lock token + ``processing``, in as few statements
         as the database allows, binding each result's text as it is (never encoding it again);
-        return the ids stored (a missing id lost its lease)."""
+        return the ids stored (a missing id lost its lease), each with its ``has_dependents``
+        flag as the write saw it (only those with dependents need ``workflow.settle``)."""
         ...
 
     def refuses_value(self, error: DBAPIError) -> bool:

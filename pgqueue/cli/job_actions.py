@@ -48,15 +48,22 @@ def _retry(args: argparse.Namespace) -> int:
             print(f"{moved} failed jobs queued again")
         return EXIT_OK
     retried = queue.retry(args.job_id)
-    status = None if retried else queue.status(args.job_id)
+    status = queue.status(args.job_id)
     if args.json:
-        state = JobState.QUEUED if retried else (status.state if status else None)
-        print_json({"id": args.job_id, "retried": retried, "state": state})
+        print_json({"id": args.job_id, "retried": retried, "state": status and status.state})
     if retried:
         if not args.json:
-            print(f"job {args.job_id!r} queued again")
+            # A job with unfinished dependencies goes back to waiting for them.
+            waiting = status is not None and status.state is JobState.WAITING
+            again = "waiting again (for its dependencies)" if waiting else "queued again"
+            print(f"job {args.job_id!r} {again}")
         return EXIT_OK
-    reason = "does not exist" if status is None else f"is {status.state}, not failed or cancelled"
+    if status is None:
+        reason = "does not exist"
+    elif status.state in (JobState.FAILED, JobState.CANCELLED):
+        reason = f"is {status.state} and depends on a failed or cancelled job: retry that job first"
+    else:
+        reason = f"is {status.state}, not failed or cancelled"
     print(f"job {args.job_id!r} {reason}", file=sys.stderr)
     return EXIT_FAILURE
 

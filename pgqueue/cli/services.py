@@ -200,12 +200,16 @@ def run_until_signalled(service: MaintenanceService) -> None:
     import signal
     import threading
 
+    from pgqueue.worker.signals import wait_interruptibly
+
     stopping = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stopping.set())
     service.start()
     try:
-        stopping.wait()
+        # Timed waits: a SIGTERM the kernel hands to a service thread runs its handler only when
+        # the main thread wakes (pgqueue.worker.signals).
+        wait_interruptibly(stopping)
     finally:
         service.stop()
 

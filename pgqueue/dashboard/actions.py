@@ -18,13 +18,13 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from pgqueue import statements
 from pgqueue.backends.base import iter_chunks
 from pgqueue.dashboard import queries
 from pgqueue.errors import ConfigError
 from pgqueue.job import FINISHED_STATES, JobState
 from pgqueue.notifications import ENQUEUED_CHANNEL
 from pgqueue.operations import DEFAULT_BATCH_SIZE
+from pgqueue.workflow import dependencies
 
 if TYPE_CHECKING:
     from pgqueue.queue import Queue
@@ -81,7 +81,7 @@ def apply(
         with queue.connect() as conn:
             if action == "retry":
                 clock = queue.backend.clock(now)
-                moved = len(list(conn.scalars(statements.job_retry_many(chunk, clock))))
+                moved = len(dependencies.retry(conn, queue.backend, chunk, clock).moved)
                 if moved:
                     queue.backend.notify(conn, ENQUEUED_CHANNEL, "")
                 done += moved

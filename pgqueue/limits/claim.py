@@ -1,7 +1,7 @@
 """The claim of jobs with flow limits: a few statements in the worker's claim transaction.
 
 1. ``limit_heads``: which (concurrency key, rate key) pairs have due jobs that look claimable.
-2. ``limit_ensure`` + ``limit_lock``: lock those keys' rows in ``pgqueue_limits``, skipping keys
+2. ``limit_lock`` (``limit_ensure`` first for missing rows): lock the keys' rows, skipping keys
    another claimer holds right now (PostgreSQL ``FOR UPDATE SKIP LOCKED``; SQLite's
    ``BEGIN IMMEDIATE`` already serialises claims). Until this transaction ends nobody else claims
    a job of a locked key, and every claim of those keys that came before has committed.
@@ -19,6 +19,14 @@ and no burst piles up behind a quiet spell (see :func:`rate_first_slot`). Slots 
 the clock of the claim at the moment the locks are held (the database's own on PostgreSQL, an
 injected one in tests). The claim tells the worker when the next
 slot opens, so it claims then instead of at its next poll.
+
+A claim may take a slot up to ``LOOKAHEAD_SECONDS`` before it opens: the job is claimed early and
+its handler started at the slot's instant (``LimitedClaim.starts``). The worker starts every
+rate-limited handler a fixed delay (100 ms) after its slot, on its wall clock (on SQLite the clock the
+slots are measured on; on PostgreSQL the server's, which a worker on the same host or kept by
+NTP agrees with to a few ms): the claim's commit and the dispatch to a handler thread then
+happen within that delay, and their jitter under load does not move starts across a window's
+edge. A job's ``started_at`` is its slot.
 """
 
 from __future__ import annotations
@@ -35,7 +43,13 @@ from pgqueue.backends.base import Clock
 from pgqueue.limits import statements as limit_statements
 from pgqueue.limits.statements import RATE, RUNNING
 
-__all__ = ["CATCH_UP_SECONDS", "LimitedClaim", "claim_limited", "rate_first_slot"]
+__all__ = [
+    "CATCH_UP_SECONDS",
+    "LOOKAHEAD_SECONDS",
+    "LimitedClaim",
+    "claim_limited",
+    "rate_first_slot",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,12 +64,16 @@ class LimitedClaim:
 
     rows: list[RowMapping] = field(default_factory=list)
     wake_in: float | None = None
+    #: The rate-limited jobs claimed, each with its slot (the worker starts it then).
+    starts: dict[str, datetime] = field(default_factory=dict)
 
 
 #: How late a claim may take a rate key's slots and still keep its rhythm: one slot, or this many
 #: seconds for rates faster than 20 a second, so that one claim can take the few slots that
 #: passed since the last one instead of one per turn.
 CATCH_UP_SECONDS = 0.05
+#: How long before its slot opens a claim may take it (the handler then waits for the slot).
+LOOKAHEAD_SECONDS = 0.1
 
 
 def rate_first_slot(
@@ -113,16 +131,24 @@ def claim_limited(
             ids=ids,
         )
 
-    rows = _claim(conn, insert, claim_ids, limit=limit, queues=queues, clock=clock)
+    starts: dict[str, datetime] = {}
+    rows = _claim(conn, starts, insert, claim_ids, limit=limit, queues=queues, clock=clock)
     if len(rows) >= limit:
-        return LimitedClaim(rows)
-    next_open, current = conn.execute(limit_statements.limit_next_open(clock)).one()
-    wake_in = None if next_open is None else max((next_open - current).total_seconds(), 0.0)
-    return LimitedClaim(rows, wake_in)
+        return LimitedClaim(rows, None, starts)
+    next_open, current = conn.execute(
+        limit_statements.limit_next_open(clock, LOOKAHEAD_SECONDS)
+    ).one()
+    wake_in = (
+        None
+        if next_open is None
+        else max((next_open - current).total_seconds() - LOOKAHEAD_SECONDS, 0.0)
+    )
+    return LimitedClaim(rows, wake_in, starts)
 
 
 def _claim(
     conn: Connection,
+    starts: dict[str, datetime],
     insert: Callable[[Any], Any],
     claim_ids: Callable[[list[str], Clock], Any],
     *,
@@ -131,7 +157,9 @@ def _claim(
     clock: Clock,
 ) -> list[RowMapping]:
     heads = conn.execute(
-        limit_statements.limit_heads(queues=queues, limit=limit, clock=clock)
+        limit_statements.limit_heads(
+            queues=queues, limit=limit, clock=clock, lookahead=LOOKAHEAD_SECONDS
+        )
     ).all()
     wanted = sorted(
         {(RUNNING, c) for c, _ in heads if c is not None}
@@ -139,15 +167,23 @@ def _claim(
     )
     if not wanted:
         return []
-    # Sorted, so two claimers creating the same new rows cannot deadlock on each other.
-    conn.execute(limit_statements.limit_ensure(insert), [{"kind": k, "key": v} for k, v in wanted])
-    locked = conn.execute(limit_statements.limit_lock(wanted, clock)).all()
+    locked = list(conn.execute(limit_statements.limit_lock(wanted, clock)))
+    if len(locked) < len(wanted):
+        # A key's row is missing (its first job, or pruned) or another claimer holds it: create
+        # the missing ones (sorted, so two claimers creating the same rows cannot deadlock) and
+        # lock those left. Most claims find every row and save this round trip.
+        have = {(row.kind, row.key) for row in locked}
+        rest = [pair for pair in wanted if pair not in have]
+        ensure = limit_statements.limit_ensure(insert)
+        conn.execute(ensure, [{"kind": k, "key": v} for k, v in rest])
+        locked += conn.execute(limit_statements.limit_lock(rest, clock))
     if not locked:
         return []
-    now: datetime = locked[0].now
+    now: datetime = max(row.now for row in locked)
     # From here on "now" is the instant the locks were held: a job's started_at is exactly the
     # instant its rate slot was taken.
     clock = Clock(now)
+    horizon = now + timedelta(seconds=LOOKAHEAD_SECONDS)
     running_keys = [row.key for row in locked if row.kind == RUNNING]
     slots: dict[str, datetime | None] = {row.key: row.open_at for row in locked if row.kind == RATE}
     running: dict[str, int] = {}
@@ -167,20 +203,22 @@ def _claim(
     # A rate key's next free slot, as this claim takes them.
     moved: dict[str, tuple[datetime, timedelta]] = {}
     picked: list[str] = []
+    slot_of: dict[str, datetime] = {}
     for job in candidates:
         key, rate_key = job["concurrency_key"], job["rate_key"]
         if key is not None and running.get(key, 0) + taken.get(key, 0) >= job["max_running"]:
             continue
         if rate_key is not None:
             slot = slots[rate_key]
-            if slot is not None and slot > now:
+            if slot is not None and slot > horizon:
                 continue
             if rate_key not in moved:
                 moved[rate_key] = rate_first_slot(slot, now, job["rate_limit"], job["rate_period"])
             slot, step = moved[rate_key]
-            if slot > now:
+            if slot > horizon:
                 continue
             moved[rate_key] = (slot + step, step)
+            slot_of[job["id"]] = slot
         picked.append(job["id"])
         if key is not None:
             taken[key] = taken.get(key, 0) + 1
@@ -189,6 +227,13 @@ def _claim(
     if not picked:
         return []
     rows = list(conn.execute(claim_ids(picked, clock)).mappings().all())
+    starts.update((row["id"], slot_of[row["id"]]) for row in rows if row["id"] in slot_of)
+    early = [
+        {"limit_id": job_id, "limit_started_at": at} for job_id, at in starts.items() if at > now
+    ]
+    if early:
+        # Claimed ahead of its slot: the job starts at the slot, and says so.
+        conn.execute(limit_statements.limit_record_starts(), early)
     if moved:
         # A slot whose job another claimer took meanwhile (testing.run_job) is spent anyway:
         # erring on the slow side keeps the rate.

@@ -42,6 +42,7 @@ __all__ = [
     "limit_prune",
     "limit_rate_rows",
     "limit_record_slots",
+    "limit_record_starts",
     "limit_running",
     "limit_unique_holder",
     "limit_waiting",
@@ -65,13 +66,16 @@ def _limited_waiting(queues: Sequence[str] | None, clock: Clock) -> list[ColumnE
     return conditions
 
 
-def limit_heads(*, queues: Sequence[str] | None, limit: int, clock: Clock) -> Select[Any]:
+def limit_heads(
+    *, queues: Sequence[str] | None, limit: int, clock: Clock, lookahead: float = 0.0
+) -> Select[Any]:
     """Up to ``limit`` distinct (concurrency key, rate key) pairs of due limited jobs that look
     claimable, the pair whose best job would be claimed first leading.
 
     "Look": a concurrency key with as many running jobs as its limit, or a rate key whose next
-    slot is ahead (``open_at``), is left out, so full keys at the head of the queue do not hide
-    the keys behind them. The look is a plain read; the claim decides under the keys' locks.
+    slot is more than ``lookahead`` seconds ahead (``open_at``), is left out, so full keys at the
+    head of the queue do not hide the keys behind them. The look is a plain read; the claim
+    decides under the keys' locks.
     """
     running = (
         select(func.count())
@@ -88,7 +92,7 @@ def limit_heads(*, queues: Sequence[str] | None, limit: int, clock: Clock) -> Se
         .select_from(JOBS.outerjoin(LIMITS, window))
         .where(
             *_limited_waiting(queues, clock),
-            or_(LIMITS.c.open_at.is_(None), LIMITS.c.open_at <= clock.now()),
+            or_(LIMITS.c.open_at.is_(None), LIMITS.c.open_at <= clock.after(lookahead)),
         )
         .group_by(JOBS.c.concurrency_key, JOBS.c.rate_key)
         .having(or_(JOBS.c.concurrency_key.is_(None), running < func.max(JOBS.c.max_running)))
@@ -180,11 +184,21 @@ def limit_record_slots() -> Update:
     )
 
 
-def limit_next_open(clock: Clock) -> Select[Any, Any]:
-    """The earliest slot of any rate key still ahead (when a held-back job may start), and the
-    clock's current instant to measure it from."""
+def limit_next_open(clock: Clock, lookahead: float = 0.0) -> Select[Any, Any]:
+    """The earliest slot of any rate key more than ``lookahead`` seconds ahead (when a held-back
+    job may be claimed), and the clock's current instant to measure it from."""
     return select(func.min(LIMITS.c.open_at), clock.current()).where(
-        LIMITS.c.kind == RATE, LIMITS.c.open_at > clock.now()
+        LIMITS.c.kind == RATE, LIMITS.c.open_at > clock.after(lookahead)
+    )
+
+
+def limit_record_starts() -> Update:
+    """Jobs claimed ahead of their rate slot start at it (run with ``limit_id`` and
+    ``limit_started_at`` per job)."""
+    return (
+        update(JOBS)
+        .where(JOBS.c.id == bindparam("limit_id"))
+        .values(started_at=bindparam("limit_started_at", type_=UTCDateTime))
     )
 
 

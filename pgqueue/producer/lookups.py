@@ -63,9 +63,10 @@ def cancel(
 def retry(
     database: Database, job_id: str, connection: Connection | None, now: datetime | None
 ) -> bool:
-    """``Queue.retry``: a ``failed`` or ``cancelled`` job back to ``queued``."""
+    """``Queue.retry``: a ``failed`` or ``cancelled`` job back to ``queued`` (or ``waiting``
+    for its dependencies: pgqueue.workflow.dependencies.retry)."""
     with database.connect(connection=connection) as conn:
-        retried = conn.scalar(statements.job_retry(job_id, database.clock(now)))
-        if retried is not None:
+        retried = dependencies.retry(conn, database.backend, [job_id], database.clock(now))
+        if retried.moved:
             database.backend.notify(conn, ENQUEUED_CHANNEL, "")
-    return retried is not None
+    return bool(retried.moved)

@@ -57,8 +57,9 @@ def job_complete(
 
 
 def job_held(pairs: Sequence[tuple[str, str]]) -> Select[Any]:
-    """The ids of the jobs still held under these ``(id, lock_token)`` pairs."""
-    return select(JOBS.c.id).where(fenced(pairs))
+    """The ids of the jobs still held under these ``(id, lock_token)`` pairs, and whether each
+    has dependents."""
+    return select(JOBS.c.id, JOBS.c.has_dependents).where(fenced(pairs))
 
 
 def job_fail(
@@ -94,7 +95,12 @@ def job_fail(
         )
     else:
         values.update(state=str(JobState.FAILING), run_at=clock.after(retry_in))
-    return update(JOBS).where(fenced([(job_id, lock_token)])).values(**values).returning(JOBS.c.id)
+    return (
+        update(JOBS)
+        .where(fenced([(job_id, lock_token)]))
+        .values(**values)
+        .returning(JOBS.c.id, JOBS.c.has_dependents)
+    )
 
 
 def job_release(pairs: Sequence[tuple[str, str]], clock: Clock) -> Update:

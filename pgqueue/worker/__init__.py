@@ -42,6 +42,7 @@ from pgqueue.worker.config import (
 )
 from pgqueue.worker.facade import Worker
 from pgqueue.worker.ledger import WorkerStats
+from pgqueue.worker.transaction import JobTransaction
 
 __all__ = [
     "DEFAULT_CONCURRENCY",
@@ -50,6 +51,7 @@ __all__ = [
     "DEFAULT_POLL_INTERVAL",
     "DEFAULT_SQLITE_POLL_INTERVAL",
     "MAX_CONCURRENCY",
+    "JobTransaction",
     "Worker",
     "WorkerConfig",
     "WorkerStats",

@@ -162,6 +162,9 @@ class Executor:
         """A synchronous handler call, on a pool thread (``previous``: a chain step that gets
         the step before's result as its first argument, read here, off the loop)."""
         job.thread_id = threading.get_ident()
+        if job.not_before is not None:
+            # Claimed ahead of its rate-limit slot (pgqueue.limits.claim): start at the slot.
+            job.context.cancelled.wait(_until(job.not_before))
         try:
             with running(job.context, job.carrier) as span:
                 if previous:
@@ -187,6 +190,8 @@ class Executor:
         previous: bool = False,
     ) -> Outcome:
         """An ``async def`` handler call, on the worker's event loop."""
+        if job.not_before is not None:
+            await asyncio.sleep(_until(job.not_before))
         try:
             with running(job.context, job.carrier) as span:
                 if previous:
@@ -273,3 +278,19 @@ class Executor:
             return Outcome(JobState.COMPLETED, result=document)
         except Exception as exc:
             return job.failure(exc)
+
+
+#: A rate-limited handler starts this long after its slot (pgqueue.limits.claim): the same
+#: delay for every start, within which the claim's commit and the hand-over to a thread fall,
+#: so that their jitter does not bunch starts (a claim may take a slot up to 50 ms old: the
+#: catch-up of pgqueue.limits.claim, which leaves at least 50 ms).
+SLOT_START_DELAY = 0.1
+#: The longest a handler waits for its slot: the claim's look-ahead plus the delay, and some
+#: room for a worker clock behind the database's.
+_MAX_SLOT_WAIT = 0.25
+
+
+def _until(slot: float) -> float:
+    """Seconds from now (wall clock) until a handler whose rate-limit slot is ``slot`` starts,
+    within 0 and ``_MAX_SLOT_WAIT``."""
+    return min(max(slot + SLOT_START_DELAY - time.time(), 0.0), _MAX_SLOT_WAIT)

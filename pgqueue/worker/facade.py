@@ -23,7 +23,7 @@ from pgqueue.worker.config import (
 from pgqueue.worker.ledger import WorkerStats
 from pgqueue.worker.loop import WorkerLoop
 from pgqueue.worker.services import EmbeddedServices
-from pgqueue.worker.signals import StopSignals
+from pgqueue.worker.signals import StopSignals, wait_interruptibly
 
 __all__ = ["Worker"]
 
@@ -155,7 +155,7 @@ class Worker:
         self._signals.install()
         try:
             self._start(burst=burst)
-            self._done.wait()
+            wait_interruptibly(self._done)
         finally:
             self._signals.restore()
         if self._loop.error is not None:
@@ -211,7 +211,7 @@ class Worker:
         """
         if self._thread is None:
             return True
-        stopped = self._done.wait(timeout)
+        stopped = wait_interruptibly(self._done, timeout)
         if stopped:
             self._signals.restore()
             if self._loop.error is not None:

@@ -74,6 +74,8 @@ class Claimed:
     #: When the handler started, and how long it ran (monotonic seconds; for the metrics).
     started: float = 0.0
     seconds: float = 0.0
+    #: Claimed ahead of its rate-limit slot: the handler starts at this time.time().
+    not_before: float | None = None
 
     def failure(self, error: BaseException | dict[str, Any]) -> Outcome:
         """This attempt's failure: retried by the task's policy, or dead-lettered if it was the

@@ -306,7 +306,7 @@ class WorkerLoop:
                     worker_id=self.id,
                     created_at=row["created_at"],
                     source=self.queue,
-                    job_transaction=JobTransaction(
+                    job_transaction=(self.queue.job_transaction_class or JobTransaction)(
                         self.queue, row["id"], lock_token, row["result_ttl"]
                     ),
                 ),
@@ -314,6 +314,7 @@ class WorkerLoop:
                 row["result_ttl"],
                 self.queue.tasks.get(row["task"]),
             )
+            job.not_before = self.store.start_at.pop(job.id, None)
             self.ledger.add(job)
             failure = self.executor.launch(job, row["payload"])
             if failure is not None:

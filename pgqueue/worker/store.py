@@ -62,6 +62,10 @@ class JobStore:
         self.limited: set[str] = set()
         #: From the last claim: seconds until a rate-limited job may start (None: none waits).
         self.rate_wake_in: float | None = None
+        #: Jobs claimed ahead of their rate slot: when (time.time) each may start.
+        self.start_at: dict[str, float] = {}
+        #: Ids written by the current store() whose row has dependents (read in the RETURNING).
+        self._with_dependents: set[str] = set()
 
     @contextmanager
     def transaction(self) -> Iterator[Connection]:
@@ -101,6 +105,7 @@ class JobStore:
         """Claim up to ``limit`` due jobs of this worker's queues (only among ``ids`` if given)
         under ``lock_token``; returns their rows (``statements.CLAIMED_COLUMNS``)."""
         self.rate_wake_in = None
+        self.start_at = {}
         if ids is not None:
             statement = statements.job_claim(
                 worker_id=self.worker_id,
@@ -141,6 +146,7 @@ class JobStore:
             rows += limited.rows
             self.limited.update(row["id"] for row in limited.rows)
             self.rate_wake_in = limited.wake_in
+            self.start_at.update((i, at.timestamp()) for i, at in limited.starts.items())
         return rows
 
     def extend(self, conn: Connection, holding: list[Claimed], clock: Clock) -> set[str]:
@@ -174,6 +180,7 @@ class JobStore:
             return stored, lost
         if not pending:
             return [], []
+        self._with_dependents = set()
         if one_by_one:
             held, written = self._store_alone(conn, pending, clock)
         else:
@@ -187,10 +194,15 @@ class JobStore:
         # Same transaction as the state change: a waiter is woken only by a committed outcome.
         self.backend.notify_many(conn, FINISHED_CHANNEL, finished)
         # Jobs waiting on these leave ``waiting`` in this very commit (workflow/dependencies.py).
+        # Only jobs flagged has_dependents: the look-up would cost every completion batch.
         dependencies.settle(
             conn,
             self.backend,
-            [job.id for job, outcome in stored if outcome.state is not JobState.FAILING],
+            [
+                job.id
+                for job, outcome in stored
+                if outcome.state is not JobState.FAILING and job.id in self._with_dependents
+            ],
             clock,
         )
         return stored, [job for job, _ in pending if job.id not in held]
@@ -218,7 +230,9 @@ class JobStore:
         self, conn: Connection, pending: Pending, clock: Clock
     ) -> tuple[set[str], Pending]:
         completions = [_completion(j, o) for j, o in pending if o.state is JobState.COMPLETED]
-        held = self.backend.complete(conn, completions, clock)
+        done = self.backend.complete(conn, completions, clock)
+        self._with_dependents.update(job_id for job_id, flag in done.items() if flag)
+        held = set(done)
         for job, outcome in pending:
             if outcome.state is not JobState.COMPLETED and self._fail(conn, job, outcome, clock):
                 held.add(job.id)
@@ -260,7 +274,9 @@ class JobStore:
 
     def _write(self, conn: Connection, job: Claimed, outcome: Outcome, clock: Clock) -> bool:
         if outcome.state is JobState.COMPLETED:
-            return bool(self.backend.complete(conn, [_completion(job, outcome)], clock))
+            done = self.backend.complete(conn, [_completion(job, outcome)], clock)
+            self._with_dependents.update(job_id for job_id, flag in done.items() if flag)
+            return bool(done)
         return self._fail(conn, job, outcome, clock)
 
     def _fail(self, conn: Connection, job: Claimed, outcome: Outcome, clock: Clock) -> bool:
@@ -273,7 +289,10 @@ class JobStore:
             result_ttl=job.result_ttl,
             clock=clock,
         )
-        return conn.scalar(statement) is not None
+        row = conn.execute(statement).first()
+        if row is not None and row.has_dependents:
+            self._with_dependents.add(job.id)
+        return row is not None
 
     def _refusal(self, job: Claimed, outcome: Outcome, exc: BaseException) -> Outcome:
         """The failure stored in place of an outcome the database could not take."""

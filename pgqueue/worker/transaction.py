@@ -70,15 +70,28 @@ class JobTransaction:
             if self._ended:
                 raise RuntimeError("the job's transaction has ended: the handler returned")
             if self._connection is None:
-                engine = self.queue.engine.execution_options(schema_translate_map=None)
-                connection = engine.connect()
-                try:
-                    self._transaction = connection.begin()
-                except BaseException:
-                    connection.close()
-                    raise
-                self._connection = connection
+                self._connection, self._transaction = self._begin()
             return self._connection
+
+    def _begin(self) -> tuple[Connection, RootTransaction]:
+        """A connection of the handler's own and its begun transaction (a framework's queue,
+        such as ``contrib.django``'s, begins the framework's transaction instead)."""
+        engine = self.queue.engine.execution_options(schema_translate_map=None)
+        connection = engine.connect()
+        try:
+            return connection, connection.begin()
+        except BaseException:
+            connection.close()
+            raise
+
+    def _commit(self) -> None:
+        assert self._transaction is not None
+        self._transaction.commit()
+
+    def _rollback(self) -> None:
+        transaction = self._transaction
+        if transaction is not None and transaction.is_active:
+            transaction.rollback()
 
     def complete(self, result: str | None) -> bool:
         """Store the result (fenced), release dependents and commit, all in the handler's
@@ -90,8 +103,9 @@ class JobTransaction:
                 backend = self.queue.backend
                 clock = backend.clock()
                 done = Completion(self.job_id, self.lock_token, result, self.result_ttl)
-                if not backend.complete(conn, [done], clock):
-                    transaction.rollback()
+                held = backend.complete(conn, [done], clock)
+                if not held:
+                    self._rollback()
                     logger.warning(
                         "lease lost, the job's transaction rolled back job_id=%s",
                         self.job_id,
@@ -100,18 +114,17 @@ class JobTransaction:
                     return False
                 payload = finished_payload(str(JobState.COMPLETED), self.job_id)
                 backend.notify_many(conn, FINISHED_CHANNEL, [payload])
-                dependencies.settle(conn, backend, [self.job_id], clock)
-            transaction.commit()
+                if held[self.job_id]:
+                    dependencies.settle(conn, backend, [self.job_id], clock)
+            self._commit()
             return True
         finally:
             self._close()
 
     def rollback(self) -> None:
         """Undo everything the handler wrote (it raised, timed out, or was given up)."""
-        transaction = self._transaction
         try:
-            if transaction is not None and transaction.is_active:
-                transaction.rollback()
+            self._rollback()
         except Exception:
             logger.debug("rolling back a job's transaction failed", exc_info=True)
         finally:

@@ -25,9 +25,18 @@ from pgqueue.errors import ConfigError
 from pgqueue.job import FINISHED_STATES, JobState
 from pgqueue.notifications import ENQUEUED_CHANNEL, FINISHED_CHANNEL, finished_payload
 from pgqueue.schema import DEPENDENCIES
+from pgqueue.statements import job_retry_many
 from pgqueue.workflow import statements
 
-__all__ = ["ON_DEPENDENCY_FAILURE", "Settled", "attach", "check_depends_on", "settle"]
+__all__ = [
+    "ON_DEPENDENCY_FAILURE",
+    "Retried",
+    "Settled",
+    "attach",
+    "check_depends_on",
+    "retry",
+    "settle",
+]
 
 #: The policies of ``on_dependency_failure``: cancel the dependent (cascading), or run it anyway.
 ON_DEPENDENCY_FAILURE = ("cancel", "run")
@@ -115,6 +124,9 @@ def attach(
         for position, parent in enumerate(row["depends_on"])
     ]
     conn.execute(DEPENDENCIES.insert(), edges)
+    parents = sorted({edge["depends_on"] for edge in edges})
+    for start in range(0, len(parents), 1000):
+        conn.execute(statements.dependencies_flag(parents[start : start + 1000]))
     conn.execute(statements.dependents_wait(ids, clock))
     return _resolve(conn, backend, ids, clock)
 
@@ -128,6 +140,63 @@ def settle(conn: Connection, backend: Backend, finished: Sequence[str], clock: C
     if not dependents:
         return Settled()
     return _resolve(conn, backend, dependents, clock)
+
+
+@dataclass(slots=True)
+class Retried:
+    """What :func:`retry` did: ids moved back (``queued``, or ``waiting`` for unfinished
+    dependencies: those are in ``waiting`` too), and ids left as they were because a dependency
+    failed or was cancelled under the ``cancel`` policy (retry that dependency first)."""
+
+    moved: list[str] = field(default_factory=list)
+    waiting: list[str] = field(default_factory=list)
+    blocked: list[str] = field(default_factory=list)
+
+
+def retry(conn: Connection, backend: Backend, ids: Sequence[str], clock: Clock) -> Retried:
+    """Move these ``failed`` / ``cancelled`` jobs back with fresh counters, rechecking their
+    dependencies as an enqueue would: a job whose dependencies have not all finished goes back
+    to ``waiting``, and one with a failed or cancelled dependency under the ``cancel`` policy
+    stays as it is (it would only be cancelled again).
+
+    The dependencies are locked first, in id order, like an enqueue attaching a dependent, so a
+    dependency finishing concurrently either commits first (then its state is read here) or
+    waits for this commit (then its settle sees the job ``waiting``) — never neither."""
+    ids = list(ids)
+    if not ids:
+        return Retried()
+    edges: dict[str, list[tuple[str, str]]] = {}
+    for start in range(0, len(ids), 1000):
+        for job_id, parent, on_failure in conn.execute(
+            statements.dependencies_of(ids[start : start + 1000])
+        ):
+            edges.setdefault(job_id, []).append((parent, on_failure))
+    states: dict[str, str] = {}
+    parents = sorted({parent for pairs in edges.values() for parent, _ in pairs})
+    for start in range(0, len(parents), 1000):
+        states.update(
+            conn.execute(statements.dependencies_lock(parents[start : start + 1000])).all()
+        )
+    unsuccessful = {str(JobState.FAILED), str(JobState.CANCELLED)}
+    blocked = {
+        job_id
+        for job_id, pairs in edges.items()
+        if any(
+            on_failure == "cancel" and states.get(parent) in unsuccessful
+            for parent, on_failure in pairs
+        )
+    }
+    retried = Retried(blocked=[i for i in ids if i in blocked])
+    for start in range(0, len(ids), 1000):
+        chunk = [i for i in ids[start : start + 1000] if i not in blocked]
+        if chunk:
+            retried.moved += conn.scalars(job_retry_many(chunk, clock))
+    parked = [i for i in retried.moved if i in edges]
+    if parked:
+        conn.execute(statements.dependents_wait(parked, clock))
+        released = {i for i, _ in _resolve(conn, backend, parked, clock).released}
+        retried.waiting = [i for i in parked if i not in released]
+    return retried
 
 
 def _resolve(conn: Connection, backend: Backend, ids: list[str], clock: Clock) -> Settled:

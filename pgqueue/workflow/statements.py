@@ -38,7 +38,9 @@ from pgqueue.statements import result_expired
 
 __all__ = [
     "dependencies_delete",
+    "dependencies_flag",
     "dependencies_lock",
+    "dependencies_of",
     "dependency_results",
     "dependents_cancel",
     "dependents_locked",
@@ -63,15 +65,42 @@ _PARENT = JOBS.alias("parent")
 
 
 def dependencies_lock(ids: Sequence[str]) -> Select[Any]:
-    """The existing jobs among ``ids`` and their states, share-locked in id order so that a
-    dependency cannot finish between this read and the commit of the dependent's edges (its
-    finishing transaction would then miss the new dependent)."""
+    """The existing jobs among ``ids`` and their states, locked in id order so that a
+    dependency cannot finish between this read and the commit of the dependent's edges and of
+    its ``has_dependents`` flag (:func:`dependencies_flag`).
+
+    Either order is then safe. The enqueue locks first: the finishing UPDATE waits for its
+    commit, then (READ COMMITTED re-reads a row it waited for) updates the new row version and
+    its RETURNING reads ``has_dependents`` true, so it looks the new dependent up. The finish
+    locks first: this read waits for its commit and returns the finished state, and the
+    enqueue releases (or cancels) the dependent itself. FOR NO KEY UPDATE, not FOR SHARE: two
+    enqueues attaching to one dependency would both hold a share lock and deadlock when each
+    sets the flag."""
     return (
         select(JOBS.c.id, JOBS.c.state)
         .where(JOBS.c.id.in_(list(ids)))
         .order_by(JOBS.c.id)
-        .with_for_update(read=True)
+        .with_for_update(key_share=True)
     )
+
+
+def dependencies_flag(ids: Sequence[str]) -> Update:
+    """Mark ``ids`` as having dependents (in the transaction that writes the edges, with the
+    rows locked by :func:`dependencies_lock`); only jobs so marked look their dependents up
+    when they finish. The flag is never cleared: a stale one costs one look-up, a missing one
+    would leave a dependent waiting for ever."""
+    return (
+        update(JOBS)
+        .where(JOBS.c.id.in_(list(ids)), not_(JOBS.c.has_dependents))
+        .values(has_dependents=True)
+    )
+
+
+def dependencies_of(job_ids: Sequence[str]) -> Select[Any]:
+    """The edges of these dependents: ``(job_id, depends_on, on_failure)``."""
+    return select(
+        DEPENDENCIES.c.job_id, DEPENDENCIES.c.depends_on, DEPENDENCIES.c.on_failure
+    ).where(DEPENDENCIES.c.job_id.in_(list(job_ids)))
 
 
 def dependencies_delete(job_ids: Sequence[str]) -> Delete:

@@ -4,6 +4,7 @@ unique keys at enqueue."""
 
 from __future__ import annotations
 
+import itertools
 import uuid
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
@@ -15,7 +16,7 @@ import pgqueue
 import pgqueue.testing
 from pgqueue import statements
 from pgqueue.errors import ConfigError
-from pgqueue.limits.claim import claim_limited
+from pgqueue.limits.claim import LOOKAHEAD_SECONDS, claim_limited
 
 START = datetime.now(UTC) + timedelta(hours=1)
 
@@ -178,7 +179,7 @@ def test_claim_tells_when_the_next_slot_opens(queue: pgqueue.Queue) -> None:
             clock=queue.backend.clock(at(0)),
         )
     assert len(limited.rows) == 1
-    assert limited.wake_in == pytest.approx(0.25)
+    assert limited.wake_in == pytest.approx(0.25 - LOOKAHEAD_SECONDS)
 
 
 def test_rate_limit_per_key_and_minutes(queue: pgqueue.Queue) -> None:
@@ -376,10 +377,22 @@ def test_a_fast_rate_takes_the_slots_that_passed_in_one_claim(queue: pgqueue.Que
     @queue.task(rate_limit="100/s")
     def fast(n: int) -> None: ...
 
-    fast.enqueue_many([(n,) for n in range(20)])
-    assert len(claim(queue, at(0))) == 1
-    # Slots at 0.01, 0.02, 0.03 and 0.04 have passed (within the 50 ms catch-up).
-    assert len(claim(queue, at(0.045))) == 4
+    fast.enqueue_many([(n,) for n in range(40)])
+
+    def starts(rows: list[Any]) -> list[datetime]:
+        found = [queue.status(row["id"]) for row in rows]
+        return sorted(status.started_at for status in found if status is not None)  # type: ignore[misc]
+
+    step = timedelta(seconds=0.01)
+    # The slot open now, and those opening within the look-ahead (claimed early, each job's
+    # started_at its slot: the worker starts it then).
+    first = starts(claim(queue, at(0)))
+    assert first[0] == at(0) and first[-1] <= at(LOOKAHEAD_SECONDS)
+    assert len(first) >= 10 and all(b - a == step for a, b in itertools.pairwise(first))
+    # 45 ms later the look-ahead reaches 45 ms further: the rhythm goes on, slot after slot.
+    second = starts(claim(queue, at(0.045)))
+    assert second and second[0] == first[-1] + step and second[-1] <= at(0.045 + LOOKAHEAD_SECONDS)
+    assert all(b - a == step for a, b in itertools.pairwise(second))
     assert claim(queue, at(0.046)) == []
 
 

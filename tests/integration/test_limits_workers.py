@@ -189,7 +189,11 @@ def test_rate_limit_20_per_second_over_200_jobs(workers: Workers, producer: pgqu
     )
     starts = sorted(at for _, _, at in workers.events("start", "rated"))
     ends = sorted(at for _, _, at in workers.events("end", "rated"))
-    assert len(claims) == len(starts) == len(ends) == total
+    # Every job ran; one whose worker missed its heartbeats on a loaded machine (lease 2 s) is
+    # released by the reaper and runs again, and that start took a rate slot too.
+    assert len(claims) == total
+    assert {n for _, n, _ in workers.events("start", "rated")} == set(range(total))
+    assert len(starts) == len(ends) >= total
     busiest_claim, busiest_start, busiest_end = busiest(claims), busiest(starts), busiest(ends)
     elapsed = ends[-1] - ends[0]
     print(
@@ -197,13 +201,15 @@ def test_rate_limit_20_per_second_over_200_jobs(workers: Workers, producer: pgqu
         f"window: {busiest_claim} claims, {busiest_start} handler starts, {busiest_end} "
         f"completions (load {os.getloadavg()[0]:.1f})"
     )
-    # Exact where the limit is enforced: the claim, on the database's clock (one start per 50 ms
-    # slot; a window closed at both ends can hold 21 slot instants).
+    # Exact where the limit is enforced: one start per 50 ms slot on the database's clock; a
+    # window closed at both ends can hold 21 slot instants.
     assert busiest_claim <= 21
-    # Handlers start and end a dispatch latency after their claim; its jitter on a loaded
-    # machine (a process waiting a time slice) moves a start or two across a window's edge.
-    assert busiest_start <= 23
-    assert busiest_end <= 23
+    # Handlers start a fixed 100 ms after their slot (jobs are claimed up to 100 ms ahead:
+    # pgqueue.limits.claim), so the claim's commit and the dispatch to a thread mostly fall
+    # within it; on a machine loaded 6-10 times over its cores a thread woken more than that
+    # late still moves one start across a window's edge (22 seen; 23 before the delay).
+    assert busiest_start <= 22
+    assert busiest_end <= 22
     # 200 starts one per 50 ms: 9.95 s from the first to the last (10 s on a quiet machine).
     # A claim more than a slot late loses that slot; on a machine loaded several times over its
     # cores that happens often enough to stretch the run by half: far from 40 s or 2 s still.

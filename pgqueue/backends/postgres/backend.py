@@ -297,15 +297,16 @@ class PostgresBackend:
 
     def complete(
         self, connection: Connection, jobs: Sequence[Completion], clock: Clock
-    ) -> set[str]:
+    ) -> dict[str, bool]:
         if not jobs:
-            return set()
+            return {}
         statement = (
             _complete_on_database_clock()
             if clock.fixed is None
             else pg_statements.job_complete_many(clock)
         )
-        return set(connection.scalars(statement, {"done": _complete_document(jobs)}))
+        rows = connection.execute(statement, {"done": _complete_document(jobs)})
+        return {job_id: flag for job_id, flag in rows}
 
     def session_connection(self, engine: Engine, label: str) -> Connection:
         return locks.open_session_connection(engine, label)

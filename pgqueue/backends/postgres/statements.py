@@ -163,7 +163,9 @@ def job_complete_many(clock: Clock) -> Update:
             updated_at=clock.now(),
             result_expires_at=clock.now() + JOBS.c.result_ttl * _ONE_SECOND,
         )
-        .returning(JOBS.c.id)
+        # The flag as this UPDATE wrote it: after waiting for an enqueue that attached a
+        # dependent, that is the enqueue's (workflow/statements.py, dependencies_lock).
+        .returning(JOBS.c.id, JOBS.c.has_dependents)
     )
 
 

@@ -165,13 +165,14 @@ class SQLiteBackend:
 
     def complete(
         self, connection: Connection, jobs: Sequence[Completion], clock: Clock
-    ) -> set[str]:
+    ) -> dict[str, bool]:
         # No arrays to join: one prepared UPDATE run with executemany, the cheap way to write a
         # batch here. This transaction holds the write lock (BEGIN IMMEDIATE), so the jobs found
-        # held now are still held when the executemany writes them.
+        # held now (and their has_dependents flags) are still so when the executemany writes them.
         if not jobs:
-            return set()
-        held = set(connection.scalars(statements.job_held([(j.id, j.lock_token) for j in jobs])))
+            return {}
+        pairs = [(j.id, j.lock_token) for j in jobs]
+        held = {job_id: flag for job_id, flag in connection.execute(statements.job_held(pairs))}
         fixed = clock.fixed
         assert fixed is not None, "the SQLite clock is always fixed"
         rows = [

@@ -54,6 +54,7 @@ class Job(models.Model):  # type: ignore[misc]
     unique_key = models.TextField(null=True)
     unique_until = models.TextField(null=True)
     workflow_id = models.TextField(null=True)
+    has_dependents = models.BooleanField(default=False)
 
     class Meta:
         managed = False

@@ -46,6 +46,7 @@ class TaskOptions:
     retry: RetryPolicy | None = None
     timeout: float | None = None
     result_ttl: int | None = None
+    transactional: bool | None = None
 
     def task_kwargs(self) -> dict[str, Any]:
         """The options that are set, as keyword arguments of ``Queue.task``."""
@@ -60,11 +61,14 @@ def task_options(
     retry: RetryPolicy | None = None,
     timeout: float | timedelta | None = None,
     result_ttl: int | timedelta | None = None,
+    transactional: bool | None = None,
 ) -> Callable[[F], F]:
     """Give one Django task pgqueue's per-task options: ``max_attempts`` (over the backend's
     ``MAX_ATTEMPTS`` and the queue's default), ``retry`` (a :class:`~pgqueue.RetryPolicy` such as
     :class:`~pgqueue.Backoff`: the wait before each retry), ``timeout`` (seconds one attempt may
-    run) and ``result_ttl`` (seconds the return value is kept). Bad values fail here, at import.
+    run), ``result_ttl`` (seconds the return value is kept) and ``transactional`` (the handler
+    runs inside a ``transaction.atomic()`` block that commits with the job's completion, see
+    docs/workflows.md). Bad values fail here, at import.
 
     Put it under ``@task`` (on the function) or over it (on the Task); either order works.
 
@@ -75,7 +79,11 @@ def task_options(
         def sync_account(account_id: int) -> None: ...
     """
     options = check_options(
-        max_attempts=max_attempts, retry=retry, timeout=timeout, result_ttl=result_ttl
+        max_attempts=max_attempts,
+        retry=retry,
+        timeout=timeout,
+        result_ttl=result_ttl,
+        transactional=transactional,
     )
 
     def apply(target: F) -> F:
@@ -95,6 +103,7 @@ def check_options(
     retry: RetryPolicy | None = None,
     timeout: float | timedelta | None = None,
     result_ttl: int | timedelta | None = None,
+    transactional: bool | None = None,
 ) -> TaskOptions:
     """The options checked as ``Queue.task`` checks them (ConfigError naming a bad one), with
     durations in seconds.
@@ -112,6 +121,9 @@ def check_options(
         retry=retry,
         timeout=None if timeout is None else config.check_positive_seconds("timeout", timeout),
         result_ttl=None if result_ttl is None else config.check_result_ttl(result_ttl),
+        transactional=(
+            None if transactional is None else config.check_bool("transactional", transactional)
+        ),
     )
 
 

@@ -16,7 +16,8 @@ from sqlalchemy import Connection, Engine
 from sqlalchemy.engine import URL
 
 from pgqueue.contrib.django import connection as bridge
-from pgqueue.errors import PgQueueError
+from pgqueue.contrib.django.transactions import DjangoJobTransaction
+from pgqueue.errors import ConfigError, PgQueueError
 from pgqueue.execution import current_job
 from pgqueue.queue import ConnectionProvider, Queue
 from pgqueue.task import Task
@@ -91,6 +92,10 @@ class DjangoQueue(Queue):
             send_invoice.enqueue(order.pk)     # gone again if the block rolls back
     """
 
+    # A transactional handler writes through Django's ORM: its job transaction is an atomic()
+    # block on Django's connection (contrib/django/transactions.py).
+    job_transaction_class = DjangoJobTransaction
+
     def __init__(
         self,
         database: str = "default",
@@ -106,15 +111,28 @@ class DjangoQueue(Queue):
             **options,
         )
         self.tasks = _Tasks(self)
+        self._borrowed: Engine | None = None
 
     def __repr__(self) -> str:
         return f"DjangoQueue(database={self.database!r})"
+
+    def borrowed(self) -> Engine:
+        """An engine over Django's connection of the calling thread (see
+        ``connection.borrowed_engine``): for use inside ``transaction.atomic()`` only."""
+        if self._borrowed is None:
+            self._borrowed = bridge.borrowed_engine(self.database)
+        return self._borrowed
 
     def task(self, function: Callable[..., Any] | None = None, **options: Any) -> Any:
         """As :meth:`Queue.task`; under a worker, the handler gets fresh Django connections."""
         register = super().task(**options)
 
         def wrap(fn: Callable[..., Any]) -> Any:
+            if options.get("transactional") and inspect.iscoroutinefunction(fn):
+                raise ConfigError(
+                    f"{fn.__qualname__}: an async def task cannot be transactional under Django "
+                    "(its atomic() block lives on one thread's connection); make it a def"
+                )
             return register(with_fresh_connections(fn))
 
         return wrap if function is None else wrap(function)
@@ -135,11 +153,15 @@ def with_fresh_connections(function: Callable[P, R]) -> Callable[P, R]:
     def run(*args: P.args, **kwargs: P.kwargs) -> R:
         if not _under_worker():
             return function(*args, **kwargs)
-        close_old_connections()
+        # Not inside the job's own atomic() block (a transactional task): closing the connection
+        # there would break the block, which closes stale connections itself when it ends.
+        if not _in_job_transaction():
+            close_old_connections()
         try:
             return function(*args, **kwargs)
         finally:
-            close_old_connections()
+            if not _in_job_transaction():
+                close_old_connections()
 
     _FRESH[function] = run
     return run
@@ -148,6 +170,11 @@ def with_fresh_connections(function: Callable[P, R]) -> Callable[P, R]:
 _FRESH: weakref.WeakKeyDictionary[Callable[..., Any], Callable[..., Any]] = (
     weakref.WeakKeyDictionary()
 )
+
+
+def _in_job_transaction() -> bool:
+    job_transaction = current_job().job_transaction
+    return job_transaction is not None and job_transaction.open
 
 
 def _under_worker() -> bool:

@@ -142,6 +142,7 @@ class PgQueueTask(Task):  # type: ignore[misc]
     retry: RetryPolicy | None = None
     timeout: float | None = None
     result_ttl: int | None = None
+    transactional: bool | None = None
 
     def __post_init__(self) -> None:
         # Validated (and normalised: a timedelta becomes seconds) as @task_options does.
@@ -304,6 +305,11 @@ def register_by_name(queue: DjangoQueue, name: str) -> PgTask[Any, Any] | None:
     if task is None or not isinstance(task.get_backend(), TasksBackend):
         return None
     options = options_of(task).task_kwargs()
+    if options.get("transactional") and inspect.iscoroutinefunction(task.func):
+        raise InvalidTask(
+            f"{name!r}: an async task cannot be transactional (its atomic() block lives on one "
+            "thread's connection)"
+        )
     declared = getattr(task.func, _LIMITS_ATTRIBUTE, {})
     runner = _runner(queue, name)
     if declared:
