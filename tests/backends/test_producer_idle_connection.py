@@ -28,8 +28,11 @@ def _terminate_others(url: str) -> None:
     Waits for the sessions it ended, not for the database to have no other session at all: the
     database is shared by the test session, so an autovacuum worker, or a LISTEN connection that
     rightly reconnects after losing its session, may be there (or come back) at any moment.
+    Each poll is a transaction of its own: PostgreSQL keeps one snapshot of pg_stat_activity
+    per transaction, so polls inside one transaction would never see a session leave that was
+    still there at the first (what made this wait time out under load).
     """
-    admin = sa.create_engine(url)
+    admin = sa.create_engine(url, isolation_level="AUTOCOMMIT")
     try:
         with admin.connect() as conn:
             ended = [
@@ -41,7 +44,6 @@ def _terminate_others(url: str) -> None:
                 )
                 if terminated
             ]
-            conn.commit()
             wait_until(
                 lambda: (
                     not conn.exec_driver_sql(
