@@ -40,6 +40,7 @@ __all__ = [
     "RECENT_WINDOW",
     "KeptByTTL",
     "QueueStats",
+    "ScheduleState",
     "count_jobs",
     "count_kept_by_ttl",
     "count_purgeable",
@@ -47,6 +48,7 @@ __all__ = [
     "purge",
     "queue_stats",
     "retry_failed",
+    "schedule_states",
 ]
 
 #: Seconds of finished jobs that the throughput figure averages over.
@@ -104,11 +106,11 @@ def queue_stats(
         {s.queue: s.counts["failed"] for s in operations.queue_stats(queue)}
     """
     window = config.check_positive_seconds("window", window)
-    clock = queue.backend.clock(now)
+    clock = queue.db.backend.clock(now)
     counts: dict[str, dict[str, int]] = defaultdict(lambda: dict.fromkeys(map(str, JobState), 0))
     finished_recent: dict[str, int] = defaultdict(int)
     dead_letters: dict[str, int] = defaultdict(int)
-    with queue.connect(write=False) as conn:
+    with queue.db.connect(write=False) as conn:
         current: datetime = conn.scalar(statements.clock_read(clock))
         for name, state, count in conn.execute(statements.job_counts()):
             counts[name][state] = int(count)
@@ -174,9 +176,9 @@ def list_jobs(
         queue=queue_name,
         task=task,
         limit=limit,
-        clock=queue.backend.clock(),
+        clock=queue.db.backend.clock(),
     )
-    with queue.connect(write=False) as conn:
+    with queue.db.connect(write=False) as conn:
         rows = conn.execute(statement).mappings().all()
     return [status_from_row(queue.serializer, row) for row in rows]
 
@@ -207,7 +209,7 @@ def count_jobs(
     if queue_name is not None:
         queue_name = config.check_name("queue_name", queue_name)
     statement = statements.job_count(state=states, queue=queue_name)
-    with queue.connect(write=False) as conn:
+    with queue.db.connect(write=False) as conn:
         return int(conn.scalar(statement) or 0)
 
 
@@ -233,7 +235,7 @@ def retry_failed(
     total = 0
     after = ""
     while True:
-        with queue.connect() as conn:
+        with queue.db.connect() as conn:
             ids: list[str] = list(
                 conn.scalars(
                     statements.job_ids(
@@ -244,10 +246,10 @@ def retry_failed(
             if not ids:
                 return total
             # Dependencies checked again, as at enqueue (pgqueue.workflow.dependencies.retry).
-            clock = queue.backend.clock(now)
-            moved = len(dependencies.retry(conn, queue.backend, ids, clock).moved)
+            clock = queue.db.backend.clock(now)
+            moved = len(dependencies.retry(conn, queue.db.backend, ids, clock).moved)
             if moved:
-                queue.backend.notify(conn, ENQUEUED_CHANNEL, queue_name or "")
+                queue.db.backend.notify(conn, ENQUEUED_CHANNEL, queue_name or "")
         after = ids[-1]
         total += moved
         if progress is not None:
@@ -260,8 +262,8 @@ def count_purgeable(
     """How many jobs :func:`purge` would delete now (same rules)."""
     finished = check_finished_state(state)
     older_than = config.check_positive_seconds("older_than", older_than, allow_zero=True)
-    statement = statements.job_prunable_count(finished, older_than, queue.backend.clock(now))
-    with queue.connect(write=False) as conn:
+    statement = statements.job_prunable_count(finished, older_than, queue.db.backend.clock(now))
+    with queue.db.connect(write=False) as conn:
         return int(conn.scalar(statement) or 0)
 
 
@@ -286,8 +288,8 @@ def count_kept_by_ttl(
     """
     finished = check_finished_state(state)
     older_than = config.check_positive_seconds("older_than", older_than, allow_zero=True)
-    statement = statements.job_ttl_kept(finished, older_than, queue.backend.clock(now))
-    with queue.connect(write=False) as conn:
+    statement = statements.job_ttl_kept(finished, older_than, queue.db.backend.clock(now))
+    with queue.db.connect(write=False) as conn:
         count, first = conn.execute(statement).one()
     return KeptByTTL(int(count or 0), first)
 
@@ -317,8 +319,8 @@ def purge(
     batch_size = config.check_int("batch_size", batch_size, low=1, high=100_000)
     total = 0
     while True:
-        with queue.connect() as conn:
-            clock = queue.backend.clock(now)
+        with queue.db.connect() as conn:
+            clock = queue.db.backend.clock(now)
             deleted = conn.execute(
                 statements.job_prune(finished, older_than, batch_size, clock)
             ).rowcount
@@ -327,6 +329,34 @@ def purge(
             progress(deleted)
         if deleted < batch_size:
             return total
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduleState:
+    """Where one periodic schedule stands in the database: the instant its scheduler has
+    checked through and when it last fired (None: never)."""
+
+    name: str
+    checked_through: datetime
+    last_fire_at: datetime | None
+
+
+def schedule_states(queue: Queue, names: Sequence[str]) -> dict[str, ScheduleState]:
+    """The recorded state of the named schedules, by name; a schedule no scheduler has seen yet
+    is missing from the result. One read-only query.
+
+    Example::
+
+        states = operations.schedule_states(queue, list(queue.schedules))
+        print({name: state.last_fire_at for name, state in states.items()})
+    """
+    if not names:
+        return {}
+    with queue.db.connect(write=False) as conn:
+        rows = conn.execute(statements.schedule_states(list(names)))
+        return {
+            row.name: ScheduleState(row.name, row.checked_through, row.last_fire_at) for row in rows
+        }
 
 
 def check_state(value: object) -> JobState:

@@ -83,3 +83,9 @@ def alters_constraints_in_place(dialect: Dialect) -> bool:
     it cannot (SQLite), Alembic's batch mode copies the table, and its indexes with it, to change
     one (see migration 0005)."""
     return dialect.name != "sqlite"
+
+
+def has_storage_parameters(dialect: Dialect) -> bool:
+    """Whether tables take storage parameters such as per-table autovacuum settings
+    (``ALTER TABLE … SET (…)``: PostgreSQL); SQLite has nothing to tune (see migration 0004)."""
+    return dialect.name == "postgresql"

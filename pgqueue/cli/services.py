@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from pgqueue import operations
 from pgqueue.cli import reload
@@ -273,17 +273,13 @@ def _add_schedules(parser: argparse.ArgumentParser) -> None:
     "schedules", "list the periodic schedules of a queue with their next fire times", _add_schedules
 )
 def _schedules(args: argparse.Namespace) -> int:
-    from pgqueue import statements
     from pgqueue.errors import BackendError
 
     queue = module_queue(args)
     schedules = sorted(queue.schedules.values(), key=lambda schedule: schedule.name)
-    states: dict[str, Any] = {}
+    states: dict[str, operations.ScheduleState] = {}
     try:
-        if schedules:
-            with queue.connect(write=False) as conn:
-                rows = conn.execute(statements.schedule_states([s.name for s in schedules]))
-                states = {row.name: row for row in rows}
+        states = operations.schedule_states(queue, [s.name for s in schedules])
     except BackendError as exc:
         print(f"pgqueue: warning: last fire times unknown: {exc}", file=sys.stderr)
     start = args.at or datetime.now(UTC)

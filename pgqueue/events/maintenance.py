@@ -8,12 +8,12 @@ from typing import TYPE_CHECKING
 from pgqueue.events import statements
 
 if TYPE_CHECKING:
-    from pgqueue.queue import Queue
+    from pgqueue._database import Database
 
 __all__ = ["prune_events"]
 
 
-def prune_events(queue: Queue) -> int:
+def prune_events(db: Database) -> int:
     """Delete expired listener registrations, then the events every live listener has read (all
     of them when none is left); returns the events deleted. Live listeners prune as they go: this
     bounds what a crashed SQLite listener left behind. Real time, not a pruner's injected clock:
@@ -21,9 +21,9 @@ def prune_events(queue: Queue) -> int:
 
     Example::
 
-        prune_events(queue)
+        prune_events(queue.db)
     """
     now = datetime.now(UTC)
-    with queue.connect() as conn:
+    with db.connect() as conn:
         conn.execute(statements.listeners_expired_delete(now))
         return int(conn.execute(statements.events_prune(now)).rowcount or 0)

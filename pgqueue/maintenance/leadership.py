@@ -154,6 +154,8 @@ class Leadership(abc.ABC):
 
     def __init__(self, queue: Queue, name: str, *, ttl: float | None = None) -> None:
         self.queue = queue
+        #: The queue's database: engine, backend, clock, connect() (all this service uses of it).
+        self.db = queue.db
         self.name = config.check_name("leader name", name)
         self._ttl = None if ttl is None else config.check_positive_seconds("ttl", ttl)
         self._lock = threading.RLock()
@@ -176,7 +178,7 @@ class Leadership(abc.ABC):
 
             leadership = Leadership.for_queue(queue, lock_namespace=0x1234)
         """
-        if queue.session_engine is not None and queue.backend.session_locks:
+        if queue.db.session_engine is not None and queue.db.backend.session_locks:
             return AdvisoryLockLeadership(
                 queue, name, lock_namespace=lock_namespace, session=session
             )
@@ -243,7 +245,7 @@ class Leadership(abc.ABC):
             with leadership.connect() as conn:
                 conn.execute(statement)
         """
-        with self.queue.connect(write=write) as conn:
+        with self.db.connect(write=write) as conn:
             yield conn
 
     @abc.abstractmethod
@@ -274,12 +276,12 @@ class AdvisoryLockLeadership(Leadership):
         session: Session | None = None,
     ) -> None:
         super().__init__(queue, name, ttl=ttl)
-        if queue.session_engine is None or not queue.backend.session_locks:
+        if queue.db.session_engine is None or not queue.db.backend.session_locks:
             raise ConfigError(
                 "advisory lock leadership needs a PostgreSQL session (behind a transaction "
                 "pooler: pass session_url= to the Queue)"
             )
-        self.key = leader_key(check_lock_namespace(lock_namespace), self.name, queue.schema)
+        self.key = leader_key(check_lock_namespace(lock_namespace), self.name, queue.db.schema)
         self._session = session
         self._private = session is None
 
@@ -288,10 +290,10 @@ class AdvisoryLockLeadership(Leadership):
         """The session holding the lock (a private one is opened on first use)."""
         with self._lock:
             if self._session is None:
-                engine = self.queue.session_engine
+                engine = self.db.session_engine
                 assert engine is not None  # checked in __init__
                 # The process label after the role lets the dashboard name the leading worker.
-                session = self.queue.backend.session(
+                session = self.db.backend.session(
                     engine, f"pgqueue leader {self.name} {process_label()}"
                 )
                 assert session is not None  # session_locks, checked in __init__
@@ -322,21 +324,21 @@ class AdvisoryLockLeadership(Leadership):
         try:
             return session.hold(self.key, self, role=self.name, ttl=self.ttl)
         except DBAPIError as exc:
-            raise self.queue.db.translate(exc) from exc
+            raise self.db.translate(exc) from exc
 
     @contextlib.contextmanager
     def connect(self, *, write: bool = True) -> Iterator[Connection]:
         if self._private:
             # A service on its own (``pgqueue reaper``, a test's run_once) uses the pool as any
             # client would; its session, if it has one yet, only holds the role.
-            with self.queue.connect(write=write) as conn:
+            with self.db.connect(write=write) as conn:
                 yield conn
             return
         # A worker's services work on the session it leads from: the worker's work connection
         # (claims, completions) never waits behind a reaper scan or a prune batch.
         with (
             self.session.connection(transaction=True) as raw,
-            self.queue.connect(connection=raw) as conn,
+            self.db.connect(connection=raw) as conn,
         ):
             yield conn
 
@@ -369,19 +371,19 @@ class LeaseRowLeadership(Leadership):
         self.holder = f"{uuid.uuid4()} {process_label()}"
 
     def _elect(self, now: datetime | None) -> bool:
-        queue = self.queue
-        with queue.connect() as conn:
+        db = self.db
+        with db.connect() as conn:
             holder = conn.scalar(
                 statements.leader_elect(
-                    queue.backend.insert,
+                    db.backend.insert,
                     name=self.name,
                     holder=self.holder,
                     ttl=self.ttl,
-                    clock=queue.backend.clock(now),
+                    clock=db.backend.clock(now),
                 )
             )
         return holder is not None
 
     def _resign(self) -> None:
-        with self.queue.connect() as conn:
+        with self.db.connect() as conn:
             conn.execute(statements.leader_resign(name=self.name, holder=self.holder))

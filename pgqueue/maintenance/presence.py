@@ -98,6 +98,8 @@ class WorkerPresence:
         session: Session | None = None,
     ) -> None:
         self.queue = queue
+        #: The queue's database: engine, backend, clock, connect() (all this service uses of it).
+        self.db = queue.db
         self.worker_id = worker_id
         self.queues = None if queues is None else list(queues)
         #: Handler slots advertised in the registry (the dashboard's busy/free slots).
@@ -108,8 +110,8 @@ class WorkerPresence:
         )
         self.crash_detection = (
             config.check_bool("crash_detection", crash_detection)
-            and queue.backend.session_locks
-            and queue.session_engine is not None
+            and queue.db.backend.session_locks
+            and queue.db.session_engine is not None
         )
         self.lock_namespace = check_lock_namespace(lock_namespace)
         self.host = socket.gethostname()
@@ -210,13 +212,13 @@ class WorkerPresence:
                 self._hold_lock(wait)
                 key = self.lock_key
             statement = statements.worker_upsert(
-                self.queue.backend.insert,
+                self.db.backend.insert,
                 worker_id=self.worker_id,
                 host=self.host,
                 pid=self.pid,
                 queues=self.queues,
                 lock_key=key,
-                clock=self.queue.backend.clock(now),
+                clock=self.db.backend.clock(now),
                 concurrency=self.concurrency,
             )
             try:
@@ -236,18 +238,18 @@ class WorkerPresence:
         down, a connection used once and closed; without a session, a pooled one (SQLite)."""
         session = self._session
         if connection is not None or session is None:
-            with self.queue.connect(connection=connection) as conn:
+            with self.db.connect(connection=connection) as conn:
                 yield conn
             return
         if session.listening.is_set():
-            with session.connection(wait=0) as raw, self.queue.connect(connection=raw) as conn:
+            with session.connection(wait=0) as raw, self.db.connect(connection=raw) as conn:
                 yield conn
             return
         # Not through the pool: an idle pooled connection would outlive this one write.
-        raw = self.queue.engine.connect()
+        raw = self.db.engine.connect()
         try:
             raw.detach()
-            with raw.begin(), self.queue.connect(connection=raw) as conn:
+            with raw.begin(), self.db.connect(connection=raw) as conn:
                 yield conn
         finally:
             close_quietly(raw)
@@ -264,9 +266,9 @@ class WorkerPresence:
 
     def _own_session(self) -> Session:
         if self._session is None:
-            engine = self.queue.session_engine
+            engine = self.db.session_engine
             assert engine is not None  # crash_detection is off without one
-            session = self.queue.backend.session(engine, f"pgqueue worker {self.worker_id}")
+            session = self.db.backend.session(engine, f"pgqueue worker {self.worker_id}")
             assert session is not None  # crash_detection needs session locks
             self._session, self._private = session, True
         return self._session

@@ -214,7 +214,7 @@ class Pruner(MaintenanceService):
             assert pruner.run_once(now=in_two_days).completed == 1
         """
         limit = self.config.batch_size
-        clock = self.queue.backend.clock(now)
+        clock = self.db.backend.clock(now)
         counts = {"results_expired": self._drain(statements.job_expire_results(limit, clock))}
         for state, seconds in self.config.retention().items():
             counts[str(state)] = self._drain(statements.job_prune(state, seconds, limit, clock))
@@ -222,7 +222,7 @@ class Pruner(MaintenanceService):
         # Edges of pruned dependents (not counted: they are part of their job).
         self._drain(statements.dependencies_prune(limit))
         # Lifecycle events no live listener still has to read (see pgqueue.events).
-        prune_events(self.queue)
+        prune_events(self.db)
         result = PruneCounts(**counts)
         if result.deleted or result.results_expired:
             logger.info(

@@ -221,34 +221,34 @@ class Reaper(MaintenanceService):
         c = self.config
         released = self._release(
             lambda: statements.job_stale(
-                grace=c.grace, limit=c.batch_size, clock=self.queue.backend.clock(now)
+                grace=c.grace, limit=c.batch_size, clock=self.db.backend.clock(now)
             ),
             cause="lease_expired",
             grace=c.grace,
             now=now,
         )
         # Only where liveness locks can be held: without them no worker records a key.
-        if c.crash_detection and self.queue.backend.session_locks:
+        if c.crash_detection and self.db.backend.session_locks:
             if c.orphan_confirm and self._any_orphaned():
                 # A free lock may be a live worker between losing its session and taking the
                 # lock again on the next one: only a lock still free after the wait (the
                 # release below re-reads pg_locks) means the process is gone.
                 self.sleep(c.orphan_confirm)
             released += self._release(
-                lambda: self.queue.backend.orphaned_jobs(limit=c.batch_size),
+                lambda: self.db.backend.orphaned_jobs(limit=c.batch_size),
                 cause="worker_gone",
                 grace=None,
                 now=now,
             )
         with self.leadership.connect() as conn:
-            conn.execute(statements.worker_prune(c.worker_ttl, self.queue.backend.clock(now)))
+            conn.execute(statements.worker_prune(c.worker_ttl, self.db.backend.clock(now)))
         if released:
             logger.warning("released stale running jobs count=%d", released)
         return released
 
     def _any_orphaned(self) -> bool:
         with self.leadership.connect(write=False) as conn:
-            return conn.execute(self.queue.backend.orphaned_jobs(limit=1)).first() is not None
+            return conn.execute(self.db.backend.orphaned_jobs(limit=1)).first() is not None
 
     def _release(
         self,
@@ -271,9 +271,9 @@ class Reaper(MaintenanceService):
                 # this same commit, exactly as a worker's final failure does.
                 dependencies.settle(
                     conn,
-                    self.queue.backend,
+                    self.db.backend,
                     [job.id for job in released if job.retry_in is None],
-                    self.queue.backend.clock(now),
+                    self.db.backend.clock(now),
                 )
             dead = [(job.id, str(job.state)) for job in released if job.retry_in is None]
             if dead:
@@ -311,7 +311,7 @@ class Reaper(MaintenanceService):
                 "message": f"job stalled ({where}) on worker {row['locked_by']}",
                 "traceback": None,
             }
-        clock = self.queue.backend.clock(now)
+        clock = self.db.backend.clock(now)
         statement = statements.job_reap(
             row["id"],
             row["lock_token"],
@@ -323,7 +323,7 @@ class Reaper(MaintenanceService):
         )
         if conn.scalar(statement) is None:
             return None
-        backend = self.queue.backend
+        backend = self.db.backend
         if retry_in is None:
             backend.notify(conn, FINISHED_CHANNEL, finished_payload(JobState.FAILED, row["id"]))
         else:

@@ -165,7 +165,7 @@ class Scheduler(MaintenanceService):
             return 0
         with self.leadership.connect(write=False) as conn:
             if now is None:
-                now = conn.scalar(statements.clock_read(self.queue.backend.clock()))
+                now = conn.scalar(statements.clock_read(self.db.backend.clock()))
             rows = conn.execute(statements.schedule_states([s.name for s in schedules]))
             states = {row.name: row for row in rows}
         return sum(self._fire(schedule, states.get(schedule.name), now) for schedule in schedules)
@@ -185,7 +185,7 @@ class Scheduler(MaintenanceService):
         with self.leadership.connect() as conn:
             if state is None:
                 claim = statements.schedule_start(
-                    self.queue.backend.insert,
+                    self.db.backend.insert,
                     name=schedule.name,
                     checked_through=now,
                     last_fire_at=last_fire_at,

@@ -89,6 +89,8 @@ class MaintenanceService(abc.ABC):
         lock_namespace: int = DEFAULT_LOCK_NAMESPACE,
     ) -> None:
         self.queue = queue
+        #: The queue's database: engine, backend, clock, connect() (all this service uses of it).
+        self.db = queue.db
         self.interval = interval
         # One role per service by default: a process that runs only some services (a worker with
         # reaper=False that still prunes) must not win an election that leaves a service unrun.

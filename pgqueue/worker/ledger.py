@@ -3,7 +3,7 @@ and the logs and metrics of every settled or lost job.
 
 Example::
 
-    ledger = Ledger(queue, "worker-1")
+    ledger = Ledger(queue._jobs_finished, "worker-1")
     ledger.add(job)                     # claimed
     ledger.decide(job, outcome)         # the handler finished: the outcome waits to be stored
     ledger.settled(stored, lost)        # after the commit that stored it
@@ -12,7 +12,7 @@ Example::
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any
 
@@ -22,7 +22,6 @@ from pgqueue.job import JobState
 from pgqueue.retries import DEFAULT_RETRY
 
 if TYPE_CHECKING:
-    from pgqueue.queue import Queue
     from pgqueue.task import Task
 
 __all__ = ["Claimed", "Ledger", "WorkerStats"]
@@ -94,8 +93,15 @@ class Ledger:
     the counters of :class:`WorkerStats`. Used from the worker's loop thread only (the counters
     may be read from any thread)."""
 
-    def __init__(self, queue: Queue, worker_id: str, *, log_completions: bool = True) -> None:
-        self.queue = queue
+    def __init__(
+        self,
+        jobs_finished: Callable[[Iterable[tuple[str, str]]], None],
+        worker_id: str,
+        *,
+        log_completions: bool = True,
+    ) -> None:
+        #: Told ``(job_id, state)`` of the jobs stored finished (the Queue's in-process waiters).
+        self.jobs_finished = jobs_finished
         self.worker_id = worker_id
         self.log_completions = log_completions
         self.active: dict[str, Claimed] = {}
@@ -183,7 +189,7 @@ class Ledger:
         finished = [(job.id, str(o.state)) for job, o in stored if o.state is not JobState.FAILING]
         if finished:
             try:
-                self.queue._jobs_finished(finished)
+                self.jobs_finished(finished)
             except Exception:
                 logger.exception("a finished-job callback failed worker_id=%s", self.worker_id)
 

@@ -76,8 +76,8 @@ class WorkerLoop:
         self.id = config.worker_id
         self.services = services
         self.inbox: SimpleQueue[Any] = SimpleQueue()
-        self.ledger = Ledger(queue, self.id, log_completions=config.log_completions)
-        self.store = JobStore(queue, worker_id=self.id, lease=config.lease, queues=config.queues)
+        self.ledger = Ledger(queue._jobs_finished, self.id, log_completions=config.log_completions)
+        self.store = JobStore(queue.db, worker_id=self.id, lease=config.lease, queues=config.queues)
         self.executor = Executor(
             queue, self.id, concurrency=config.concurrency, deliver=self._deliver, clock=clock
         )
@@ -158,7 +158,7 @@ class WorkerLoop:
             )
 
     def _subscribe(self) -> None:
-        listener = self.queue.listener
+        listener = self.queue.db.listener
         if listener is None:
             return
         self._unsubscribe.append(listener.on_reconnect(self.wake))
@@ -240,7 +240,7 @@ class WorkerLoop:
         store = self.store
         try:
             with store.transaction() as conn:
-                clock = self.queue.backend.clock()
+                clock = self.queue.db.clock()
                 stored, lost = store.store(conn, pending, clock, one_by_one=self._one_by_one)
                 kept = store.extend(conn, holding, clock) if turn.beat else None
                 # run_jobs claims its jobs once: afterwards a claim finds nothing, so a burst ends.
@@ -332,7 +332,7 @@ class WorkerLoop:
         for attempt in range(2):
             try:
                 with self.store.transaction() as conn:
-                    clock = self.queue.backend.clock()
+                    clock = self.queue.db.clock()
                     stored, lost = self.store.store(
                         conn, pending, clock, one_by_one=self._one_by_one
                     )

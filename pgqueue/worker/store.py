@@ -7,9 +7,9 @@ may be running it): the caller discards that outcome. Dialect differences stay b
 
 Example::
 
-    store = JobStore(queue, worker_id="w1", lease=30, queues=None)
+    store = JobStore(queue.db, worker_id="w1", lease=30, queues=None)
     with store.transaction() as conn:
-        clock = queue.backend.clock()
+        clock = queue.db.clock()
         rows = store.claim(conn, 4, lock_token, clock)
 """
 
@@ -35,7 +35,7 @@ from pgqueue.worker.ledger import Claimed
 from pgqueue.workflow import dependencies
 
 if TYPE_CHECKING:
-    from pgqueue.queue import Queue
+    from pgqueue._database import Database
 
 __all__ = ["JobStore"]
 
@@ -49,10 +49,10 @@ class JobStore:
     (no pool checkout, and no pre-ping round trip, per turn). Used from one thread."""
 
     def __init__(
-        self, queue: Queue, *, worker_id: str, lease: float, queues: Sequence[str] | None
+        self, db: Database, *, worker_id: str, lease: float, queues: Sequence[str] | None
     ) -> None:
-        self.queue = queue
-        self.backend = queue.backend
+        self.db = db
+        self.backend = db.backend
         self.worker_id = worker_id
         self.lease = lease
         self.queues = queues
@@ -74,14 +74,14 @@ class JobStore:
         as the pgqueue error it means, ``from`` the driver's."""
         try:
             if self._connection is None:
-                self._connection = self.queue.engine.connect()
+                self._connection = self.db.engine.connect()
                 self.backend.prepare_work_connection(self._connection, lease=self.lease)
             with self._connection.begin():
                 yield self._connection
         except BaseException as exc:
             self.close()
             if isinstance(exc, DBAPIError):
-                raise self.queue.db.translate(exc) from exc
+                raise self.db.translate(exc) from exc
             raise
 
     def close(self) -> None:
@@ -298,7 +298,7 @@ class JobStore:
     def _refusal(self, job: Claimed, outcome: Outcome, exc: BaseException) -> Outcome:
         """The failure stored in place of an outcome the database could not take."""
         if isinstance(exc, DBAPIError):
-            reason = str(self.queue.db.translate(exc))
+            reason = str(self.db.translate(exc))
         else:
             reason = f"{type(exc).__name__}: {exc}"
         if outcome.state is JobState.COMPLETED:

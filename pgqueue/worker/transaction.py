@@ -43,6 +43,7 @@ class JobTransaction:
 
     def __init__(self, queue: Queue, job_id: str, lock_token: str, result_ttl: int) -> None:
         self.queue = queue
+        self.db = queue.db
         self.job_id = job_id
         self.lock_token = lock_token
         self.result_ttl = result_ttl
@@ -76,7 +77,7 @@ class JobTransaction:
     def _begin(self) -> tuple[Connection, RootTransaction]:
         """A connection of the handler's own and its begun transaction (a framework's queue,
         such as ``contrib.django``'s, begins the framework's transaction instead)."""
-        engine = self.queue.engine.execution_options(schema_translate_map=None)
+        engine = self.db.engine.execution_options(schema_translate_map=None)
         connection = engine.connect()
         try:
             return connection, connection.begin()
@@ -99,8 +100,8 @@ class JobTransaction:
         connection, transaction = self._connection, self._transaction
         assert connection is not None and transaction is not None
         try:
-            with self.queue.connect(connection=connection) as conn:
-                backend = self.queue.backend
+            with self.db.connect(connection=connection) as conn:
+                backend = self.db.backend
                 clock = backend.clock()
                 done = Completion(self.job_id, self.lock_token, result, self.result_ttl)
                 held = backend.complete(conn, [done], clock)

@@ -12,6 +12,7 @@ import sqlalchemy as sa
 from conftest import count_jobs
 
 import pgqueue
+from pgqueue import operations
 from pgqueue.maintenance.scheduler import Scheduler
 
 T0 = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
@@ -206,3 +207,19 @@ def test_testing_clear_forgets_schedule_state(queue: pgqueue.Queue) -> None:
     pgqueue.testing.clear(queue)
     assert scheduler.run_once(now=T0) == 1  # a fresh start, not "already handled"
     assert job_ids(queue) == minutes(0)
+
+
+def test_schedule_states_reads_where_each_schedule_stands(queue: pgqueue.Queue) -> None:
+    """operations.schedule_states (what `pgqueue schedules` shows): nothing for a schedule no
+    scheduler has seen, then its checked-through instant and last fire time."""
+    declare(queue)
+    assert operations.schedule_states(queue, ["tick"]) == {}
+    assert operations.schedule_states(queue, []) == {}
+    Scheduler(queue).run_once(now=T0 + timedelta(minutes=1))
+    Scheduler(queue).run_once(now=T0 + timedelta(minutes=6))
+    states = operations.schedule_states(queue, ["tick", "unknown"])
+    assert list(states) == ["tick"]
+    state = states["tick"]
+    assert state.name == "tick"
+    assert state.last_fire_at == T0 + timedelta(minutes=5)
+    assert state.checked_through >= T0 + timedelta(minutes=5)

@@ -32,7 +32,7 @@ def pg_queue(queue: pgqueue.Queue) -> pgqueue.Queue:
 def test_the_work_connection_carries_the_idle_in_transaction_timeout(
     pg_queue: pgqueue.Queue,
 ) -> None:
-    store = JobStore(pg_queue, worker_id="w1", lease=30, queues=None)
+    store = JobStore(pg_queue.db, worker_id="w1", lease=30, queues=None)
     with store.transaction() as conn:
         setting = conn.scalar(sa.text("SHOW idle_in_transaction_session_timeout"))
     store.close()
@@ -44,7 +44,7 @@ def test_a_worker_stopped_inside_a_transaction_hands_its_jobs_to_the_reaper(
 ) -> None:
     job_id = pg_queue.enqueue("tasks.work").id
     reaper = pgqueue.Reaper(pg_queue, grace=0)
-    store = JobStore(pg_queue, worker_id="stopped", lease=LEASE, queues=None)
+    store = JobStore(pg_queue.db, worker_id="stopped", lease=LEASE, queues=None)
     with store.transaction() as conn:
         rows = store.claim(conn, 1, "token-1", pg_queue.backend.clock())
     assert [row["id"] for row in rows] == [job_id]

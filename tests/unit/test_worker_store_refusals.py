@@ -21,7 +21,7 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> JobStore:
         if request.param == "sqlite"
         else "postgresql://nobody@127.0.0.1:1/none"
     )
-    return JobStore(pgqueue.Queue(url), worker_id="w", lease=30, queues=None)
+    return JobStore(pgqueue.Queue(url).db, worker_id="w", lease=30, queues=None)
 
 
 class _Driver(Exception):
@@ -76,7 +76,7 @@ def test_a_dropped_connection_is_retried_not_refused(store: JobStore) -> None:
 
 def test_postgres_data_errors_are_refusals() -> None:
     queue = pgqueue.Queue("postgresql://nobody@127.0.0.1:1/none")
-    store = JobStore(queue, worker_id="w", lease=30, queues=None)
+    store = JobStore(queue.db, worker_id="w", lease=30, queues=None)
     surrogate = sa_exc.DataError(
         "UPDATE", {}, _Driver("invalid input syntax for type json", "22P02")
     )

@@ -37,7 +37,7 @@ def _outcome(state: JobState) -> Outcome:
 @contextmanager
 def _finishing(queue: pgqueue.Queue, job_id: str, token: str, state: JobState) -> Iterator[None]:
     """The worker's store of one outcome, committed when the block ends."""
-    store = JobStore(queue, worker_id="w1", lease=30, queues=None)
+    store = JobStore(queue.db, worker_id="w1", lease=30, queues=None)
     try:
         with store.transaction() as conn:
             stored, lost = store.store(

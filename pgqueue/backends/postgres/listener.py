@@ -38,10 +38,10 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from sqlalchemy import Connection, Engine
-from sqlalchemy.exc import DBAPIError
 
 from pgqueue.backends.postgres import locks
-from pgqueue.backends.postgres.held import Hold, current_setting, session_settings
+from pgqueue.backends.postgres.held import Hold, current_setting
+from pgqueue.backends.postgres.session_locks import SESSION_WAIT_SECONDS, SessionLocks
 from pgqueue.backends.wakeups import WakeUpThread
 from pgqueue.errors import BackendError
 from pgqueue.notifications import CHANNELS
@@ -54,11 +54,9 @@ _BACKOFF_MAX_SECONDS = 5.0
 # An idle connection runs ``SELECT 1`` this often; psycopg queues notifications that arrive
 # meanwhile for the next notifies() call, so the ping loses nothing.
 _PING_SECONDS = 10.0
-#: How long a caller of hold() or connection() waits for the session to be (re)connected.
-SESSION_WAIT_SECONDS = 10.0
 
 
-class Listener(WakeUpThread):
+class Listener(SessionLocks, WakeUpThread):
     """A background thread holding the session connection: LISTEN, session advisory locks, and
     brief loans of the connection (see the module docstring).
 
@@ -157,7 +155,7 @@ class Listener(WakeUpThread):
 
         return remove
 
-    # -- the connection on loan, and advisory locks ---------------------------------------------
+    # -- the connection on loan (its advisory locks: session_locks.SessionLocks) ------------
 
     @contextlib.contextmanager
     def connection(
@@ -223,86 +221,6 @@ class Listener(WakeUpThread):
             # The thread has yet to notice; it clears ``listening`` before reconnecting.
             self._stopping.wait(0.005)
 
-    def hold(
-        self,
-        key: int,
-        owner: object,
-        *,
-        keep: bool = False,
-        role: str | None = None,
-        ttl: float | None = None,
-        wait: float = SESSION_WAIT_SECONDS,
-    ) -> bool:
-        """Take the session advisory lock ``key`` for ``owner`` if it is free; True when
-        ``owner`` holds it. Two owners in one process never share a key (the server would count
-        a second take as re-entry). ``keep``: take it again on every new connection (a worker's
-        liveness). ``role`` and ``ttl``: a leader role, shown in the session's name and bounding
-        its ``idle_session_timeout``. Raises BackendError when the session is down."""
-        with self.connection(wait=wait) as connection:
-            current = self._held.get(key)
-            if current is not None:
-                return current.owner is owner and current.live
-            if not locks.try_lock(connection, key):
-                return False
-            self._held[key] = Hold(owner, keep, role, ttl)
-            self._apply_settings(connection)
-            return True
-
-    def holds(self, key: int, owner: object, *, check: bool = False) -> bool:
-        """Whether ``owner`` holds ``key`` on the live connection. With ``check`` the server is
-        asked too (which also keeps an idle-timed session alive); an error there loses it."""
-        hold = self._held.get(key)
-        if hold is None or hold.owner is not owner or not hold.live:
-            return False
-        if self._broken or not self.listening.is_set():
-            return False
-        if not check:
-            return True
-        try:
-            with self.connection(wait=0) as connection:
-                return locks.holds_lock(connection, key)
-        except (DBAPIError, BackendError):
-            return False
-
-    def release(self, key: int, owner: object) -> None:
-        """Give ``key`` up if ``owner`` holds it (idempotent; quiet if the session is down)."""
-        with self._use:
-            hold = self._held.get(key)
-            if hold is None or hold.owner is not owner:
-                return
-            del self._held[key]
-            connection = self._connection
-            if connection is None or self._broken or not hold.live:
-                return
-            try:
-                locks.unlock(connection, key)
-                self._apply_settings(connection)
-            except DBAPIError:
-                logger.debug("releasing a session lock failed", exc_info=True)
-                if self._is_broken(connection):
-                    self._mark_broken()
-
-    def _apply_settings(self, connection: Connection) -> None:
-        """Name the session after the roles it leads and time it out like its fastest role."""
-        name, timeout = session_settings(self._held, label=self._label, default=self._default_name)
-        applied_name, applied_timeout = self._applied
-        if name is not None and name != applied_name:
-            locks.set_session(connection, "application_name", name)
-        if timeout != applied_timeout:
-            # A leader that hangs keeps its socket open and so its locks; the server ends its
-            # session once it has been idle for the TTL, freeing the roles for a follower.
-            # PostgreSQL 14+; older servers refuse it and a hung leader keeps its roles.
-            # The same within a transaction: maintenance queries run on this session, and a
-            # process stopped in the middle of one would otherwise keep its roles for ever.
-            try:
-                for setting in ("idle_in_transaction_session_timeout", "idle_session_timeout"):
-                    locks.set_session(connection, setting, f"{timeout}ms")
-            except DBAPIError as exc:
-                if self._is_broken(connection):
-                    raise
-                logger.info("no idle_session_timeout on this server (%s)", exc)
-        self._applied = (name, timeout)
-
     @staticmethod
     def _is_broken(connection: Connection) -> bool:
         try:
@@ -342,20 +260,6 @@ class Listener(WakeUpThread):
                 connection.close()
             raise
         return connection
-
-    def _take_kept_locks(self, connection: Connection) -> None:
-        """On a new connection: hold the ``keep`` locks again, before any borrower runs (the
-        thread holds ``_use``), so a live worker's liveness lock is free only while it has no
-        connection at all."""
-        for key, hold in list(self._held.items()):
-            if not hold.keep:
-                del self._held[key]
-            elif locks.try_lock(connection, key):
-                hold.live = True
-            else:
-                # Someone else took it meanwhile; its owner takes another on its next beat.
-                del self._held[key]
-        self._apply_settings(connection)
 
     def _listen_to_new_channels(self, connection: Connection) -> None:
         with self._lock:

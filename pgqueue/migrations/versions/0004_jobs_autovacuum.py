@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from alembic import op
 
+from pgqueue.backends.types import has_storage_parameters
+
 revision = "0004"
 down_revision = "0003_limits"
 branch_labels = None
@@ -31,14 +33,14 @@ SETTINGS = {
 
 
 def upgrade() -> None:
-    if op.get_context().dialect.name != "postgresql":
+    if not has_storage_parameters(op.get_context().dialect):
         return
     values = ", ".join(f"{name} = {value}" for name, value in SETTINGS.items())
     op.execute(f"ALTER TABLE {_jobs_table()} SET ({values})")
 
 
 def downgrade() -> None:
-    if op.get_context().dialect.name != "postgresql":
+    if not has_storage_parameters(op.get_context().dialect):
         return
     op.execute(f"ALTER TABLE {_jobs_table()} RESET ({', '.join(SETTINGS)})")
 
