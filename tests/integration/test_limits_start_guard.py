@@ -59,7 +59,7 @@ def test_a_late_rate_limited_start_is_handed_back_without_an_attempt(db_url: str
     store = JobStore(queue, worker_id="w1", lease=30, queues=None)
     try:
         job_id = guarded.enqueue().id
-        token = claim_jobs(queue)[job_id]
+        token = claim_jobs(queue, ids=[job_id])[job_id]
         # Its slot passed long ago (a thread woken far too late on a loaded machine).
         late = time.time() - SLOT_START_DELAY - START_GUARD - 0.5
         outcome = _run(queue, job_id, token, late)
@@ -85,7 +85,7 @@ def test_a_late_rate_limited_start_is_handed_back_without_an_attempt(db_url: str
         assert status.attempts == 0
         assert status.started_at is None
         # Claimed again, on time: it runs.
-        token = claim_jobs(queue)[job_id]
+        token = claim_jobs(queue, ids=[job_id])[job_id]
         outcome = _run(queue, job_id, token, time.time() - SLOT_START_DELAY)
         assert outcome.state is JobState.COMPLETED
         assert ran == [1]
