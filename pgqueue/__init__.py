@@ -36,6 +36,7 @@ from pgqueue.maintenance.reaper import Reaper, StalledJob
 from pgqueue.maintenance.scheduler import Scheduler
 from pgqueue.operations import count_jobs
 from pgqueue.periodic import Schedule
+from pgqueue.producer.batch import BatchOutcome
 from pgqueue.queue import ConnectionProvider, Queue
 from pgqueue.retries import Backoff, Retry, RetryPolicy
 from pgqueue.serde import JSONSerializer, Serializer
@@ -50,6 +51,7 @@ __all__ = [
     "AsyncEventStream",
     "BackendError",
     "Backoff",
+    "BatchOutcome",
     "BoundTask",
     "CancelResult",
     "Chain",

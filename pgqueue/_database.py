@@ -21,8 +21,7 @@ from sqlalchemy.engine import URL
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.pool import NullPool
 
-from pgqueue import config
-from pgqueue.backends import Backend, Clock, backend_for, same_database_kind
+from pgqueue.backends import Backend, Clock, backend_for, resolve_url, same_database_kind
 from pgqueue.errors import (
     BackendError,
     ConfigError,
@@ -98,16 +97,16 @@ class Database:
         session_url: str | URL | None = None,
         connections: ConnectionProvider | None = None,
     ) -> None:
-        direct = None if session_url is None else config.resolve_url(session_url)
+        direct = None if session_url is None else resolve_url(session_url)
         if isinstance(url_or_engine, Engine):
             if engine_options:
                 raise ConfigError("engine_options apply only when pgqueue creates the engine")
-            url = config.resolve_url(url_or_engine.url)
+            url = resolve_url(url_or_engine.url)
             self.backend: Backend = _backend(url, schema, pooler, direct)
             self.backend.prepare_engine(url_or_engine)
             engine = url_or_engine
         else:
-            url = config.resolve_url(url_or_engine)
+            url = resolve_url(url_or_engine)
             self.backend = _backend(url, schema, pooler, direct)
             engine = self.backend.create_engine(url, **dict(engine_options or {}))
         #: The schema holding pgqueue's tables (None: the connection's default).
@@ -256,5 +255,7 @@ def _backend(url: URL, schema: str | None, pooler: str | None, direct: URL | Non
     if direct is not None and not same_database_kind(url, direct):
         raise ConfigError("session_url must name the same kind of database as the URL")
     if direct is not None and not backend.session_locks:
-        raise ConfigError(f"session_url does not apply to {url.get_backend_name()}")
+        raise ConfigError(
+            f"session_url applies only to PostgreSQL (session locks), not to {url.drivername}"
+        )
     return backend

@@ -51,43 +51,29 @@ MAX_ATTEMPTS_LIMIT = 1_000_000
 MAX_SECONDS = 100 * 365 * 24 * 3600
 
 
-def resolve_url(url: str | URL | None) -> URL:
-    """Return a SQLAlchemy URL for ``url``, ``$PGQUEUE_URL`` or the SQLite default.
+def parse_url(url: str | URL | None) -> URL:
+    """Parse ``url``, ``$PGQUEUE_URL`` or the SQLite default into a SQLAlchemy URL, whatever the
+    database it names: ``pgqueue.backends.resolve_url`` then checks the database and its driver.
 
-    ``postgresql://`` and ``postgres://`` are taken to mean psycopg 3, the driver pgqueue ships
-    with. A URL that cannot be parsed or names an unsupported database raises ConfigError
-    without echoing the password.
+    A URL that cannot be parsed raises ConfigError without echoing the password.
+
+    Example::
+
+        parse_url("sqlite:///jobs.db").database  # 'jobs.db'
     """
     if url is None:
         url = os.environ.get(URL_ENVIRONMENT_VARIABLE) or DEFAULT_URL
-    if isinstance(url, str):
-        if not url.strip():
-            raise ConfigError("the database URL is empty; pass e.g. 'sqlite:///pgqueue.db'")
-        try:
-            parsed = make_url(url)
-        except (ArgumentError, ValueError) as exc:
-            raise ConfigError(
-                f"cannot parse database URL {_redact(url)!r}: expected e.g. "
-                "'postgresql://user:password@host/dbname' or 'sqlite:///path/to/file.db'"
-            ) from exc
-    else:
-        parsed = url
-    backend = parsed.get_backend_name()
-    if backend in ("postgresql", "postgres"):
-        _, _, driver = parsed.drivername.partition("+")
-        if driver in ("psycopg2", ""):
-            parsed = parsed.set(drivername="postgresql+psycopg")
-        elif driver != "psycopg":
-            raise ConfigError(
-                f"pgqueue talks to PostgreSQL through psycopg 3; use 'postgresql+psycopg://' "
-                f"instead of {parsed.drivername!r}"
-            )
-    elif backend != "sqlite":
+    if not isinstance(url, str):
+        return url
+    if not url.strip():
+        raise ConfigError("the database URL is empty; pass e.g. 'sqlite:///pgqueue.db'")
+    try:
+        return make_url(url)
+    except (ArgumentError, ValueError) as exc:
         raise ConfigError(
-            f"unsupported database {backend!r} in {parsed.render_as_string(hide_password=True)!r}:"
-            " pgqueue supports PostgreSQL and SQLite"
-        )
-    return parsed
+            f"cannot parse database URL {_redact(url)!r}: expected e.g. "
+            "'postgresql://user:password@host/dbname' or 'sqlite:///path/to/file.db'"
+        ) from exc
 
 
 def _redact(url: str) -> str:

@@ -36,8 +36,7 @@ from sqlalchemy.exc import DBAPIError
 
 from pgqueue import statements
 from pgqueue._database import translate
-from pgqueue.backends import Backend, backend_for
-from pgqueue.config import resolve_url
+from pgqueue.backends import Backend, backend_for, resolve_url
 from pgqueue.errors import ConfigError
 from pgqueue.maintenance.leadership import DEFAULT_LOCK_NAMESPACE, leader_key
 from pgqueue.schema import JOBS

@@ -5,8 +5,19 @@ from __future__ import annotations
 from sqlalchemy.engine import URL
 
 from pgqueue.backends.base import Backend, Clock
+from pgqueue.backends.urls import django_driver, django_url, resolve_url
 
-__all__ = ["POOLERS", "Backend", "Clock", "backend_for", "same_database_kind", "supports_jdbc"]
+__all__ = [
+    "POOLERS",
+    "Backend",
+    "Clock",
+    "backend_for",
+    "django_driver",
+    "django_url",
+    "resolve_url",
+    "same_database_kind",
+    "supports_jdbc",
+]
 
 #: What may sit between pgqueue and PostgreSQL (``Queue(pooler=...)``): None for a direct
 #: connection or a session-pooling pgbouncer, "transaction" for transaction pooling.
@@ -20,7 +31,7 @@ def backend_for(
     pooler: str | None = None,
     sessions: bool = True,
 ) -> Backend:
-    """The backend for a resolved URL (see ``config.resolve_url``).
+    """The backend for a resolved URL (see ``resolve_url``).
 
     ``schema`` holds pgqueue's tables (checked: SQLite has only "main"); ``pooler`` is one of
     :data:`POOLERS`; ``sessions`` says whether a connection with a session of its own can be
@@ -47,7 +58,7 @@ def same_database_kind(url: URL, other: URL) -> bool:
 
 def supports_jdbc(url: URL) -> bool:
     """Whether a JVM's JDBC driver (Spark's JDBC source) can read the database ``url`` names,
-    a URL resolved by ``config.resolve_url``: PostgreSQL reached over the network, never a
+    a URL resolved by ``resolve_url``: PostgreSQL reached over the network, never a
     SQLite file.
 
     Example::

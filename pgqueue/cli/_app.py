@@ -12,7 +12,7 @@ from typing import Any
 from sqlalchemy.engine import URL
 
 from pgqueue import config
-from pgqueue.backends import backend_for
+from pgqueue.backends import backend_for, resolve_url
 from pgqueue.errors import PgQueueError
 from pgqueue.queue import Queue
 
@@ -73,7 +73,7 @@ def queue_from_args(args: argparse.Namespace, *, create: bool = False) -> Queue:
     if isinstance(bound, Queue):
         return bound
     if not create:
-        _refuse_missing(config.resolve_url(args.url))
+        _refuse_missing(resolve_url(args.url))
     environ = os.environ.get
     queue = Queue(
         args.url,

@@ -12,7 +12,7 @@ from typing import Any
 
 from alembic import context
 
-from pgqueue.config import resolve_url
+from pgqueue.backends import resolve_url
 from pgqueue.migrate import VERSION_TABLE
 from pgqueue.schema import METADATA
 

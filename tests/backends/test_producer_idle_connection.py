@@ -23,23 +23,35 @@ pytestmark = [
 
 
 def _terminate_others(url: str) -> None:
-    """End every other session on the database, as a restart or an idle timeout would."""
-    admin = sa.create_engine(url)
+    """End every other client session on the database, as a restart or an idle timeout would.
+
+    Waits for the sessions it ended, not for the database to have no other session at all: the
+    database is shared by the test session, so an autovacuum worker, or a LISTEN connection that
+    rightly reconnects after losing its session, may be there (or come back) at any moment.
+    Each poll is a transaction of its own: PostgreSQL keeps one snapshot of pg_stat_activity
+    per transaction, so polls inside one transaction would never see a session leave that was
+    still there at the first (what made this wait time out under load).
+    """
+    admin = sa.create_engine(url, isolation_level="AUTOCOMMIT")
     try:
         with admin.connect() as conn:
-            conn.exec_driver_sql(
-                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                "WHERE datname = current_database() AND pid <> pg_backend_pid()"
-            )
-            conn.commit()
+            ended = [
+                pid
+                for pid, terminated in conn.exec_driver_sql(
+                    "SELECT pid, pg_terminate_backend(pid) FROM pg_stat_activity "
+                    "WHERE datname = current_database() AND pid <> pg_backend_pid() "
+                    "AND backend_type = 'client backend'"
+                )
+                if terminated
+            ]
             wait_until(
                 lambda: (
                     not conn.exec_driver_sql(
-                        "SELECT count(*) FROM pg_stat_activity "
-                        "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+                        "SELECT count(*) FROM pg_stat_activity WHERE pid = ANY(%(pids)s)",
+                        {"pids": ended},
                     ).scalar()
                 ),
-                "the other sessions to end",
+                "the terminated sessions to end",
             )
     finally:
         admin.dispose()

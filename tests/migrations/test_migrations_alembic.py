@@ -117,7 +117,7 @@ def test_offline_sql_for_dbas(empty_url: str) -> None:
     assert "CREATE INDEX ix_pgqueue_jobs_claim" in sql
     assert migrate.VERSION_TABLE in sql
     # Printing the SQL must not touch the database.
-    engine = sa.create_engine(pgqueue.config.resolve_url(empty_url))
+    engine = sa.create_engine(pgqueue.backends.resolve_url(empty_url))
     assert tables(engine) == set()
     engine.dispose()
 
@@ -130,7 +130,7 @@ def test_cli_migrate_and_sql(empty_url: str, tmp_path: Path) -> None:
     for _ in range(2):
         done = subprocess.run(run, env=env, capture_output=True, text=True, cwd=tmp_path)
         assert done.returncode == 0, done.stderr
-    engine = sa.create_engine(pgqueue.config.resolve_url(empty_url))
+    engine = sa.create_engine(pgqueue.backends.resolve_url(empty_url))
     assert schema_diff(engine) == []
     engine.dispose()
 
@@ -153,7 +153,7 @@ def test_plain_alembic_with_the_top_level_ini(empty_url: str) -> None:
         cwd=ROOT,
     )
     assert done.returncode == 0, done.stderr
-    engine = sa.create_engine(pgqueue.config.resolve_url(empty_url))
+    engine = sa.create_engine(pgqueue.backends.resolve_url(empty_url))
     assert schema_diff(engine) == []
     engine.dispose()
 

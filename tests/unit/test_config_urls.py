@@ -6,7 +6,7 @@ import pytest
 
 import pgqueue
 from pgqueue import ConfigError
-from pgqueue.config import resolve_url
+from pgqueue.backends import resolve_url
 
 
 @pytest.mark.parametrize(
@@ -58,3 +58,29 @@ def test_error_tree() -> None:
         assert issubclass(error, pgqueue.PgQueueError)
     assert issubclass(pgqueue.JobTimeoutError, TimeoutError)
     assert "pgqueue migrate" in str(pgqueue.SchemaMissingError())
+
+
+def test_an_engine_url_is_checked_like_a_string() -> None:
+    from sqlalchemy.engine import make_url
+
+    assert resolve_url(make_url("postgres://u@h/d")).drivername == "postgresql+psycopg"
+    with pytest.raises(ConfigError, match="unsupported database 'mysql'"):
+        resolve_url(make_url("mysql://u:pw@h/d"))
+
+
+def test_django_vendors_map_to_their_driver_and_url() -> None:
+    from pgqueue.backends import django_driver, django_url
+
+    assert django_driver("postgresql") == "psycopg"
+    assert django_driver("sqlite") == "sqlite3"
+    assert django_driver("mysql") is None
+    assert str(django_url("sqlite", {"NAME": "/tmp/app.db"}, dict)) == "sqlite:////tmp/app.db"
+    params = {"dbname": "app", "user": "u", "password": "pw", "host": "db", "port": "5433"}
+    url = django_url(
+        "postgresql", {}, lambda: {**params, "sslmode": "require", "context": object()}
+    )
+    assert url.render_as_string(hide_password=False) == (
+        "postgresql+psycopg://u:pw@db:5433/app?sslmode=require"
+    )
+    with pytest.raises(ConfigError, match="mysql"):
+        django_url("mysql", {}, dict)

@@ -234,6 +234,18 @@ class PostgresBackend:
         """Jobs of one task with generated ids (see ``backends/postgres/bulk.py``)."""
         return bulk.enqueue_fresh(connection, shared, documents, clock)
 
+    def enqueue_columns(
+        self,
+        connection: Connection,
+        shared: Mapping[str, Any],
+        ids: list[str],
+        args: list[str],
+        kwargs: Mapping[str, str],
+        clock: Clock,
+    ) -> list[str]:
+        """Jobs of one task given as columns, chosen ids (see ``backends/postgres/bulk.py``)."""
+        return bulk.enqueue_columns(connection, shared, ids, args, kwargs, clock)
+
     def enqueue_fresh_committed(
         self, engine: Engine, shared: Mapping[str, Any], document: str, clock: Clock, channel: str
     ) -> list[str]:

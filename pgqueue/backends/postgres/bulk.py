@@ -35,6 +35,7 @@ from sqlalchemy import (
     literal,
     literal_column,
     select,
+    text,
 )
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.dialects.postgresql import JSONB
@@ -44,7 +45,14 @@ from pgqueue.job import JobState
 from pgqueue.schema import JOBS
 from pgqueue.statements.enqueue import insert_or_requeue
 
-__all__ = ["FRESH_SHARED", "enqueue_fresh", "enqueue_fresh_committed", "fresh_enqueue"]
+__all__ = [
+    "FRESH_SHARED",
+    "column_enqueue",
+    "enqueue_columns",
+    "enqueue_fresh",
+    "enqueue_fresh_committed",
+    "fresh_enqueue",
+]
 
 #: The parameters every job of one call shares (``run_at`` None: ``delay`` seconds from now).
 FRESH_SHARED = ("task", "queue", "priority", "max_attempts", "result_ttl", "run_at", "delay")
@@ -136,3 +144,79 @@ def enqueue_fresh_committed(
     with engine.connect() as connection:
         autocommit = connection.execution_options(isolation_level="AUTOCOMMIT")
         return [row[0] for row in autocommit.execute(statement, {"jobs": document, **shared})]
+
+
+def column_enqueue(clock: Clock, args: int, kwargs: tuple[str, ...]) -> Any:
+    """``INSERT … SELECT`` of jobs given as columns, for ids the caller chose: ``ids`` (text[])
+    and one JSON array per argument (``a0``… positional, ``k0``… keyword, named ``kwargs``), all
+    of one length, zipped by the server (``ROWS FROM``), with the ``FRESH_SHARED`` parameters and
+    ``extra`` (a JSON object merged into every payload, e.g. the trace context). The client
+    encodes each column once; no per-job document is built in Python. Rows go in id order, so
+    concurrent producers of overlapping ids lock them in one order. Returns the ids queued."""
+    names = [f"a{i}" for i in range(args)] + [f"k{i}" for i in range(len(kwargs))]
+    sources = ", ".join(
+        ["unnest(CAST(:ids AS text[]))"]
+        + [f"jsonb_array_elements(CAST(:{name} AS jsonb))" for name in names]
+    )
+    given = (
+        text(f"SELECT * FROM ROWS FROM ({sources}) AS g({', '.join(['id', *names])})")
+        .columns(column("id", Text), *(column(n, JSONB) for n in names))
+        .subquery("given")
+    )
+    pairs: list[Any] = []
+    for index, name in enumerate(kwargs):
+        pairs += [literal(name, Text), given.c[f"k{index}"]]
+    payload = func.jsonb_build_object(
+        literal("args", Text),
+        func.jsonb_build_array(*(given.c[f"a{i}"] for i in range(args))),
+        literal("kwargs", Text),
+        func.jsonb_build_object(*pairs),
+    ).op("||")(cast(bindparam("extra", type_=Text), JSONB))
+    now = clock.now()
+    values: dict[str, Any] = {
+        "id": given.c.id,
+        "task": bindparam("task", type_=Text),
+        "queue": bindparam("queue", type_=Text),
+        "payload": payload,
+        "priority": bindparam("priority", type_=Integer),
+        "max_attempts": bindparam("max_attempts", type_=Integer),
+        "result_ttl": bindparam("result_ttl", type_=Integer),
+        "state": literal_column(f"'{JobState.QUEUED}'"),
+        "run_at": func.coalesce(
+            bindparam("run_at", type_=JOBS.c.run_at.type),
+            now + bindparam("delay", type_=Float) * literal_column("INTERVAL '1 second'"),
+        ),
+        "attempts": literal_column("0"),
+        "stall_count": literal_column("0"),
+        "created_at": now,
+        "updated_at": now,
+    }
+    rows = select(*values.values()).order_by(given.c.id)
+    return insert_or_requeue(postgresql.insert(JOBS).from_select(list(values), rows))
+
+
+@functools.cache
+def _column_statement(args: int, kwargs: tuple[str, ...]) -> Any:
+    return column_enqueue(Clock(None), args, kwargs)
+
+
+def enqueue_columns(
+    connection: Connection,
+    shared: Mapping[str, Any],
+    ids: list[str],
+    args: list[str],
+    kwargs: Mapping[str, str],
+    clock: Clock,
+) -> list[str]:
+    """One statement, in the caller's transaction: jobs ``ids`` whose arguments are the JSON
+    arrays ``args`` (positional, in order) and ``kwargs`` (by argument name). Returns the ids
+    queued (inserted, or failed/cancelled ones re-queued)."""
+    names = tuple(kwargs)
+    if clock.fixed is None:
+        statement = _column_statement(len(args), names)
+    else:
+        statement = column_enqueue(clock, len(args), names)
+    values: dict[str, Any] = {"ids": ids, **shared}
+    values.update({f"a{i}": document for i, document in enumerate(args)})
+    values.update({f"k{i}": kwargs[name] for i, name in enumerate(names)})
+    return list(connection.scalars(statement, values))

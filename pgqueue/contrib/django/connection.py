@@ -13,6 +13,7 @@ pgqueue speaks SQLAlchemy; Django has its own connections. Two engines bridge th
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Callable
 from typing import Any
 
 import sqlalchemy as sa
@@ -24,6 +25,7 @@ from sqlalchemy.dialects.sqlite.pysqlite import SQLiteDialect_pysqlite
 from sqlalchemy.engine import URL
 from sqlalchemy.pool import NullPool
 
+from pgqueue.backends import django_driver, django_url
 from pgqueue.errors import ConfigError
 
 __all__ = [
@@ -45,7 +47,7 @@ def vendor(alias: str) -> str:
     from django.db import connections
 
     name: str = connections[alias].vendor
-    if name not in ("postgresql", "sqlite"):
+    if django_driver(name) is None:
         raise ConfigError(
             f"Django database {alias!r} is {name}; pgqueue supports PostgreSQL and SQLite"
         )
@@ -67,10 +69,8 @@ def own_engine_options(alias: str, engine_options: dict[str, Any] | None = None)
     alias (``Queue(database_url(alias), engine_options=...)``): every connection asks Django
     for its parameters at connect time."""
     options = dict(engine_options or {})
-    if vendor(alias) == "sqlite":
-        options["creator"] = lambda: _connect_sqlite(alias)
-    else:
-        options["creator"] = lambda: _connect_postgres(alias)
+    connect = _CONNECTORS[str(django_driver(vendor(alias)))]
+    options["creator"] = lambda: connect(alias)
     return options
 
 
@@ -82,23 +82,8 @@ def database_url(alias: str) -> URL:
     """
     from django.db import connections
 
-    kind = vendor(alias)
     wrapper = connections[alias]
-    if kind == "sqlite":
-        return URL.create("sqlite", database=str(wrapper.settings_dict["NAME"]))
-    params = dict(wrapper.get_connection_params())
-    port = params.pop("port", None)
-    named = {key: params.pop(key, None) for key in ("dbname", "user", "password", "host")}
-    query = {key: str(value) for key, value in params.items() if isinstance(value, str | int)}
-    return URL.create(
-        "postgresql+psycopg",
-        username=named["user"],
-        password=named["password"],
-        host=named["host"],
-        port=int(port) if port else None,
-        database=named["dbname"],
-        query=query,
-    )
+    return django_url(vendor(alias), wrapper.settings_dict, wrapper.get_connection_params)
 
 
 def _connect_postgres(alias: str) -> Any:
@@ -121,6 +106,13 @@ def _connect_sqlite(alias: str) -> sqlite3.Connection:
     params.pop("detect_types", None)
     params.setdefault("timeout", SQLITE_TIMEOUT)
     return sqlite3.connect(**params)
+
+
+# The DB-API module pgqueue.backends names for a vendor -> how to open it with Django's parameters.
+_CONNECTORS: dict[str, Callable[[str], Any]] = {
+    "psycopg": _connect_postgres,
+    "sqlite3": _connect_sqlite,
+}
 
 
 class _BorrowedMixin:

@@ -23,7 +23,7 @@ from sqlalchemy.dialects import postgresql
 from sqlalchemy.engine import URL
 
 from pgqueue import config, statements
-from pgqueue.backends import supports_jdbc
+from pgqueue.backends import resolve_url, supports_jdbc
 from pgqueue.contrib.spark.connections import executor_queue
 from pgqueue.errors import ConfigError
 from pgqueue.job import JobState
@@ -86,7 +86,7 @@ def read_jobs(
                          since=datetime.now(UTC) - timedelta(days=1))
         jobs.groupBy("state").count().show()
     """
-    resolved = config.resolve_url(url)
+    resolved = resolve_url(url)
     filters = _Filters.checked(queues, states, since, until)
     if partitions is None:
         partitions = max(1, min(spark.sparkContext.defaultParallelism, _DEFAULT_PARTITIONS))
@@ -314,7 +314,7 @@ class JobHistorySource(DataSource):
 
 class _JobHistoryReader(DataSourceReader):
     def __init__(self, options: dict[str, str]) -> None:
-        url = config.resolve_url(options["url"])
+        url = resolve_url(options["url"])
         if options.get("password"):
             url = url.set(password=options["password"])
         self.url = url.render_as_string(hide_password=False)

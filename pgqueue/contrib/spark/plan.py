@@ -22,6 +22,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from pgqueue import config
+from pgqueue.backends import resolve_url
 from pgqueue.errors import ConfigError
 from pgqueue.task import Task
 
@@ -83,7 +84,7 @@ def make_plan(
                          kwargs_cols=None, queue=None, priority_col=None, run_at_col=None,
                          batch_size=5000)
     """
-    resolved = config.resolve_url(url)
+    resolved = resolve_url(url)
     options: dict[str, Any] = {}
     if isinstance(task, Task):
         name = task.name

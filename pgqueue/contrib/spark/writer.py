@@ -15,7 +15,9 @@ from itertools import islice
 from typing import Any
 
 import pyarrow as pa
+from sqlalchemy import Connection
 
+from pgqueue import BatchOutcome, Queue
 from pgqueue.contrib.spark.connections import executor_queue
 from pgqueue.contrib.spark.plan import Plan
 from pgqueue.errors import ConfigError, SerializationError
@@ -59,6 +61,16 @@ def write_partition(plan: Plan, batches: Iterator[pa.RecordBatch]) -> Iterator[p
     queue = executor_queue(plan.url)
     counts = dict.fromkeys(COUNTS, 0)
     with queue.connect() as connection:
+        if _columnar(plan):
+            for batch in batches:
+                for offset in range(0, batch.num_rows, plan.batch_size):
+                    outcome = _enqueue_columns(
+                        queue, plan, batch.slice(offset, plan.batch_size), connection
+                    )
+                    counts["queued"] += outcome.queued
+                    counts["duplicate"] += outcome.duplicate
+                    counts["completed"] += outcome.completed
+            batches = iter(())
         specs = _job_specs(plan, batches)
         while chunk := list(islice(specs, plan.batch_size)):
             results = queue.enqueue_many(plan.task, chunk, connection=connection, **plan.options)
@@ -66,6 +78,35 @@ def write_partition(plan: Plan, batches: Iterator[pa.RecordBatch]) -> Iterator[p
                 counts[result.status] += 1
     yield pa.RecordBatch.from_pydict(
         {name: [counts[name]] for name in COUNTS}, schema=_REPORT_ARROW
+    )
+
+
+def _columnar(plan: Plan) -> bool:
+    """Whether the partition's batches go to ``Queue.enqueue_batch`` column by column: ids from
+    a column, and every job sharing its priority and due time (the other cases build one
+    JobSpec per row)."""
+    return plan.id_col is not None and plan.priority_col is None and plan.run_at_col is None
+
+
+def _enqueue_columns(
+    queue: Queue, plan: Plan, batch: pa.RecordBatch, connection: Connection
+) -> BatchOutcome:
+    assert plan.id_col is not None
+    ids = batch.column(plan.id_col)
+    if ids.null_count:
+        raise ConfigError(
+            f"id_col {plan.id_col!r} is null in a row; every row needs an id "
+            "(or leave id_col unset to derive ids from the arguments)"
+        )
+    if not pa.types.is_string(ids.type):
+        ids = ids.cast(pa.string())  # integers: the same text as str()
+    return queue.enqueue_batch(
+        plan.task,
+        ids=ids.to_pylist(),
+        args=[_values(plan, batch, column) for column in plan.args],
+        kwargs={argument: _values(plan, batch, column) for argument, column in plan.kwargs},
+        connection=connection,
+        **plan.options,
     )
 
 

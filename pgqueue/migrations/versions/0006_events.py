@@ -19,6 +19,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
+from pgqueue.backends import backend_for
 from pgqueue.events import statements
 
 revision = "0006_events"
@@ -32,16 +33,13 @@ def _trigger_ddl(*, drop: bool) -> list[str]:
     # A Queue's schema= is passed as the version table's schema (see env.py); trigger functions
     # name their tables with it, since they run with the caller's search path.
     schema = context.opts.get("version_table_schema")
-    if context.dialect.name == "postgresql":
-        if drop:
-            return statements.postgres_drop_ddl(schema)
-        from pgqueue.backends import backend_for
-
-        channel = backend_for(sa.make_url("postgresql://"), schema=schema).channel(
-            statements.CHANNEL
-        )
-        return statements.postgres_ddl(schema, channel)
-    return statements.sqlite_drop_ddl() if drop else statements.sqlite_ddl()
+    # Offline (--sql) runs have a dialect but no connection: the backend is found by its name.
+    backend = backend_for(sa.make_url(f"{context.dialect.name}://"), schema=schema)
+    if backend.events_in_table:
+        return statements.sqlite_drop_ddl() if drop else statements.sqlite_ddl()
+    if drop:
+        return statements.postgres_drop_ddl(schema)
+    return statements.postgres_ddl(schema, backend.channel(statements.CHANNEL))
 
 
 def upgrade() -> None:
