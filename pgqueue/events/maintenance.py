@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
+
+from sqlalchemy import Connection
 
 from pgqueue.events import statements
 
@@ -13,17 +17,21 @@ if TYPE_CHECKING:
 __all__ = ["prune_events"]
 
 
-def prune_events(db: Database) -> int:
+def prune_events(
+    db: Database, *, connect: Callable[[], AbstractContextManager[Connection]] | None = None
+) -> int:
     """Delete expired listener registrations, then the events every live listener has read (all
     of them when none is left); returns the events deleted. Live listeners prune as they go: this
     bounds what a crashed SQLite listener left behind. Real time, not a pruner's injected clock:
-    a listener's registration expires by the wall clock it renews on.
+    a listener's registration expires by the wall clock it renews on. ``connect`` opens the
+    transaction to run in (the pruner passes its leader session's, so a worker keeps to its two
+    connections); the Database's by default.
 
     Example::
 
         prune_events(queue.db)
     """
     now = datetime.now(UTC)
-    with db.connect() as conn:
+    with (connect or db.connect)() as conn:
         conn.execute(statements.listeners_expired_delete(now))
         return int(conn.execute(statements.events_prune(now)).rowcount or 0)

@@ -222,7 +222,7 @@ class Pruner(MaintenanceService):
         # Edges of pruned dependents (not counted: they are part of their job).
         self._drain(statements.dependencies_prune(limit))
         # Lifecycle events no live listener still has to read (see pgqueue.events).
-        prune_events(self.db)
+        prune_events(self.db, connect=self.leadership.connect)
         result = PruneCounts(**counts)
         if result.deleted or result.results_expired:
             logger.info(

@@ -29,6 +29,7 @@ __all__ = [
     "job_complete",
     "job_fail",
     "job_held",
+    "job_lock_held",
     "job_release",
     "job_retry",
     "job_retry_many",
@@ -60,6 +61,16 @@ def job_held(pairs: Sequence[tuple[str, str]]) -> Select[Any]:
     """The ids of the jobs still held under these ``(id, lock_token)`` pairs, and whether each
     has dependents."""
     return select(JOBS.c.id, JOBS.c.has_dependents).where(fenced(pairs))
+
+
+def job_lock_held(pairs: Sequence[tuple[str, str]]) -> Select[Any]:
+    """Lock the rows still held under these ``(id, lock_token)`` pairs, in id order, before a
+    batch writes them with several statements (completions, then failures one by one): every
+    transaction that locks job rows for workflows takes them in id order (see
+    ``workflow/statements.py``), so none waits for another in a cycle."""
+    return (
+        select(JOBS.c.id).where(fenced(pairs)).order_by(JOBS.c.id).with_for_update(key_share=True)
+    )
 
 
 def job_fail(

@@ -165,6 +165,9 @@ class Executor:
         if job.not_before is not None:
             # Claimed ahead of its rate-limit slot (pgqueue.limits.claim): start at the slot.
             job.context.cancelled.wait(_until(job.not_before))
+            if not self._may_start(job):
+                self.deliver(job, HANDED_BACK)
+                return
         try:
             with running(job.context, job.carrier) as span:
                 if previous:
@@ -192,6 +195,8 @@ class Executor:
         """An ``async def`` handler call, on the worker's event loop."""
         if job.not_before is not None:
             await asyncio.sleep(_until(job.not_before))
+            if not self._may_start(job):
+                return HANDED_BACK
         try:
             with running(job.context, job.carrier) as span:
                 if previous:
@@ -248,6 +253,26 @@ class Executor:
         return Outcome(JobState.COMPLETED, result=outcome.result, settled=held)
 
     @staticmethod
+    def _may_start(job: Claimed) -> bool:
+        """Whether a rate-limited handler may start now: not given up while it waited for its
+        slot, and not more than ``START_GUARD`` past its start (see :data:`START_GUARD`)."""
+        assert job.not_before is not None
+        if job.context.cancelled.is_set():
+            # A stop or a lost lease ended the wait: the job is not ours to start any more.
+            return False
+        late = time.time() - (job.not_before + SLOT_START_DELAY)
+        if late <= START_GUARD:
+            return True
+        logger.debug(
+            "rate-limited job handed back: its handler would start %.0f ms after its slot's "
+            "start job_id=%s",
+            late * 1000,
+            job.id,
+            extra={"job_id": job.id},
+        )
+        return False
+
+    @staticmethod
     def _abandon_transaction(job: Claimed) -> None:
         transaction = job.context.job_transaction
         if transaction is not None and transaction.open:
@@ -285,6 +310,17 @@ class Executor:
 #: so that their jitter does not bunch starts (a claim may take a slot up to 50 ms old: the
 #: catch-up of pgqueue.limits.claim, which leaves at least 50 ms).
 SLOT_START_DELAY = 0.1
+#: The latest a rate-limited handler may start after its slot's start (slot + SLOT_START_DELAY);
+#: a later one is handed back (queued again, no attempt spent, the slot spent) and paced
+#: anew at its next claim. Every start then lies within [start, start + START_GUARD] of its own
+#: slot's, and slots are a step (1/20 s at "20/s") apart: a window of one second can hold
+#: count + 1 starts only, as long as START_GUARD plus the few instructions from the guard to the
+#: handler's first line stay under one step; 25 ms leaves the other 25 ms at "20/s" to a
+#: thread preempted in between. (Above 40 a second a window may hold START_GUARD worth of slots
+#: more, as it may hold CATCH_UP_SECONDS worth: see docs/limits.md.)
+START_GUARD = 0.025
+#: What a handler that may not start any more delivers: hand the job back to ``queued``.
+HANDED_BACK = Outcome(JobState.QUEUED)
 #: The longest a handler waits for its slot: the claim's look-ahead plus the delay, and some
 #: room for a worker clock behind the database's.
 _MAX_SLOT_WAIT = 0.25

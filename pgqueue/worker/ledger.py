@@ -37,7 +37,8 @@ class WorkerStats:
 
     ``retried``: attempts that failed with attempts left; ``failed``: jobs dead-lettered;
     ``lost``: outcomes discarded because the lease was lost; ``released``: jobs handed back to
-    ``queued`` by a graceful stop; ``timed_out``: attempts that ran past the task's timeout.
+    ``queued`` by a graceful stop, or by the start guard of rate-limited handlers (a slot's start
+    missed; see docs/limits.md); ``timed_out``: attempts that ran past the task's timeout.
 
     Example::
 
@@ -147,6 +148,10 @@ class Ledger:
         for job, outcome in stored:
             del self.active[job.id]
             state = outcome.state
+            if state is JobState.QUEUED:
+                # Handed back before its handler started (a rate slot missed): no attempt spent.
+                self.counts["released"] += 1
+                continue
             metrics.job_processed(
                 queue=job.context.queue, task=job.context.task, outcome=state, seconds=job.seconds
             )
@@ -186,7 +191,11 @@ class Ledger:
                 )
         for job in lost:
             self.lose(job)
-        finished = [(job.id, str(o.state)) for job, o in stored if o.state is not JobState.FAILING]
+        finished = [
+            (job.id, str(o.state))
+            for job, o in stored
+            if o.state is not JobState.FAILING and o.state is not JobState.QUEUED
+        ]
         if finished:
             try:
                 self.jobs_finished(finished)

@@ -171,11 +171,26 @@ class JobStore:
         """Write outcomes, fenced; returns those stored (as written: see :meth:`_store_alone`)
         and the jobs whose lease was lost. ``one_by_one`` after a batch whose values could not
         be stored. Waiters of every job finished for good are notified in this transaction."""
-        # Outcomes the handler's own transaction stored already (see worker/transaction.py).
-        settled = [(job, outcome) for job, outcome in pending if outcome.settled is not None]
-        if settled:
-            pending = [(job, outcome) for job, outcome in pending if outcome.settled is None]
+        # Outcomes the handler's own transaction stored already (see worker/transaction.py), and
+        # rate-limited jobs whose handler could not start in time (worker/executor.py): one pass
+        # that finds none for every other batch.
+        special = [
+            (job, outcome)
+            for job, outcome in pending
+            if outcome.settled is not None or outcome.state is JobState.QUEUED
+        ]
+        if special:
+            pending = [
+                (job, outcome)
+                for job, outcome in pending
+                if outcome.settled is None and outcome.state is not JobState.QUEUED
+            ]
             stored, lost = self.store(conn, pending, clock, one_by_one=one_by_one)
+            back = [(job, outcome) for job, outcome in special if outcome.state is JobState.QUEUED]
+            released = self.release(conn, [job for job, _ in back], clock)
+            stored += [(job, outcome) for job, outcome in back if job.id in released]
+            lost += [job for job, _ in back if job.id not in released]
+            settled = [(job, outcome) for job, outcome in special if outcome.settled is not None]
             stored += [(job, outcome) for job, outcome in settled if outcome.settled]
             lost += [job for job, outcome in settled if not outcome.settled]
             return stored, lost
@@ -231,6 +246,10 @@ class JobStore:
         self, conn: Connection, pending: Pending, clock: Clock
     ) -> tuple[set[str], Pending]:
         completions = [_completion(j, o) for j, o in pending if o.state is JobState.COMPLETED]
+        if len(completions) < len(pending) > 1:
+            # Failures are written one by one after the completions: lock the whole batch in
+            # id order first, as the completion statement alone does (deadlock-free workflows).
+            _lock_in_order(conn, pending)
         done = self.backend.complete(conn, completions, clock)
         self._with_dependents.update(job_id for job_id, flag in done.items() if flag)
         held = set(done)
@@ -252,6 +271,8 @@ class JobStore:
         failure in a new list, so that a transaction failing later retries the original."""
         held: set[str] = set()
         written: Pending = []
+        if len(pending) > 1:
+            _lock_in_order(conn, pending)
         for job, outcome in pending:
             try:
                 with conn.begin_nested():
@@ -323,6 +344,10 @@ class JobStore:
         if statement is None:
             statement = self._statements[name] = build()
         return statement
+
+
+def _lock_in_order(conn: Connection, pending: Pending) -> None:
+    conn.execute(statements.job_lock_held([(job.id, job.lock_token) for job, _ in pending]))
 
 
 def _completion(job: Claimed, outcome: Outcome) -> Completion:

@@ -75,11 +75,20 @@ def dependencies_lock(ids: Sequence[str]) -> Select[Any]:
     locks first: this read waits for its commit and returns the finished state, and the
     enqueue releases (or cancels) the dependent itself. FOR NO KEY UPDATE, not FOR SHARE: two
     enqueues attaching to one dependency would both hold a share lock and deadlock when each
-    sets the flag."""
+    sets the flag.
+
+    The order is the one global order of job row locks for workflows: rows not ``waiting``
+    first, then ``waiting`` ones, each in id order. A worker's batch locks its own rows
+    (``processing``) in id order, then the ``waiting`` dependents it releases in id order
+    (:func:`dependents_locked`); an enqueue depending on both a running job and a job waiting
+    on it takes them in that order too, so the two never wait for each other in a cycle (a
+    deadlock PostgreSQL would abort one of them for). The state is read before the lock: a row
+    that changes class meanwhile (a cancel, a retry) could still meet a cycle; PostgreSQL
+    then aborts one side (a worker's turn is retried with its outcomes kept)."""
     return (
         select(JOBS.c.id, JOBS.c.state)
         .where(JOBS.c.id.in_(list(ids)))
-        .order_by(JOBS.c.id)
+        .order_by(JOBS.c.state == _WAITING, JOBS.c.id)
         .with_for_update(key_share=True)
     )
 

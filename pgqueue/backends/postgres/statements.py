@@ -146,9 +146,29 @@ def job_complete_many(clock: Clock) -> Update:
         .table_valued(column("id", Text), column("lock_token", Text), column("result", JSONB))
         .render_derived(name="done", with_types=True)
     )
+    # The batch's rows locked in id order first (LockRows runs above the sort), as an enqueue
+    # locks the dependencies it attaches to (workflow/statements.py): an UPDATE alone would lock
+    # them in the order of the document, and the two could wait for each other (a deadlock).
+    ordered = (
+        func.jsonb_to_recordset(cast(bindparam("done", type_=Text), JSONB))
+        .table_valued(column("id", Text), column("lock_token", Text))
+        .render_derived(name="ordered", with_types=True)
+    )
+    locked = (
+        select(JOBS.c.id)
+        .where(
+            JOBS.c.id == ordered.c.id,
+            JOBS.c.lock_token == ordered.c.lock_token,
+            JOBS.c.state == str(JobState.PROCESSING),
+        )
+        .order_by(JOBS.c.id)
+        .with_for_update(of=JOBS, key_share=True)
+        .cte("locked")
+    )
     return (
         update(JOBS)
         .where(
+            JOBS.c.id == locked.c.id,
             JOBS.c.id == done.c.id,
             JOBS.c.lock_token == done.c.lock_token,
             JOBS.c.state == str(JobState.PROCESSING),

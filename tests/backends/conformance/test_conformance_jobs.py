@@ -114,7 +114,8 @@ def test_complete_stores_held_jobs_and_reports_lost_ones(queue: pgqueue.Queue) -
     with queue.backend.begin(queue.engine) as conn:
         stored = queue.backend.complete(conn, done, fixed(queue, 5))
         assert queue.backend.complete(conn, [], fixed(queue, 5)) == {}
-    assert stored == {"kept": False}  # id -> has_dependents
+    # Only ids whose write held come back, each with the has_dependents flag the write saw.
+    assert stored == {"kept": False}
     kept = row_of(queue, "kept")
     assert (kept.state, kept.result, kept.lock_token) == ("completed", {"answer": 42}, None)
     assert kept.result_expires_at == T0 + timedelta(seconds=65)
