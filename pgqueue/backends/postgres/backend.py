@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-import functools
-import json
 import logging
 import select as select_module
-import weakref
 import zlib
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -20,9 +17,8 @@ from sqlalchemy.dialects import postgresql
 from sqlalchemy.engine import URL
 from sqlalchemy.exc import DBAPIError, DisconnectionError, OperationalError
 
-from pgqueue import statements
 from pgqueue.backends.base import Clock, Completion, iter_chunks, split_holder
-from pgqueue.backends.postgres import bulk, locks
+from pgqueue.backends.postgres import bulk, locks, prepared
 from pgqueue.backends.postgres import statements as pg_statements
 from pgqueue.backends.postgres.listener import Listener
 from pgqueue.config import check_name
@@ -52,18 +48,6 @@ _NOTIFY_MANY = pg_statements.notify_many()
 _LEADERS = pg_statements.leaders_holding_locks()
 
 
-@functools.cache
-def _enqueue_on_database_clock() -> Any:
-    # Built once: building the statement costs more than running it for one job, and a single
-    # enqueue is on the hot path of enqueue_and_wait's round trip.
-    return pg_statements.job_enqueue_many(postgresql.insert, Clock(None))
-
-
-@functools.cache
-def _enqueue_notify_on_database_clock(channel: str) -> Any:
-    return pg_statements.job_enqueue_notify(postgresql.insert, Clock(None), channel)
-
-
 def _check_idle_connection(dbapi_connection: Any, _record: Any, _proxy: Any) -> None:
     """Pool checkout: refuse a connection that the server closed while it sat idle.
 
@@ -80,12 +64,6 @@ def _check_idle_connection(dbapi_connection: Any, _record: Any, _proxy: Any) -> 
         raise DisconnectionError("pooled connection is closed") from exc
     if readable or dbapi_connection.closed:
         raise DisconnectionError("the server closed this pooled connection while it was idle")
-
-
-@functools.cache
-def _complete_on_database_clock() -> Any:
-    # Built once, like the enqueue: a busy worker completes a batch every turn.
-    return pg_statements.job_complete_many(Clock(None))
 
 
 # SQLSTATE classes of a value the server refuses: 22 data exception (e.g. a lone surrogate in
@@ -180,7 +158,7 @@ class PostgresBackend:
         self, connection: Connection, rows: Iterable[dict[str, Any]], clock: Clock
     ) -> list[str]:
         statement = (
-            _enqueue_on_database_clock()
+            prepared.enqueue_on_database_clock()
             if clock.fixed is None
             else pg_statements.job_enqueue_many(self.insert, clock)
         )
@@ -193,16 +171,16 @@ class PostgresBackend:
         if first is None:
             return []
         if len(first) < ENQUEUE_CHUNK:
-            return send(_enqueue_document(first))
+            return send(prepared.enqueue_document(first))
         # Maybe more chunks: while the server inserts one, this thread builds the next (and the
         # caller's iterator its rows), so the database and Python overlap instead of taking
         # turns. One statement at a time is in flight on the connection, sent from one helper
         # thread; an exception from either side ends the call once that statement is back.
         queued: list[str] = []
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="pgqueue-enqueue") as pool:
-            running = pool.submit(send, _enqueue_document(first))
+            running = pool.submit(send, prepared.enqueue_document(first))
             for chunk in chunks:
-                jobs = _enqueue_document(chunk)
+                jobs = prepared.enqueue_document(chunk)
                 queued.extend(running.result())
                 running = pool.submit(send, jobs)
             queued.extend(running.result())
@@ -213,11 +191,11 @@ class PostgresBackend:
     ) -> list[str]:
         channel = self.channel(channel)
         statement = (
-            _enqueue_notify_on_database_clock(channel)
+            prepared.enqueue_notify_on_database_clock(channel)
             if clock.fixed is None
             else pg_statements.job_enqueue_notify(self.insert, clock, channel)
         )
-        jobs = _enqueue_document(list(rows))
+        jobs = prepared.enqueue_document(list(rows))
         try:
             return _run_autocommit(engine, statement, jobs)
         except DBAPIError as exc:
@@ -272,13 +250,13 @@ class PostgresBackend:
         # the backlog for a few hundred rows and prefers a bitmap scan that fetches and sorts
         # the whole backlog on every claim: 100+ ms per claim with 100,000 queued. Switching
         # bitmap scans off for this transaction leaves the ordered index walk as the cheap plan.
-        connection.exec_driver_sql(*_driver_sql(connection, _NO_BITMAP_SCAN))
+        connection.exec_driver_sql(*prepared.driver_sql(connection, _NO_BITMAP_SCAN))
         # As driver SQL, compiled once per statement: no compiled-cache look-up, and rows as the
         # driver decodes them, without SQLAlchemy's per-value result processing (the
         # UTCDateTime conversion of every timestamp of every row). psycopg already returns
         # aware datetimes; the one the worker hands on (created_at, in JobContext) is made UTC
         # here, run_at only orders the claimed jobs.
-        sql, defaults = _driver_sql(connection, statement)
+        sql, defaults = prepared.driver_sql(connection, statement)
         result = connection.exec_driver_sql(sql, {**defaults, **values})
         names = tuple(result.keys())
         rows = [dict(zip(names, row, strict=True)) for row in result.fetchall()]
@@ -329,12 +307,14 @@ class PostgresBackend:
         if not jobs:
             return {}
         statement = (
-            _complete_on_database_clock()
+            prepared.complete_on_database_clock()
             if clock.fixed is None
             else pg_statements.job_complete_many(clock)
         )
-        sql, defaults = _driver_sql(connection, statement)
-        rows = connection.exec_driver_sql(sql, {**defaults, "done": _complete_document(jobs)})
+        sql, defaults = prepared.driver_sql(connection, statement)
+        rows = connection.exec_driver_sql(
+            sql, {**defaults, "done": prepared.complete_document(jobs)}
+        )
         return {job_id: flag for job_id, flag in rows}
 
     def session_connection(self, engine: Engine, label: str) -> Connection:
@@ -407,65 +387,7 @@ class PostgresBackend:
 
 # Driver SQL of the worker's hot statements, by statement (see PostgresBackend.claim). Weak:
 # a statement built per call (a fixed clock) goes with its last use.
-_DRIVER_SQL: weakref.WeakKeyDictionary[Any, dict[Any, tuple[str, dict[str, Any]]]] = (
-    weakref.WeakKeyDictionary()
-)
-
-
-def _driver_sql(connection: Connection, statement: Any) -> tuple[str, dict[str, Any]]:
-    """``statement`` as the driver's SQL text (the Queue's schema written in, ``IN`` lists
-    expanded) and its parameters' values as built."""
-    schemas = connection.get_execution_options().get("schema_translate_map")
-    key = None if not schemas else tuple(sorted(schemas.items(), key=repr))
-    compiled = _DRIVER_SQL.setdefault(statement, {})
-    found = compiled.get(key)
-    if found is None:
-        done = statement.compile(
-            dialect=connection.dialect,
-            schema_translate_map=schemas,
-            render_schema_translate=bool(schemas),
-            compile_kwargs={"render_postcompile": True},
-        )
-        found = compiled[key] = (str(done), dict(done.params))
-    return found
-
-
 def _run_autocommit(engine: Engine, statement: Any, jobs: str) -> list[str]:
     with engine.connect() as connection:
         autocommit = connection.execution_options(isolation_level="AUTOCOMMIT")
         return [row[0] for row in autocommit.execute(statement, {"jobs": jobs})]
-
-
-def _complete_document(jobs: Sequence[Completion]) -> str:
-    """The JSON document of ``job_complete_many``: each result's text is spliced in as
-    it is, so a result is never encoded twice (only ids and tokens, flat strings, are)."""
-    dumps = json.dumps
-    return (
-        "["
-        + ",".join(
-            f'{{"id":{dumps(job.id)},"lock_token":{dumps(job.lock_token)},'
-            f'"result":{"null" if job.result is None else job.result}}}'
-            for job in jobs
-        )
-        + "]"
-    )
-
-
-def _enqueue_document(rows: list[dict[str, Any]]) -> str:
-    """The JSON document of ``job_enqueue_many`` for these jobs."""
-    return json.dumps([_enqueue_fields(row) for row in rows], separators=(",", ":"))
-
-
-def _enqueue_fields(row: dict[str, Any]) -> dict[str, Any]:
-    """One job as an object in ``job_enqueue_many``'s JSON document."""
-    run_at = row["run_at"]
-    fields = {
-        **row,
-        "run_at": None if run_at is None else run_at.isoformat(),
-        "delay": row["delay"].total_seconds(),
-    }
-    # A field left out reads as null: a job without limits sends none of theirs.
-    for name in statements.LIMIT_COLUMNS:
-        if fields[name] is None:
-            del fields[name]
-    return fields
