@@ -77,7 +77,9 @@ class WorkerLoop:
         self.services = services
         self.inbox: SimpleQueue[Any] = SimpleQueue()
         self.ledger = Ledger(queue._jobs_finished, self.id, log_completions=config.log_completions)
-        self.store = JobStore(queue.db, worker_id=self.id, lease=config.lease, queues=config.queues)
+        self.store = JobStore(
+            queue.db, worker_id=self.id, lease=config.lease, queues=config.queues, clock=clock
+        )
         self.executor = Executor(
             queue, self.id, concurrency=config.concurrency, deliver=self._deliver, clock=clock
         )

@@ -16,6 +16,7 @@ Example::
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
@@ -39,6 +40,11 @@ if TYPE_CHECKING:
 
 __all__ = ["JobStore"]
 
+#: After a limited claim found no job with a flow limit due (and no rate slot to wait for), the
+#: next this many seconds of claims skip it: a worker draining unlimited jobs then spends no
+#: statements per turn on limits, and a limited job enqueued meanwhile waits at most this long.
+LIMITED_IDLE_SECONDS = 0.05
+
 logger = logging.getLogger("pgqueue.worker")
 
 Pending = list[tuple[Claimed, Outcome]]
@@ -49,9 +55,18 @@ class JobStore:
     (no pool checkout, and no pre-ping round trip, per turn). Used from one thread."""
 
     def __init__(
-        self, db: Database, *, worker_id: str, lease: float, queues: Sequence[str] | None
+        self,
+        db: Database,
+        *,
+        worker_id: str,
+        lease: float,
+        queues: Sequence[str] | None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.db = db
+        self._monotonic = clock
+        #: Until when (``clock``) claims skip the limited claim: its last run found nothing.
+        self._limited_idle_until = float("-inf")
         self.backend = db.backend
         self.worker_id = worker_id
         self.lease = lease
@@ -132,7 +147,11 @@ class JobStore:
         )
         values = {statements.CLAIM_LIMIT: limit, statements.CLAIM_LOCK_TOKEN: lock_token}
         rows = self.backend.claim(conn, statement, values)
-        if len(rows) < limit:
+        skip = self._limited_idle_until - self._monotonic()
+        if len(rows) < limit and skip > 0:
+            # A limited job enqueued since the last look is claimed by then, not at the next poll.
+            self.rate_wake_in = skip
+        elif len(rows) < limit:
             # Slots left over: jobs with flow limits have a claim of their own (pgqueue.limits).
             limited = claim_limited(
                 conn,
@@ -147,6 +166,8 @@ class JobStore:
             rows += limited.rows
             self.limited.update(row["id"] for row in limited.rows)
             self.rate_wake_in = limited.wake_in
+            if not limited.rows and limited.wake_in is None:
+                self._limited_idle_until = self._monotonic() + LIMITED_IDLE_SECONDS
             self.start_at.update((i, at.timestamp()) for i, at in limited.starts.items())
         return rows
 
