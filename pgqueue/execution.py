@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from pgqueue import config, logs, tracing
 from pgqueue._threads import AsyncTask, HandlerPool, LoopThread
 from pgqueue.errors import PgQueueError
-from pgqueue.job import JobState
+from pgqueue.job import JobState, error_fields
 from pgqueue.retries import DEFAULT_RETRY, Retry, RetryPolicy
 
 if TYPE_CHECKING:
@@ -57,8 +57,6 @@ logger = logging.getLogger("pgqueue.worker")
 
 # A traceback is kept for the operator, not for replay: beyond this many characters only the
 # innermost frames (the end of the text) are kept.
-MAX_TRACEBACK_CHARS = 16_000
-MAX_MESSAGE_CHARS = 4_000
 
 
 # Guards every CancelEvent's flag and the making of its condition (held for a few instructions).
@@ -348,16 +346,6 @@ def error_document(error: BaseException) -> dict[str, Any]:
     return error_fields(name, message, "".join(traceback.format_exception(error)))
 
 
-def error_fields(kind: str, message: str, trace: str | None) -> dict[str, Any]:
-    """An error document made safe to store on both databases (no NUL characters, no lone
-    surrogates, bounded size), so a strange exception can never block the write that records it."""
-    return {
-        "type": _storable(kind, MAX_MESSAGE_CHARS),
-        "message": _storable(message, MAX_MESSAGE_CHARS),
-        "traceback": None if trace is None else _storable(trace, MAX_TRACEBACK_CHARS, tail=True),
-    }
-
-
 def thread_stack(thread_id: int | None) -> str | None:
     """Where the thread is right now, as traceback text (for a handler that ran past its
     timeout), or None when unknown."""
@@ -365,10 +353,3 @@ def thread_stack(thread_id: int | None) -> str | None:
     if frame is None:
         return None
     return "Handler stack when the timeout passed:\n" + "".join(traceback.format_stack(frame))
-
-
-def _storable(text: str, limit: int, *, tail: bool = False) -> str:
-    text = text.replace("\x00", "\\x00").encode("utf-8", "backslashreplace").decode("utf-8")
-    if len(text) <= limit:
-        return text
-    return "…" + text[-limit:] if tail else text[:limit] + "…"

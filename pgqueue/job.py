@@ -8,7 +8,21 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-__all__ = ["CancelResult", "EnqueueResult", "JobState", "JobStatus", "format_error"]
+__all__ = [
+    "MAX_MESSAGE_CHARS",
+    "MAX_TRACEBACK_CHARS",
+    "CancelResult",
+    "EnqueueResult",
+    "JobState",
+    "JobStatus",
+    "error_fields",
+    "format_error",
+]
+
+#: An error document's traceback and message are cut to these lengths (the traceback keeps its
+#: end, where the error is).
+MAX_TRACEBACK_CHARS = 16_000
+MAX_MESSAGE_CHARS = 4_000
 
 
 class JobState(enum.StrEnum):
@@ -152,3 +166,20 @@ def format_error(error: Mapping[str, Any] | None, *, traceback: bool = True) -> 
     if not traceback or not trace:
         return head
     return f"{head}\n\n{str(trace).rstrip()}"
+
+
+def error_fields(kind: str, message: str, trace: str | None) -> dict[str, Any]:
+    """An error document made safe to store on both databases (no NUL characters, no lone
+    surrogates, bounded size), so a strange exception can never block the write that records it."""
+    return {
+        "type": _storable(kind, MAX_MESSAGE_CHARS),
+        "message": _storable(message, MAX_MESSAGE_CHARS),
+        "traceback": None if trace is None else _storable(trace, MAX_TRACEBACK_CHARS, tail=True),
+    }
+
+
+def _storable(text: str, limit: int, *, tail: bool = False) -> str:
+    text = text.replace("\x00", "\\x00").encode("utf-8", "backslashreplace").decode("utf-8")
+    if len(text) <= limit:
+        return text
+    return "…" + text[-limit:] if tail else text[:limit] + "…"

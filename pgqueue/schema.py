@@ -50,7 +50,7 @@ def _in(column: str, states: tuple[JobState, ...]) -> Any:
 
 #: How many attempts' errors a job keeps in ``errors`` (the latest ones): enough to see how a
 #: job failed across its retries, bounded so a job retried for days stays small. Each entry's
-#: traceback is itself capped (``execution.MAX_TRACEBACK_CHARS``).
+#: traceback is itself capped (``job.MAX_TRACEBACK_CHARS``).
 KEPT_ERRORS = 10
 
 _CLAIMABLE = _in("state", CLAIMABLE_STATES)

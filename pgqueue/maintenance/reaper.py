@@ -29,7 +29,7 @@ from sqlalchemy import Connection, RowMapping, Select
 
 from pgqueue import config, metrics, statements
 from pgqueue.config import DEFAULT_WORKER_TTL, STALLED_ERROR_TYPE
-from pgqueue.job import JobState
+from pgqueue.job import JobState, error_fields
 from pgqueue.maintenance.leadership import (
     DEFAULT_LOCK_NAMESPACE,
     Leadership,
@@ -302,15 +302,13 @@ class Reaper(MaintenanceService):
         stall_count = row["stall_count"] + 1
         retry_in: float | None = None
         if stall_count > self.config.max_stalls or row["attempts"] >= row["max_attempts"]:
-            error = {"type": STALLED_ERROR_TYPE, "message": STALLED_MESSAGE, "traceback": None}
+            error = error_fields(STALLED_ERROR_TYPE, STALLED_MESSAGE, None)
         else:
             retry_in = self._retry_in(row)
             where = "lease expired" if cause == "lease_expired" else "worker process gone"
-            error = {
-                "type": STALLED_ERROR_TYPE,
-                "message": f"job stalled ({where}) on worker {row['locked_by']}",
-                "traceback": None,
-            }
+            error = error_fields(
+                STALLED_ERROR_TYPE, f"job stalled ({where}) on worker {row['locked_by']}", None
+            )
         clock = self.db.backend.clock(now)
         statement = statements.job_reap(
             row["id"],

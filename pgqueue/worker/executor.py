@@ -26,8 +26,8 @@ from typing import TYPE_CHECKING, Any
 
 from pgqueue import serde, tracing
 from pgqueue.errors import UnknownTaskError
-from pgqueue.execution import HandlerPool, LoopThread, Outcome, error_fields, running, thread_stack
-from pgqueue.job import JobState
+from pgqueue.execution import HandlerPool, LoopThread, Outcome, running, thread_stack
+from pgqueue.job import JobState, error_fields
 from pgqueue.worker.ledger import Claimed
 from pgqueue.workflow import results
 

@@ -28,8 +28,8 @@ from pgqueue import statements
 from pgqueue.backends import Clock
 from pgqueue.backends.base import Completion
 from pgqueue.errors import BackendError
-from pgqueue.execution import Outcome, error_fields
-from pgqueue.job import JobState
+from pgqueue.execution import Outcome
+from pgqueue.job import JobState, error_fields
 from pgqueue.limits.claim import claim_limited
 from pgqueue.notifications import FINISHED_CHANNEL, finished_payload
 from pgqueue.worker.ledger import Claimed

@@ -32,7 +32,7 @@ from sqlalchemy import (
 )
 
 from pgqueue.backends.base import Clock
-from pgqueue.job import FINISHED_STATES, JobState
+from pgqueue.job import FINISHED_STATES, JobState, error_fields
 from pgqueue.schema import DEPENDENCIES, JOBS
 from pgqueue.statements import result_expired
 
@@ -155,11 +155,9 @@ def _failed_for_cancel() -> ColumnElement[bool]:
 def dependents_cancel(job_ids: Sequence[str], clock: Clock) -> Update:
     """Cancel the ``waiting`` jobs among ``job_ids`` one of whose dependencies failed or was
     cancelled under the ``cancel`` policy; returns their ids (whose own dependents follow)."""
-    error = {
-        "type": DEPENDENCY_FAILED,
-        "message": "cancelled: a job it depends on failed or was cancelled",
-        "traceback": None,
-    }
+    error = error_fields(
+        DEPENDENCY_FAILED, "cancelled: a job it depends on failed or was cancelled", None
+    )
     return (
         update(JOBS)
         .where(JOBS.c.id.in_(list(job_ids)), JOBS.c.state == _WAITING, _edge(_failed_for_cancel()))

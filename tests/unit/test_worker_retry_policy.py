@@ -8,7 +8,8 @@ import pytest
 
 import pgqueue
 from pgqueue import JobState
-from pgqueue.execution import error_document, error_fields, failed
+from pgqueue.execution import error_document, failed
+from pgqueue.job import error_fields
 
 
 def test_backoff_grows_by_its_factor_up_to_its_cap() -> None:
