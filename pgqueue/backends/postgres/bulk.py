@@ -68,24 +68,7 @@ def fresh_enqueue(clock: Clock, channel: str | None) -> Any:
         .render_derived(name="given", with_types=True)
     )
     now = clock.now()
-    values: dict[str, Any] = {
-        "id": given.c.id,
-        "task": bindparam("task", type_=Text),
-        "queue": bindparam("queue", type_=Text),
-        "payload": given.c.payload,
-        "priority": bindparam("priority", type_=Integer),
-        "max_attempts": bindparam("max_attempts", type_=Integer),
-        "result_ttl": bindparam("result_ttl", type_=Integer),
-        "state": literal_column(f"'{JobState.QUEUED}'"),
-        "run_at": func.coalesce(
-            bindparam("run_at", type_=JOBS.c.run_at.type),
-            now + bindparam("delay", type_=Float) * literal_column("INTERVAL '1 second'"),
-        ),
-        "attempts": literal_column("0"),
-        "stall_count": literal_column("0"),
-        "created_at": now,
-        "updated_at": now,
-    }
+    values = _queued_row(given.c.id, given.c.payload, now)
     statement = insert_or_requeue(
         postgresql.insert(JOBS).from_select(list(values), select(*values.values()))
     )
@@ -173,24 +156,7 @@ def column_enqueue(clock: Clock, args: int, kwargs: tuple[str, ...]) -> Any:
         func.jsonb_build_object(*pairs),
     ).op("||")(cast(bindparam("extra", type_=Text), JSONB))
     now = clock.now()
-    values: dict[str, Any] = {
-        "id": given.c.id,
-        "task": bindparam("task", type_=Text),
-        "queue": bindparam("queue", type_=Text),
-        "payload": payload,
-        "priority": bindparam("priority", type_=Integer),
-        "max_attempts": bindparam("max_attempts", type_=Integer),
-        "result_ttl": bindparam("result_ttl", type_=Integer),
-        "state": literal_column(f"'{JobState.QUEUED}'"),
-        "run_at": func.coalesce(
-            bindparam("run_at", type_=JOBS.c.run_at.type),
-            now + bindparam("delay", type_=Float) * literal_column("INTERVAL '1 second'"),
-        ),
-        "attempts": literal_column("0"),
-        "stall_count": literal_column("0"),
-        "created_at": now,
-        "updated_at": now,
-    }
+    values = _queued_row(given.c.id, payload, now)
     rows = select(*values.values()).order_by(given.c.id)
     return insert_or_requeue(postgresql.insert(JOBS).from_select(list(values), rows))
 
@@ -220,3 +186,26 @@ def enqueue_columns(
     values.update({f"a{i}": document for i, document in enumerate(args)})
     values.update({f"k{i}": kwargs[name] for i, name in enumerate(names)})
     return list(connection.scalars(statement, values))
+
+
+def _queued_row(job_id: Any, payload: Any, now: Any) -> dict[str, Any]:
+    """The columns of one queued job in an ``INSERT … SELECT``: its id and payload from the
+    rows sent, the options every job of the call shares as parameters."""
+    return {
+        "id": job_id,
+        "task": bindparam("task", type_=Text),
+        "queue": bindparam("queue", type_=Text),
+        "payload": payload,
+        "priority": bindparam("priority", type_=Integer),
+        "max_attempts": bindparam("max_attempts", type_=Integer),
+        "result_ttl": bindparam("result_ttl", type_=Integer),
+        "state": literal_column(f"'{JobState.QUEUED}'"),
+        "run_at": func.coalesce(
+            bindparam("run_at", type_=JOBS.c.run_at.type),
+            now + bindparam("delay", type_=Float) * literal_column("INTERVAL '1 second'"),
+        ),
+        "attempts": literal_column("0"),
+        "stall_count": literal_column("0"),
+        "created_at": now,
+        "updated_at": now,
+    }
