@@ -13,6 +13,7 @@ from pgqueue import schema, statements
 from pgqueue.dashboard.data import read_attempt_errors
 from pgqueue.job import JobState
 from pgqueue.maintenance.reaper import STALLED_ERROR_TYPE, Reaper
+from pgqueue.statements import outcomes
 from pgqueue.testing import run_job
 
 calls: dict[str, int] = {}
@@ -47,7 +48,7 @@ def test_every_attempt_error_is_kept_oldest_first(queue: pgqueue.Queue) -> None:
 
 
 def test_history_is_bounded(queue: pgqueue.Queue, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(statements, "KEPT_ERRORS", 3)
+    monkeypatch.setattr(outcomes, "KEPT_ERRORS", 3)  # where job_fail reads it
     queue.task(name="flaky", max_attempts=5)(flaky)
     job = queue.enqueue("flaky", args=["b"], id="hist-b")
     for _ in range(5):

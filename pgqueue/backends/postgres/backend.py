@@ -14,7 +14,7 @@ from datetime import datetime
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy import Connection, Engine, Table, Text, bindparam, event, func, select
+from sqlalchemy import Connection, Engine, Table, event
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.engine import URL
 from sqlalchemy.exc import DBAPIError, DisconnectionError, OperationalError
@@ -40,29 +40,11 @@ _UNDEFINED_TABLE = "42P01"
 # name another schema.
 _MAX_IDENTIFIER_BYTES = 63
 
-# One NOTIFY per payload in one statement, built once (building costs more than running it).
-_NOTIFY_MANY = select(
-    func.pg_notify(
-        bindparam("channel", type_=Text),
-        func.unnest(bindparam("payloads", type_=postgresql.ARRAY(Text))).column_valued("payload"),
-    )
-)
-
-
+# Built once (building a statement costs more than running it).
 _NO_BITMAP_SCAN = pg_statements.transaction_setting("enable_bitmapscan", "off")
-
-_NOTIFY = select(func.pg_notify(bindparam("channel", type_=Text), bindparam("payload", type_=Text)))
-
-
-# Leaders hold a session advisory lock on a connection named "pgqueue leader ROLE PID@HOST" (see
-# maintenance/leadership.py); followers have the same name but no granted lock.
-_LEADERS = sa.text(
-    "SELECT DISTINCT substr(a.application_name, 16) AS label,"
-    " coalesce(host(a.client_addr), 'local') || ' pid ' || a.pid AS holder"
-    " FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid"
-    " WHERE l.locktype = 'advisory' AND l.granted"
-    " AND a.application_name LIKE 'pgqueue leader %' ORDER BY label"
-)
+_NOTIFY = pg_statements.notify()
+_NOTIFY_MANY = pg_statements.notify_many()
+_LEADERS = pg_statements.leaders_holding_locks()
 
 
 @functools.cache
@@ -175,12 +157,7 @@ class PostgresBackend:
     def ensure_schema(self, connection: Connection) -> None:
         if self.schema is None:
             return
-        exists = connection.scalar(
-            select(sa.literal(True)).where(
-                sa.table("pg_namespace", sa.column("nspname"), schema="pg_catalog").c.nspname
-                == self.schema
-            )
-        )
+        exists = connection.scalar(pg_statements.schema_exists(self.schema))
         # Checked first: CREATE SCHEMA IF NOT EXISTS needs the CREATE privilege on the database
         # even when the schema is already there, which an application role often lacks.
         if not exists:

@@ -30,6 +30,7 @@ from sqlalchemy import (
     text,
     update,
 )
+from sqlalchemy.dialects import postgresql
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.sql.dml import ReturningInsert
 from sqlalchemy.sql.elements import TextClause
@@ -53,6 +54,10 @@ __all__ = [
     "job_enqueue_many",
     "job_enqueue_notify",
     "job_orphaned",
+    "leaders_holding_locks",
+    "notify",
+    "notify_many",
+    "schema_exists",
     "session_setting",
     "table_lock_exclusive",
     "transaction_setting",
@@ -265,3 +270,48 @@ def session_setting(name: str, value: str) -> Select[Any]:
     """PostgreSQL: set a run-time parameter for the rest of this session (``SET name = value``),
     e.g. ``application_name`` or ``idle_session_timeout``."""
     return select(func.set_config(name, value, False))
+
+
+def notify() -> Select[Any]:
+    """Send a wake-up inside the caller's transaction (delivered on commit); run with
+    ``channel`` and ``payload``."""
+    return select(
+        func.pg_notify(bindparam("channel", type_=Text), bindparam("payload", type_=Text))
+    )
+
+
+def notify_many() -> Select[Any]:
+    """One wake-up per payload in one statement; run with ``channel`` and ``payloads`` (a list).
+    The server folds identical notifications of one transaction into one."""
+    return select(
+        func.pg_notify(
+            bindparam("channel", type_=Text),
+            func.unnest(bindparam("payloads", type_=postgresql.ARRAY(Text))).column_valued(
+                "payload"
+            ),
+        )
+    )
+
+
+def leaders_holding_locks() -> TextClause:
+    """Who holds a leader's session lock: ``label`` (the role and process after the connection
+    name's "pgqueue leader " prefix) and ``holder`` (the client address and server pid).
+
+    Leaders hold a session advisory lock on a connection named "pgqueue leader ROLE PID@HOST"
+    (see maintenance/leadership.py); followers have the same name but no granted lock.
+    """
+    return text(
+        "SELECT DISTINCT substr(a.application_name, 16) AS label,"
+        " coalesce(host(a.client_addr), 'local') || ' pid ' || a.pid AS holder"
+        " FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid"
+        " WHERE l.locktype = 'advisory' AND l.granted"
+        " AND a.application_name LIKE 'pgqueue leader %' ORDER BY label"
+    )
+
+
+_PG_NAMESPACE = table("pg_namespace", column("nspname"), schema="pg_catalog")
+
+
+def schema_exists(name: str) -> Select[Any]:
+    """True when the schema ``name`` exists (no row when it does not)."""
+    return select(literal(True)).where(_PG_NAMESPACE.c.nspname == name)

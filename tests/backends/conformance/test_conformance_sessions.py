@@ -1,0 +1,87 @@
+"""Backend conformance: engines, transactions, the clock, schemas, channels and the migration
+lock, on each backend through the shared ``queue`` fixture."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+import sqlalchemy as sa
+from conformance_support import T0, enqueue, job_row, state_of
+
+import pgqueue
+from pgqueue import statements
+from pgqueue.notifications import ENQUEUED_CHANNEL, FINISHED_CHANNEL
+from pgqueue.schema import JOBS
+
+
+def test_create_engine_makes_a_working_engine(queue: pgqueue.Queue) -> None:
+    engine = queue.backend.create_engine(queue.engine.url)
+    try:
+        queue.backend.prepare_engine(engine)  # twice is harmless
+        with queue.backend.begin(engine) as conn:
+            assert conn.scalar(sa.select(sa.literal(1))) == 1
+    finally:
+        engine.dispose()
+
+
+def test_begin_commits_on_success_and_rolls_back_on_error(queue: pgqueue.Queue) -> None:
+    enqueue(queue, job_row("kept"))
+    with pytest.raises(RuntimeError), queue.backend.begin(queue.engine) as conn:
+        conn.execute(sa.delete(JOBS))
+        raise RuntimeError("abort")
+    assert state_of(queue, "kept").value == "queued"
+
+
+def test_begin_read_only_reads(queue: pgqueue.Queue) -> None:
+    enqueue(queue, job_row("seen"))
+    with queue.backend.begin(queue.engine, write=False) as conn:
+        assert conn.scalar(sa.select(sa.func.count()).select_from(JOBS)) == 1
+
+
+def test_clock_fixed_and_current(queue: pgqueue.Queue) -> None:
+    clock = queue.backend.clock(T0)
+    assert clock.fixed == T0
+    with queue.engine.connect() as conn:
+        assert conn.scalar(sa.select(clock.now())) == T0
+        assert conn.scalar(sa.select(clock.after(90))) == T0 + timedelta(seconds=90)
+        assert conn.scalar(sa.select(clock.current())) == T0
+        # Without an instant: the database's notion of now (or this host's, on SQLite).
+        now = conn.scalar(statements.clock_read(queue.backend.clock()))
+    assert abs(now - datetime.now(UTC)) < timedelta(minutes=1)
+
+
+def test_channel_names_are_stable_per_schema(queue: pgqueue.Queue) -> None:
+    backend = queue.backend
+    enqueued, finished = backend.channel(ENQUEUED_CHANNEL), backend.channel(FINISHED_CHANNEL)
+    assert enqueued.startswith(ENQUEUED_CHANNEL) and finished.startswith(FINISHED_CHANNEL)
+    assert backend.channel(ENQUEUED_CHANNEL) == enqueued
+    assert len(enqueued.encode()) <= 63  # an unquoted identifier on PostgreSQL
+
+
+def test_ensure_schema_is_idempotent(queue: pgqueue.Queue) -> None:
+    with queue.backend.begin(queue.engine) as conn:
+        queue.backend.ensure_schema(conn)
+        queue.backend.ensure_schema(conn)
+
+
+def test_lock_migrations_holds_until_the_transaction_ends(queue: pgqueue.Queue) -> None:
+    with queue.backend.begin(queue.engine) as conn:
+        queue.backend.lock_migrations(conn, 0x1234, tables=["pgqueue_jobs"])
+        conn.execute(sa.delete(JOBS))
+    # Released with the commit: the next migration takes it at once.
+    with queue.backend.begin(queue.engine) as conn:
+        queue.backend.lock_migrations(conn, 0x1234)
+
+
+def test_capability_flags(queue: pgqueue.Queue) -> None:
+    backend = queue.backend
+    for flag in (backend.supports_notify, backend.session_locks, backend.single_writer):
+        assert isinstance(flag, bool)
+    # One writer at a time means no server: no sessions to hold locks on, nothing to notify,
+    # and no JDBC driver that could read it.
+    if backend.single_writer:
+        assert not (backend.session_locks or backend.supports_notify)
+        assert backend.supports_jdbc(queue.engine.url) is False
+    else:
+        assert backend.supports_jdbc(queue.engine.url) is (queue.engine.url.host is not None)
