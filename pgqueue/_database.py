@@ -192,10 +192,10 @@ class Database:
         without, the transaction the :class:`ConnectionProvider` lends when one is open;
         otherwise a short transaction is opened and committed here.
         """
-        lent = None
-        if connection is None and session is None:
-            lent = self.connections.open_transaction()
         try:
+            lent = None
+            if connection is None and session is None:
+                lent = self.connections.open_transaction()
             if lent is not None:
                 with lent as borrowed, self.schema_on(borrowed):
                     yield borrowed
