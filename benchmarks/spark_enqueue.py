@@ -30,10 +30,14 @@ from postgres_server import PostgresServer  # noqa: E402
 import pgqueue  # noqa: E402
 
 
-def tree_cpu_seconds() -> float:
-    """User + system CPU seconds of this process and all its live descendants (Linux /proc)."""
+def tree_cpu_seconds() -> dict[str, float]:
+    """User + system CPU seconds of this process and all its descendants (Linux /proc), by
+    part: ``driver`` (this process), ``jvm`` (Spark's JVM), ``python workers`` (the JVM's
+    Python children), ``postgresql`` (the server and its backends). Children that ended and
+    were waited for count through their parent's ``cutime``/``cstime``."""
     parents: dict[int, int] = {}
     ticks: dict[int, int] = {}
+    names: dict[int, str] = {}
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
@@ -41,17 +45,32 @@ def tree_cpu_seconds() -> float:
             stat = (entry / "stat").read_text()
         except OSError:  # gone meanwhile
             continue
+        pid = int(entry.name)
+        names[pid] = stat[stat.index("(") + 1 : stat.rindex(")")]
         # Fields after the command name, which is in parentheses and may contain spaces.
         fields = stat[stat.rindex(")") + 2 :].split()
-        parents[int(entry.name)] = int(fields[1])
-        ticks[int(entry.name)] = int(fields[11]) + int(fields[12])
-    tree, frontier = {os.getpid()}, [os.getpid()]
+        parents[pid] = int(fields[1])
+        ticks[pid] = sum(int(value) for value in fields[11:15])
+    me = os.getpid()
+    parts = dict.fromkeys(("driver", "jvm", "python workers", "postgresql"), 0)
+    parts["driver"] = ticks.get(me, 0)
+    frontier = [(me, "driver")]
     while frontier:
-        parent = frontier.pop()
-        children = [pid for pid, ppid in parents.items() if ppid == parent and pid not in tree]
-        tree.update(children)
-        frontier.extend(children)
-    return sum(ticks.get(pid, 0) for pid in tree) / os.sysconf("SC_CLK_TCK")
+        parent, part = frontier.pop()
+        for pid in [pid for pid, ppid in parents.items() if ppid == parent]:
+            if part == "driver":
+                child = (
+                    "jvm"
+                    if names[pid] == "java"
+                    else "postgresql"
+                    if "postgres" in names[pid]
+                    else "driver"
+                )
+            else:
+                child = "python workers" if part == "jvm" else part
+            parts[child] += ticks.get(pid, 0)
+            frontier.append((pid, child))
+    return {part: value / os.sysconf("SC_CLK_TCK") for part, value in parts.items()}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -86,7 +105,7 @@ def main(argv: list[str] | None = None) -> None:
         queue.migrate()
         queue.close()
         for run in ("first run (all queued)", "rerun (all duplicates)"):
-            started, cpu = time.perf_counter(), tree_cpu_seconds()
+            started, before = time.perf_counter(), tree_cpu_seconds()
             report = enqueue_dataframe(
                 invoices,
                 "billing.send_invoice",
@@ -95,11 +114,21 @@ def main(argv: list[str] | None = None) -> None:
                 partitions=args.partitions,
                 batch_size=batch_size,
             )
-            seconds, cpu = time.perf_counter() - started, tree_cpu_seconds() - cpu
+            seconds, after = time.perf_counter() - started, tree_cpu_seconds()
+            spent = {part: after[part] - before[part] for part in after}
+            cpu = sum(spent.values())
             cores = os.cpu_count() or 1
             print(
                 f"{run}: {args.rows / seconds:,.0f} rows/s ({seconds:.1f} s; {report}); "
-                f"{cpu:.1f} CPU-s = {args.rows / (cpu / cores):,.0f} rows/s on {cores} idle cores",
+                f"{cpu:.1f} CPU-s = {args.rows / (cpu / cores):,.0f} rows/s on {cores} idle cores; "
+                f"load={os.getloadavg()[0]:.1f}",
+                flush=True,
+            )
+            print(
+                "  CPU per row: "
+                + ", ".join(
+                    f"{part} {1e6 * value / args.rows:.1f} µs" for part, value in spent.items()
+                ),
                 flush=True,
             )
     spark.stop()

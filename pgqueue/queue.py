@@ -233,28 +233,41 @@ class Queue(TaskDeclarations):
         ids: Sequence[str],
         args: Sequence[Sequence[Any]] = (),
         kwargs: Mapping[str, Sequence[Any]] | None = None,
+        priorities: Sequence[int | None] | None = None,
+        run_ats: Sequence[datetime | None] | None = None,
         **options: Unpack[EnqueueOptions],
     ) -> BatchOutcome:
         """Enqueue many jobs of one task given as columns, with ids you chose: ``ids[n]``'s job
         gets ``args[0][n], args[1][n], …`` as positional and ``kwargs[name][n]`` as keyword
-        arguments; ``options`` apply to every job (no ``id``). Returns counts, not one result per
-        job: the bulk form for data pipelines (Arrow batches, DataFrames).
+        arguments; ``options`` apply to every job (no ``id``). ``priorities[n]`` and
+        ``run_ats[n]`` (an aware datetime), when given, are job ``n``'s own priority and due
+        time; a ``None`` there takes the call's (or the task's) ``priority`` / ``run_at`` or
+        ``delay``. Returns counts, not one result per job: the bulk form for data pipelines
+        (Arrow batches, DataFrames).
 
         Ids and options are checked as :meth:`enqueue_many`'s, every value must serialize, and
         the dedup rules are the same: a live job with the id counts as ``duplicate`` (so does an
         id repeated within the call), a finished one as ``completed``, a failed or cancelled one
-        is re-queued. On PostgreSQL each column is sent as one JSON array and one statement
-        writes up to 5,000 jobs; elsewhere the call takes ``enqueue_many``'s path. With
-        ``connection=`` it runs in your transaction and never commits it.
+        is re-queued. A bad id, priority or due time raises :class:`ConfigError` naming it
+        (``priorities[3]: …``) before anything is written. On PostgreSQL each column is sent as
+        one array and one statement writes up to 5,000 jobs; elsewhere the call takes
+        ``enqueue_many``'s path. With ``connection=`` it runs in your transaction and never
+        commits it.
 
         Example::
 
             outcome = queue.enqueue_batch(
-                "mail.send", ids=["inv-1", "inv-2"], kwargs={"to": ["a@x.org", "b@x.org"]}
+                "mail.send",
+                ids=["inv-1", "inv-2"],
+                kwargs={"to": ["a@x.org", "b@x.org"]},
+                priorities=[5, None],                           # inv-2: the task's priority
+                run_ats=[None, datetime(2030, 1, 1, tzinfo=UTC)],  # inv-1: now
             )
             outcome.queued, outcome.duplicate, outcome.completed   # (2, 0, 0)
         """
-        return enqueue_batch(self._producer, task, ids, args, kwargs or {}, options)
+        return enqueue_batch(
+            self._producer, task, ids, args, kwargs or {}, options, priorities, run_ats
+        )
 
     def enqueue_and_wait(
         self,

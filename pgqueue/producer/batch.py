@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from pgqueue import config, serde, tracing
@@ -70,6 +70,8 @@ def enqueue_batch(
     args: Sequence[Sequence[Any]],
     kwargs: Mapping[str, Sequence[Any]],
     options: Mapping[str, Any],
+    priorities: Sequence[int | None] | None = None,
+    run_ats: Sequence[datetime | None] | None = None,
 ) -> BatchOutcome:
     """``Queue.enqueue_batch`` (see there): check everything, then write on the cheapest path."""
     task = config.check_name("task name", task)
@@ -78,6 +80,10 @@ def enqueue_batch(
         raise ConfigError("enqueue_batch takes its job ids in ids, not as the id option")
     ids = _check_ids(ids)
     args, kwargs = _check_columns(len(ids), args, kwargs)
+    if priorities is not None:
+        priorities = _check_priorities(len(ids), priorities)
+    if run_ats is not None:
+        run_ats = _check_run_ats(len(ids), run_ats)
     if not ids:
         return BatchOutcome(0, 0, 0)
     defaults = producer.task_defaults(task)
@@ -89,7 +95,7 @@ def enqueue_batch(
         and len(set(ids)) == len(ids)
     )
     if not columnar:
-        return _general(producer, task, ids, args, kwargs, checked)
+        return _general(producer, task, ids, args, kwargs, checked, priorities, run_ats)
     connection = checked.pop("connection", None)
     session = checked.pop("session", None)
     merged = {**defaults, **checked}
@@ -126,9 +132,14 @@ def enqueue_batch(
                     name: encode(serializer, list(values[start:end]), f"kwargs[{name!r}]") or "[]"
                     for name, values in kwargs.items()
                 }
+                per_job: dict[str, Any] = {}
+                if priorities is not None:
+                    per_job["priorities"] = list(priorities[start:end])
+                if run_ats is not None:
+                    per_job["run_ats"] = list(run_ats[start:end])
                 queued.update(
                     backend.enqueue_columns(
-                        conn, shared, list(ids[start:end]), documents, named, clock
+                        conn, shared, list(ids[start:end]), documents, named, clock, **per_job
                     )
                 )
             missing = [i for i in ids if i not in queued] if len(queued) < len(ids) else []
@@ -145,6 +156,8 @@ def _general(
     args: Sequence[Sequence[Any]],
     kwargs: Mapping[str, Sequence[Any]],
     options: Mapping[str, Any],
+    priorities: Sequence[int | None] | None,
+    run_ats: Sequence[datetime | None] | None,
 ) -> BatchOutcome:
     names = list(kwargs)
     rows = len(ids)
@@ -154,8 +167,12 @@ def _general(
         if names
         else [{} for _ in range(rows)]
     )
+    nulls = [None] * rows
     specs = [
-        JobSpec(args=a, kwargs=k, id=i) for i, a, k in zip(ids, args_rows, kwargs_rows, strict=True)
+        JobSpec(args=a, kwargs=k, id=i, priority=p, run_at=r)
+        for i, a, k, p, r in zip(
+            ids, args_rows, kwargs_rows, priorities or nulls, run_ats or nulls, strict=True
+        )
     ]
     results = producer.enqueue_many(task, specs, options)
     count = {"queued": 0, "duplicate": 0, "completed": 0}
@@ -203,3 +220,41 @@ def _check_columns(
         if len(values) != rows:
             raise ConfigError(f"{label} has {len(values)} values for {rows} ids")
     return list(args), dict(kwargs)
+
+
+def _check_length(label: str, values: Sequence[Any], rows: int) -> None:
+    if isinstance(values, str | bytes) or not isinstance(values, Sequence):
+        raise ConfigError(f"{label} must be a sequence of values, one per id (None: the default)")
+    if len(values) != rows:
+        raise ConfigError(f"{label} has {len(values)} values for {rows} ids")
+
+
+def _check_priorities(rows: int, priorities: Sequence[int | None]) -> Sequence[int | None]:
+    _check_length("priorities", priorities, rows)
+    given = [value for value in priorities if value is not None]
+    low, high = config.PRIORITY_RANGE
+    # One pass for the common case (plain ints in range); the exact check names the bad one.
+    if given and not (
+        all(type(value) is int for value in given) and low <= min(given) and max(given) <= high
+    ):
+        for index, value in enumerate(priorities):
+            if value is not None:
+                try:
+                    config.check_priority(value)
+                except ConfigError as exc:
+                    raise ConfigError(f"priorities[{index}]: {exc}") from None
+    return priorities
+
+
+def _check_run_ats(rows: int, run_ats: Sequence[datetime | None]) -> list[datetime | None]:
+    _check_length("run_ats", run_ats, rows)
+    checked: list[datetime | None] = []
+    for index, value in enumerate(run_ats):
+        if value is None or (type(value) is datetime and value.tzinfo is UTC):
+            checked.append(value)
+            continue
+        try:
+            checked.append(config.check_run_at(value))
+        except ConfigError as exc:
+            raise ConfigError(f"run_ats[{index}]: {exc}") from None
+    return checked

@@ -4,7 +4,7 @@ checks, the same dedup outcome counts, the caller's transaction, all-or-nothing 
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 from conftest import count_jobs
@@ -114,4 +114,63 @@ def test_a_value_that_cannot_be_stored_rolls_everything_back(
     values: list[object] = [1, 2, 3, float("nan")]
     with pytest.raises(pgqueue.SerializationError):
         queue.enqueue_batch("t.batch", ids=["a", "b", "c", "d"], kwargs={"v": values})
+    assert count_jobs(queue) == 0
+
+
+def test_per_job_priorities_and_due_times(queue: pgqueue.Queue, shape: str) -> None:
+    due = datetime(2031, 5, 6, 7, 8, 9, tzinfo=UTC)
+    paris = timezone(timedelta(hours=2))
+    ids = [f"job-{n:02}" for n in range(12)]
+    outcome = queue.enqueue_batch(
+        "t.batch",
+        ids=ids,
+        kwargs={"n": list(range(12))},
+        priorities=[n if n % 3 else None for n in range(12)],
+        run_ats=[due if n % 2 == 0 else None for n in range(11)] + [due.astimezone(paris)],
+        priority=-7,
+        delay=600,
+    )
+    assert outcome.queued == 12
+    for n in range(12):
+        status = queue.status(ids[n])
+        assert status is not None and status.kwargs == {"n": n}
+        # A None takes the call's priority and delay.
+        assert status.priority == (n if n % 3 else -7)
+        if n % 2 == 0 or n == 11:
+            assert status.run_at == due
+        else:
+            assert status.run_at - status.created_at == timedelta(seconds=600)
+
+
+def test_only_due_times_or_only_priorities(queue: pgqueue.Queue) -> None:
+    due = datetime(2031, 5, 6, 7, 8, 9, tzinfo=UTC)
+    queue.enqueue_batch("t.batch", ids=["a", "b"], run_ats=[due, None])
+    queue.enqueue_batch("t.batch", ids=["c", "d"], priorities=[None, 3])
+    statuses = {i: queue.status(i) for i in "abcd"}
+    assert all(s is not None for s in statuses.values())
+    a, b, c, d = (statuses[i] for i in "abcd")
+    assert a is not None and b is not None and c is not None and d is not None
+    assert (a.run_at, a.priority) == (due, 0)
+    assert b.run_at < due and b.priority == 0
+    assert (c.priority, d.priority) == (0, 3)
+
+
+@pytest.mark.parametrize(
+    ("columns", "message"),
+    [
+        ({"priorities": [1]}, "priorities has 1 values for 2 ids"),
+        ({"priorities": "12"}, "priorities must be a sequence"),
+        ({"priorities": [1, "2"]}, r"priorities\[1\]: priority must be an int"),
+        ({"priorities": [True, 1]}, r"priorities\[0\]"),
+        ({"priorities": [None, 10**9]}, r"priorities\[1\]: priority"),
+        ({"run_ats": [None]}, "run_ats has 1 values for 2 ids"),
+        ({"run_ats": [None, datetime(2031, 1, 1)]}, r"run_ats\[1\]: run_at must be timezone-aware"),
+        ({"run_ats": ["2031-01-01", None]}, r"run_ats\[0\]: run_at must be a datetime"),
+    ],
+)
+def test_bad_priorities_or_due_times_fail_naming_the_job(
+    queue: pgqueue.Queue, columns: dict[str, object], message: str
+) -> None:
+    with pytest.raises(pgqueue.ConfigError, match=message):
+        queue.enqueue_batch("t.batch", ids=["a", "b"], **columns)  # type: ignore[arg-type]
     assert count_jobs(queue) == 0

@@ -225,9 +225,15 @@ class PostgresBackend:
         args: list[str],
         kwargs: Mapping[str, str],
         clock: Clock,
+        *,
+        priorities: list[int | None] | None = None,
+        run_ats: list[datetime | None] | None = None,
     ) -> list[str]:
-        """Jobs of one task given as columns, chosen ids (see ``backends/postgres/bulk.py``)."""
-        return bulk.enqueue_columns(connection, shared, ids, args, kwargs, clock)
+        """Jobs of one task given as columns, chosen ids, each job's own priority and due time
+        when given (see ``backends/postgres/bulk.py``)."""
+        return bulk.enqueue_columns(
+            connection, shared, ids, args, kwargs, clock, priorities=priorities, run_ats=run_ats
+        )
 
     def enqueue_fresh_committed(
         self, engine: Engine, shared: Mapping[str, Any], document: str, clock: Clock, channel: str

@@ -19,6 +19,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import (
@@ -129,21 +130,37 @@ def enqueue_fresh_committed(
         return [row[0] for row in autocommit.execute(statement, {"jobs": document, **shared})]
 
 
-def column_enqueue(clock: Clock, args: int, kwargs: tuple[str, ...]) -> Any:
+def column_enqueue(
+    clock: Clock,
+    args: int,
+    kwargs: tuple[str, ...],
+    priorities: bool = False,
+    run_ats: bool = False,
+) -> Any:
     """``INSERT … SELECT`` of jobs given as columns, for ids the caller chose: ``ids`` (text[])
     and one JSON array per argument (``a0``… positional, ``k0``… keyword, named ``kwargs``), all
     of one length, zipped by the server (``ROWS FROM``), with the ``FRESH_SHARED`` parameters and
-    ``extra`` (a JSON object merged into every payload, e.g. the trace context). The client
-    encodes each column once; no per-job document is built in Python. Rows go in id order, so
-    concurrent producers of overlapping ids lock them in one order. Returns the ids queued."""
+    ``extra`` (a JSON object merged into every payload, e.g. the trace context). With
+    ``priorities`` / ``run_ats``, the arrays of the same names (integer[], timestamptz[]) give
+    each job its own priority / due time, a null taking the shared one. The client encodes each
+    column once; no per-job document is built in Python. Rows go in id order, so concurrent
+    producers of overlapping ids lock them in one order. Returns the ids queued."""
     names = [f"a{i}" for i in range(args)] + [f"k{i}" for i in range(len(kwargs))]
-    sources = ", ".join(
-        ["unnest(CAST(:ids AS text[]))"]
-        + [f"jsonb_array_elements(CAST(:{name} AS jsonb))" for name in names]
-    )
+    sources = ["unnest(CAST(:ids AS text[]))"]
+    sources += [f"jsonb_array_elements(CAST(:{name} AS jsonb))" for name in names]
+    labels = ["id", *names]
+    typed: list[Any] = [column("id", Text), *(column(n, JSONB) for n in names)]
+    if priorities:
+        sources.append("unnest(CAST(:priorities AS integer[]))")
+        labels.append("priority")
+        typed.append(column("priority", Integer))
+    if run_ats:
+        sources.append("unnest(CAST(:run_ats AS timestamptz[]))")
+        labels.append("run_at")
+        typed.append(column("run_at", JOBS.c.run_at.type))
     given = (
-        text(f"SELECT * FROM ROWS FROM ({sources}) AS g({', '.join(['id', *names])})")
-        .columns(column("id", Text), *(column(n, JSONB) for n in names))
+        text(f"SELECT * FROM ROWS FROM ({', '.join(sources)}) AS g({', '.join(labels)})")
+        .columns(*typed)
         .subquery("given")
     )
     pairs: list[Any] = []
@@ -157,13 +174,17 @@ def column_enqueue(clock: Clock, args: int, kwargs: tuple[str, ...]) -> Any:
     ).op("||")(cast(bindparam("extra", type_=Text), JSONB))
     now = clock.now()
     values = _queued_row(given.c.id, payload, now)
+    if priorities:
+        values["priority"] = func.coalesce(given.c.priority, values["priority"])
+    if run_ats:
+        values["run_at"] = func.coalesce(given.c.run_at, values["run_at"])
     rows = select(*values.values()).order_by(given.c.id)
     return insert_or_requeue(postgresql.insert(JOBS).from_select(list(values), rows))
 
 
 @functools.cache
-def _column_statement(args: int, kwargs: tuple[str, ...]) -> Any:
-    return column_enqueue(Clock(None), args, kwargs)
+def _column_statement(args: int, kwargs: tuple[str, ...], priorities: bool, run_ats: bool) -> Any:
+    return column_enqueue(Clock(None), args, kwargs, priorities, run_ats)
 
 
 def enqueue_columns(
@@ -173,18 +194,25 @@ def enqueue_columns(
     args: list[str],
     kwargs: Mapping[str, str],
     clock: Clock,
+    *,
+    priorities: list[int | None] | None = None,
+    run_ats: list[datetime | None] | None = None,
 ) -> list[str]:
     """One statement, in the caller's transaction: jobs ``ids`` whose arguments are the JSON
-    arrays ``args`` (positional, in order) and ``kwargs`` (by argument name). Returns the ids
-    queued (inserted, or failed/cancelled ones re-queued)."""
+    arrays ``args`` (positional, in order) and ``kwargs`` (by argument name), and, when given,
+    each job's own priority and due time (``None``: the shared one). Returns the ids queued
+    (inserted, or failed/cancelled ones re-queued)."""
     names = tuple(kwargs)
-    if clock.fixed is None:
-        statement = _column_statement(len(args), names)
-    else:
-        statement = column_enqueue(clock, len(args), names)
+    shape = (len(args), names, priorities is not None, run_ats is not None)
+    fixed = clock.fixed is not None
+    statement = column_enqueue(clock, *shape) if fixed else _column_statement(*shape)
     values: dict[str, Any] = {"ids": ids, **shared}
     values.update({f"a{i}": document for i, document in enumerate(args)})
     values.update({f"k{i}": kwargs[name] for i, name in enumerate(names)})
+    if priorities is not None:
+        values["priorities"] = priorities
+    if run_ats is not None:
+        values["run_ats"] = run_ats
     return list(connection.scalars(statement, values))
 
 

@@ -1,5 +1,6 @@
 """The executors' side of ``enqueue_dataframe``: each partition's Arrow batches become jobs,
-written in one transaction on the partition's own connection and committed once at its end.
+column by column through ``Queue.enqueue_batch``, written in one transaction on the partition's
+own connection and committed once at its end.
 
 Example::
 
@@ -10,8 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable, Iterator, Mapping, Sequence
-from itertools import islice
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import pyarrow as pa
@@ -21,7 +21,6 @@ from pgqueue import BatchOutcome, Queue
 from pgqueue.contrib.spark.connections import executor_queue
 from pgqueue.contrib.spark.plan import Plan
 from pgqueue.errors import ConfigError, SerializationError
-from pgqueue.task import JobSpec
 
 __all__ = ["COUNTS", "REPORT_SCHEMA", "job_id_for", "write_partition"]
 
@@ -30,6 +29,13 @@ COUNTS = ("queued", "duplicate", "completed")
 REPORT_SCHEMA = ", ".join(f"{name} long" for name in COUNTS)
 # mapInArrow needs exactly the declared types back (int64, not int32).
 _REPORT_ARROW = pa.schema([(name, pa.int64()) for name in COUNTS])
+
+
+# The canonical JSON of a row's arguments, built once: json.dumps with options builds an encoder
+# on every call, which costs more than encoding a small row.
+_CANONICAL = json.JSONEncoder(
+    sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+).encode
 
 
 def job_id_for(task: str, args: Sequence[Any] = (), kwargs: Mapping[str, Any] | None = None) -> str:
@@ -43,55 +49,69 @@ def job_id_for(task: str, args: Sequence[Any] = (), kwargs: Mapping[str, Any] | 
 
         queue.status(job_id_for("billing.send_invoice", kwargs={"invoice_id": 42}))
     """
+    return _derived_id(f"{task}:", list(args), dict(kwargs or {}))
+
+
+def _derived_id(prefix: str, args: list[Any], kwargs: dict[str, Any]) -> str:
     try:
-        document = json.dumps(
-            [list(args), dict(kwargs or {})],
-            sort_keys=True,
-            separators=(",", ":"),
-            ensure_ascii=False,
-            allow_nan=False,
-        )
+        document = _CANONICAL([args, kwargs])
     except (TypeError, ValueError) as exc:
         raise SerializationError(f"cannot derive a job id from these arguments: {exc}") from exc
-    return f"{task}:{hashlib.blake2b(document.encode(), digest_size=16).hexdigest()}"
+    return prefix + hashlib.blake2b(document.encode(), digest_size=16).hexdigest()
 
 
 def write_partition(plan: Plan, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    """Enqueue one partition's rows in one transaction; yield its counts as one row."""
+    """Enqueue one partition's rows in one transaction; yield its counts as one row.
+
+    Every shape of DataFrame goes column by column to ``Queue.enqueue_batch`` (ids from
+    ``id_col`` or derived per row, per-row priorities and due times as their own columns): no
+    per-row dict or JobSpec is built here."""
     queue = executor_queue(plan.url)
     counts = dict.fromkeys(COUNTS, 0)
     with queue.connect() as connection:
-        if _columnar(plan):
-            for batch in batches:
-                for offset in range(0, batch.num_rows, plan.batch_size):
-                    outcome = _enqueue_columns(
-                        queue, plan, batch.slice(offset, plan.batch_size), connection
-                    )
-                    counts["queued"] += outcome.queued
-                    counts["duplicate"] += outcome.duplicate
-                    counts["completed"] += outcome.completed
-            batches = iter(())
-        specs = _job_specs(plan, batches)
-        while chunk := list(islice(specs, plan.batch_size)):
-            results = queue.enqueue_many(plan.task, chunk, connection=connection, **plan.options)
-            for result in results:
-                counts[result.status] += 1
+        for batch in batches:
+            for offset in range(0, batch.num_rows, plan.batch_size):
+                outcome = _enqueue_columns(
+                    queue, plan, batch.slice(offset, plan.batch_size), connection
+                )
+                counts["queued"] += outcome.queued
+                counts["duplicate"] += outcome.duplicate
+                counts["completed"] += outcome.completed
     yield pa.RecordBatch.from_pydict(
         {name: [counts[name]] for name in COUNTS}, schema=_REPORT_ARROW
     )
 
 
-def _columnar(plan: Plan) -> bool:
-    """Whether the partition's batches go to ``Queue.enqueue_batch`` column by column: ids from
-    a column, and every job sharing its priority and due time (the other cases build one
-    JobSpec per row)."""
-    return plan.id_col is not None and plan.priority_col is None and plan.run_at_col is None
-
-
 def _enqueue_columns(
     queue: Queue, plan: Plan, batch: pa.RecordBatch, connection: Connection
 ) -> BatchOutcome:
-    assert plan.id_col is not None
+    args = [_values(plan, batch, column) for column in plan.args]
+    kwargs = {argument: _values(plan, batch, column) for argument, column in plan.kwargs}
+    return queue.enqueue_batch(
+        plan.task,
+        ids=_ids(plan, batch, args, kwargs),
+        args=args,
+        kwargs=kwargs,
+        priorities=_values(plan, batch, plan.priority_col) if plan.priority_col else None,
+        run_ats=_values(plan, batch, plan.run_at_col) if plan.run_at_col else None,
+        connection=connection,
+        **plan.options,
+    )
+
+
+def _ids(
+    plan: Plan, batch: pa.RecordBatch, args: list[list[Any]], kwargs: dict[str, list[Any]]
+) -> list[str]:
+    if plan.id_col is None:
+        # The same document as job_id_for's, row by row.
+        prefix = f"{plan.task}:"
+        names = list(kwargs)
+        rows = zip(*args, strict=True) if args else [()] * batch.num_rows
+        named = zip(*kwargs.values(), strict=True) if names else [()] * batch.num_rows
+        return [
+            _derived_id(prefix, list(row), dict(zip(names, values, strict=True)))
+            for row, values in zip(rows, named, strict=True)
+        ]
     ids = batch.column(plan.id_col)
     if ids.null_count:
         raise ConfigError(
@@ -100,51 +120,8 @@ def _enqueue_columns(
         )
     if not pa.types.is_string(ids.type):
         ids = ids.cast(pa.string())  # integers: the same text as str()
-    return queue.enqueue_batch(
-        plan.task,
-        ids=ids.to_pylist(),
-        args=[_values(plan, batch, column) for column in plan.args],
-        kwargs={argument: _values(plan, batch, column) for argument, column in plan.kwargs},
-        connection=connection,
-        **plan.options,
-    )
-
-
-def _job_specs(plan: Plan, batches: Iterable[pa.RecordBatch]) -> Iterator[JobSpec]:
-    for batch in batches:
-        yield from _batch_specs(plan, batch)
-
-
-def _batch_specs(plan: Plan, batch: pa.RecordBatch) -> list[JobSpec]:
-    rows = batch.num_rows
-    values = {name: _values(plan, batch, name) for name in plan.columns()}
-    nulls = [None] * rows
-    names = [argument for argument, _ in plan.kwargs]
-    args_rows = list(zip(*(values[c] for c in plan.args), strict=True)) or [()] * rows
-    kwargs_rows = [
-        dict(zip(names, row, strict=True))
-        for row in zip(*(values[c] for _, c in plan.kwargs), strict=True)
-    ] or [{} for _ in range(rows)]
-    specs = []
-    for args, kwargs, job_id, priority, run_at in zip(
-        args_rows,
-        kwargs_rows,
-        values[plan.id_col] if plan.id_col else nulls,
-        values[plan.priority_col] if plan.priority_col else nulls,
-        values[plan.run_at_col] if plan.run_at_col else nulls,
-        strict=True,
-    ):
-        if plan.id_col is None:
-            job_id = job_id_for(plan.task, args, kwargs)
-        elif job_id is None:
-            raise ConfigError(
-                f"id_col {plan.id_col!r} is null in a row; every row needs an id "
-                "(or leave id_col unset to derive ids from the arguments)"
-            )
-        specs.append(
-            JobSpec(args=args, kwargs=kwargs, id=str(job_id), priority=priority, run_at=run_at)
-        )
-    return specs
+    values: list[str] = ids.to_pylist()
+    return values
 
 
 def _values(plan: Plan, batch: pa.RecordBatch, name: str) -> list[Any]:
