@@ -131,6 +131,32 @@ def test_without_an_id_column_ids_come_from_the_arguments(
     assert count_jobs(queue) == 10
 
 
+def test_derived_ids_with_per_row_priority_and_due_time(
+    spark: SparkSession, queue: pgqueue.Queue, db_url: str
+) -> None:
+    df = spark.createDataFrame(
+        [(i, [f"t{i}"], i if i % 3 else None, DUE if i % 2 else None) for i in range(9)],
+        "n long, tags array<string>, prio int, due timestamp",
+    )
+    report = enqueue_dataframe(
+        df, "spark.derived", url=db_url, priority_col="prio", run_at_col="due", batch_size=4
+    )
+    assert (report.queued, report.duplicate) == (9, 0)
+    for i in range(9):
+        status = queue.status(job_id_for("spark.derived", kwargs={"n": i, "tags": [f"t{i}"]}))
+        assert status is not None
+        assert status.kwargs == {"n": i, "tags": [f"t{i}"]}  # prio and due are not arguments
+        assert status.priority == (i if i % 3 else 0)
+        if i % 2:
+            assert status.run_at == DUE
+        else:
+            assert status.run_at < datetime.now(UTC) + timedelta(minutes=1)
+    rerun = enqueue_dataframe(
+        df, "spark.derived", url=db_url, priority_col="prio", run_at_col="due"
+    )
+    assert (rerun.queued, rerun.duplicate) == (0, 9)
+
+
 def test_job_ids_are_stable_and_ignore_key_order() -> None:
     a = job_id_for("t", [1, {"x": 1, "y": 2}], {"b": 1, "a": 2})
     assert a == job_id_for("t", (1, {"y": 2, "x": 1}), {"a": 2, "b": 1})
