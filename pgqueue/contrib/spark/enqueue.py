@@ -4,7 +4,7 @@ How exactly-once survives Spark's retries: every row has a job id (a column, or 
 the task name and the row's arguments), and the id is the queue's dedup key. Rows are spread over
 partitions by that id, so no two partitions ever write the same id (and cannot deadlock on it).
 Each partition writes in one transaction on its own connection, batch by batch through
-``Queue.enqueue_many``, and commits once at its end: an attempt that dies before the commit
+``Queue.enqueue_batch`` (column by column), and commits once at its end: an attempt that dies before the commit
 leaves nothing behind, and the retry, or a rerun of the whole pipeline, finds every id it had
 already committed and counts it as a duplicate instead of queueing it again.
 """
@@ -33,7 +33,7 @@ __all__ = [
     "job_id_for",
 ]
 
-#: Rows per ``Queue.enqueue_many`` call on an executor.
+#: Rows per ``Queue.enqueue_batch`` call on an executor.
 DEFAULT_BATCH_SIZE = 5000
 #: At most this many partitions write at once by default: the database, not Spark, is the limit.
 DEFAULT_PARTITIONS = 8
@@ -101,7 +101,7 @@ def enqueue_dataframe(
 
     ``partitions`` is how many Spark tasks write, each on its own connection (default: the
     cluster's parallelism, at most ``DEFAULT_PARTITIONS``); each hands its rows to
-    ``Queue.enqueue_many`` ``batch_size`` at a time. On SQLite one partition writes, as SQLite has
+    ``Queue.enqueue_batch`` ``batch_size`` at a time, as columns. On SQLite one partition writes, as SQLite has
     one writer at a time.
 
     Example::
