@@ -1,6 +1,7 @@
 """Rows per second of ``enqueue_dataframe`` into PostgreSQL, from a local SparkSession.
 
     python benchmarks/spark_enqueue.py [--rows 1000000] [--master local[2]] [--partitions N]
+                                       [--shape id_col|derived|per_row]
 
 Starts a throwaway PostgreSQL server with its default durability (fsync and synchronous commit
 on), enqueues ``--rows`` generated invoices (id column, two keyword arguments), and prints the
@@ -21,6 +22,7 @@ import os
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
@@ -28,6 +30,8 @@ sys.path.insert(0, str(ROOT / "tests"))
 from postgres_server import PostgresServer  # noqa: E402
 
 import pgqueue  # noqa: E402
+
+SHAPES = ("id_col", "derived", "per_row")
 
 
 def tree_cpu_seconds() -> dict[str, float]:
@@ -79,6 +83,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--master", default="local[2]")
     parser.add_argument("--partitions", type=int, default=None, help="default: the cores")
     parser.add_argument("--batch-size", type=int, default=None, help="rows per statement")
+    parser.add_argument(
+        "--shape",
+        choices=SHAPES,
+        default="id_col",
+        help="id_col: ids from a column (the default); derived: ids derived from the arguments; "
+        "per_row: an id column plus a priority and a run_at column",
+    )
     args = parser.parse_args(argv)
 
     from pyspark.sql import functions as F
@@ -89,13 +100,23 @@ def main(argv: list[str] | None = None) -> None:
         args.master, app_name="pgqueue-bench", conf={"spark.ui.showConsoleProgress": "false"}
     )
     spark.sparkContext.setLogLevel("ERROR")
-    invoices = spark.range(args.rows).select(
+    columns = [
         F.col("id").alias("invoice_id"),
         F.concat(F.lit("customer-"), (F.col("id") % 9973).cast("string")).alias("customer"),
-    )
+    ]
+    options: dict[str, Any] = {"id_col": "invoice_id"}
+    if args.shape == "derived":
+        options = {}
+    elif args.shape == "per_row":
+        columns += [
+            (F.col("id") % 10).cast("int").alias("prio"),
+            F.timestamp_seconds(F.lit(1_900_000_000) + F.col("id") % 86_400).alias("due"),
+        ]
+        options.update(priority_col="prio", run_at_col="due")
+    invoices = spark.range(args.rows).select(*columns)
     batch_size = args.batch_size or DEFAULT_BATCH_SIZE
     print(
-        f"rows={args.rows} master={args.master} partitions={args.partitions or 'default'} "
+        f"rows={args.rows} shape={args.shape} master={args.master} partitions={args.partitions or 'default'} "
         f"batch_size={batch_size} cores={os.cpu_count()} load={os.getloadavg()[0]:.1f}",
         flush=True,
     )
@@ -103,18 +124,19 @@ def main(argv: list[str] | None = None) -> None:
         url = server.create_database("spark_bench")
         queue = pgqueue.Queue(url)
         queue.migrate()
-        queue.close()
         for run in ("first run (all queued)", "rerun (all duplicates)"):
+            wal = wal_position(queue)
             started, before = time.perf_counter(), tree_cpu_seconds()
             report = enqueue_dataframe(
                 invoices,
                 "billing.send_invoice",
                 url=url,
-                id_col="invoice_id",
                 partitions=args.partitions,
                 batch_size=batch_size,
+                **options,
             )
             seconds, after = time.perf_counter() - started, tree_cpu_seconds()
+            wal = wal_position(queue) - wal
             spent = {part: after[part] - before[part] for part in after}
             cpu = sum(spent.values())
             cores = os.cpu_count() or 1
@@ -128,10 +150,22 @@ def main(argv: list[str] | None = None) -> None:
                 "  CPU per row: "
                 + ", ".join(
                     f"{part} {1e6 * value / args.rows:.1f} µs" for part, value in spent.items()
-                ),
+                )
+                + f"; WAL {wal / args.rows:.0f} bytes",
                 flush=True,
             )
+        queue.close()
     spark.stop()
+
+
+def wal_position(queue: pgqueue.Queue) -> int:
+    """The server's WAL insert position in bytes: WAL written is the difference of two."""
+    with queue.engine.connect() as connection:
+        return int(
+            connection.exec_driver_sql(
+                "SELECT pg_wal_lsn_diff(pg_current_wal_insert_lsn(), '0/0')"
+            ).scalar_one()
+        )
 
 
 if __name__ == "__main__":

@@ -167,6 +167,53 @@ def test_job_ids_are_stable_and_ignore_key_order() -> None:
         job_id_for("t", [float("nan")])
 
 
+def test_derived_ids_of_a_batch_are_job_id_for_of_each_row() -> None:
+    # The writer builds each row's canonical document from per-column JSON texts; it must give
+    # exactly job_id_for's ids, whatever the values (escapes, non-ASCII, %, nulls, nesting).
+    import pyarrow as pa
+
+    from pgqueue.contrib.spark.plan import Plan
+    from pgqueue.contrib.spark.writer import _ids
+
+    columns = {
+        "s": pa.array(['a"b\\c', "é%s\n\u2028", None, "", "100%"]),
+        "i": pa.array([1, -(2**62), None, 0, 7], pa.int64()),
+        "b": pa.array([True, False, None, True, False]),
+        "f": pa.array([0.1, 1e300, None, -0.0, 2.5]),
+        "l": pa.array([["x", None], [], None, ["%"], ["y"]], pa.list_(pa.string())),
+        "m": pa.array(
+            [[("k", 1)], [], None, [("z", 2), ("a", 3)], [("%", 4)]],
+            pa.map_(pa.string(), pa.int64()),
+        ),
+    }
+    batch = pa.record_batch(columns)
+    plan = Plan(
+        url="x",
+        task="t.x",
+        options={},
+        args=("s", "f"),
+        kwargs=(("z%", "i"), ("b", "b"), ("list", "l"), ("map", "m"), ('a"q', "s")),
+        id_col=None,
+        priority_col=None,
+        run_at_col=None,
+        batch_size=10,
+        map_columns=frozenset({"m"}),
+    )
+    values = {name: column.to_pylist() for name, column in columns.items()}
+    values["m"] = [None if v is None else dict(v) for v in values["m"]]
+    args = [values["s"], values["f"]]
+    kwargs = {argument: values[column] for argument, column in plan.kwargs}
+    expected = [
+        job_id_for("t.x", [a[n] for a in args], {k: v[n] for k, v in kwargs.items()})
+        for n in range(batch.num_rows)
+    ]
+    assert _ids(plan, batch, args, kwargs) == expected
+    empty = Plan(**{**{f: getattr(plan, f) for f in plan.__slots__}, "args": (), "kwargs": ()})
+    assert _ids(empty, batch, [], {}) == [job_id_for("t.x")] * batch.num_rows
+    with pytest.raises(pgqueue.SerializationError):
+        _ids(plan, batch, [values["s"], [float("nan")] * 5], kwargs)
+
+
 BAD_COLUMNS: list[tuple[str, dict[str, Any], str]] = [
     ("missing kwarg column", {"kwargs_cols": ["n", "nope"]}, "no column 'nope'"),
     ("missing id column", {"args_cols": ["n"], "id_col": "idx"}, "no column 'idx'"),

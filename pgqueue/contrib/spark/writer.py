@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Iterator, Mapping, Sequence
+from json.encoder import encode_basestring
 from typing import Any
 
 import pyarrow as pa
@@ -103,15 +104,7 @@ def _ids(
     plan: Plan, batch: pa.RecordBatch, args: list[list[Any]], kwargs: dict[str, list[Any]]
 ) -> list[str]:
     if plan.id_col is None:
-        # The same document as job_id_for's, row by row.
-        prefix = f"{plan.task}:"
-        names = list(kwargs)
-        rows = zip(*args, strict=True) if args else [()] * batch.num_rows
-        named = zip(*kwargs.values(), strict=True) if names else [()] * batch.num_rows
-        return [
-            _derived_id(prefix, list(row), dict(zip(names, values, strict=True)))
-            for row, values in zip(rows, named, strict=True)
-        ]
+        return _derived_ids(plan, batch, args, kwargs)
     ids = batch.column(plan.id_col)
     if ids.null_count:
         raise ConfigError(
@@ -122,6 +115,49 @@ def _ids(
         ids = ids.cast(pa.string())  # integers: the same text as str()
     values: list[str] = ids.to_pylist()
     return values
+
+
+def _derived_ids(
+    plan: Plan, batch: pa.RecordBatch, args: list[list[Any]], kwargs: dict[str, list[Any]]
+) -> list[str]:
+    """:func:`job_id_for` of every row, without building its arguments as objects: each column's
+    values are turned into JSON text once (strings, integers and booleans directly, the rest
+    through the canonical encoder), and each row's document is one string format of them."""
+    names = sorted(kwargs)
+    columns = [
+        _json_texts(batch.column(column), values)
+        for column, values in [
+            *zip(plan.args, args, strict=True),
+            *((dict(plan.kwargs)[name], kwargs[name]) for name in names),
+        ]
+    ]
+    template = "[[%s],{%s}]" % (  # noqa: UP031 (the template is itself a %-format)
+        ",".join(["%s"] * len(args)),
+        ",".join(encode_basestring(name).replace("%", "%%") + ":%s" for name in names),
+    )
+    prefix = f"{plan.task}:"
+    blake2b = hashlib.blake2b
+    if not columns:
+        return [prefix + blake2b(b"[[],{}]", digest_size=16).hexdigest()] * batch.num_rows
+    return [
+        prefix + blake2b((template % row).encode(), digest_size=16).hexdigest()
+        for row in zip(*columns, strict=True)
+    ]
+
+
+def _json_texts(column: pa.Array | pa.ChunkedArray, values: list[Any]) -> list[str]:
+    """Each value's canonical JSON text (as ``_CANONICAL`` would write it inside a document)."""
+    kind = column.type
+    if pa.types.is_string(kind) or pa.types.is_large_string(kind):
+        return ["null" if value is None else encode_basestring(value) for value in values]
+    if pa.types.is_integer(kind):
+        return ["null" if value is None else str(value) for value in values]
+    if pa.types.is_boolean(kind):
+        return ["null" if value is None else "true" if value else "false" for value in values]
+    try:
+        return [_CANONICAL(value) for value in values]
+    except (TypeError, ValueError) as exc:
+        raise SerializationError(f"cannot derive a job id from these arguments: {exc}") from exc
 
 
 def _values(plan: Plan, batch: pa.RecordBatch, name: str) -> list[Any]:
