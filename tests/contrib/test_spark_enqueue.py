@@ -214,6 +214,18 @@ def test_derived_ids_of_a_batch_are_job_id_for_of_each_row() -> None:
         _ids(plan, batch, [values["s"], [float("nan")] * 5], kwargs)
 
 
+def test_due_times_keep_the_instant_whatever_the_session_zone() -> None:
+    import pyarrow as pa
+
+    from pgqueue.contrib.spark.writer import _due_times
+
+    micros = int(DUE.timestamp() * 1_000_000)
+    for zone in ("UTC", "America/New_York", "+05:30"):
+        column = pa.array([micros, None], pa.timestamp("us", tz=zone))
+        assert _due_times(column) == [DUE, None]
+        assert _due_times(column)[0].tzinfo is UTC
+
+
 BAD_COLUMNS: list[tuple[str, dict[str, Any], str]] = [
     ("missing kwarg column", {"kwargs_cols": ["n", "nope"]}, "no column 'nope'"),
     ("missing id column", {"args_cols": ["n"], "id_col": "idx"}, "no column 'idx'"),
