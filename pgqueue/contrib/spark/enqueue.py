@@ -4,9 +4,9 @@ How exactly-once survives Spark's retries: every row has a job id (a column, or 
 the task name and the row's arguments), and the id is the queue's dedup key. Rows are spread over
 partitions by that id, so no two partitions ever write the same id (and cannot deadlock on it).
 Each partition writes in one transaction on its own connection, batch by batch through
-``Queue.enqueue_batch`` (column by column), and commits once at its end: an attempt that dies before the commit
-leaves nothing behind, and the retry, or a rerun of the whole pipeline, finds every id it had
-already committed and counts it as a duplicate instead of queueing it again.
+``Queue.enqueue_batch`` (column by column), and commits once at its end: an attempt that dies
+before the commit leaves nothing behind, and the retry, or a rerun of the whole pipeline, finds
+every id it had already committed and counts it as a duplicate instead of queueing it again.
 """
 
 from __future__ import annotations
@@ -101,8 +101,8 @@ def enqueue_dataframe(
 
     ``partitions`` is how many Spark tasks write, each on its own connection (default: the
     cluster's parallelism, at most ``DEFAULT_PARTITIONS``); each hands its rows to
-    ``Queue.enqueue_batch`` ``batch_size`` at a time, as columns. On SQLite one partition writes, as SQLite has
-    one writer at a time.
+    ``Queue.enqueue_batch`` ``batch_size`` at a time, as columns. On SQLite one partition
+    writes, as SQLite has one writer at a time.
 
     Example::
 
