@@ -188,3 +188,51 @@ def test_the_jobs_table_is_vacuumed_and_analyzed_after_a_fixed_share(pg_server: 
         assert "autovacuum_vacuum_threshold=1000" in _reloptions(queue.engine)
     finally:
         queue.close()
+
+
+def _key_collations(engine: sa.Engine) -> dict[str, str]:
+    """The collation of each key column and of each index column over one (PostgreSQL)."""
+    with engine.connect() as conn:
+        columns = conn.exec_driver_sql(
+            "SELECT a.attrelid::regclass::text || '.' || a.attname, c.collname"
+            " FROM pg_attribute a JOIN pg_collation c ON c.oid = a.attcollation"
+            " WHERE a.attrelid::regclass::text IN ('pgqueue_jobs', 'pgqueue_dependencies')"
+            " AND a.attname IN ('id', 'job_id', 'depends_on')"
+        ).all()
+        indexes = conn.exec_driver_sql(
+            "SELECT i.indexrelid::regclass::text, c.collname"
+            " FROM pg_index i, unnest(i.indcollation) AS k(oid), pg_collation c"
+            " WHERE c.oid = k.oid AND i.indrelid = 'pgqueue_jobs'::regclass"
+            " AND i.indexrelid::regclass::text IN"
+            " ('pgqueue_jobs_pkey', 'ix_pgqueue_jobs_claim', 'ix_pgqueue_jobs_claim_queue')"
+            " AND c.collname = 'C'"
+        ).all()
+    return dict(columns) | {index: collation for index, collation in indexes}
+
+
+def test_job_ids_compare_bytes_after_0008(pg_server: Any) -> None:
+    # PostgreSQL only (SQLite's default collation already compares bytes, and 0008 leaves it be:
+    # the upgrade/downgrade test above runs it there). Up, down to 0007, up again.
+    queue = pgqueue.Queue(pg_server.create_database("key_collation"))
+    try:
+        queue.migrate()
+        assert _key_collations(queue.engine) == {
+            "pgqueue_jobs.id": "C",
+            "pgqueue_dependencies.job_id": "C",
+            "pgqueue_dependencies.depends_on": "C",
+            # The id column of the primary key and of both claim indexes, rebuilt with it.
+            "pgqueue_jobs_pkey": "C",
+            "ix_pgqueue_jobs_claim": "C",
+            "ix_pgqueue_jobs_claim_queue": "C",
+        }
+        migrate.downgrade(queue.engine, "0007_has_dependents")
+        assert _key_collations(queue.engine) == {
+            "pgqueue_jobs.id": "default",
+            "pgqueue_dependencies.job_id": "default",
+            "pgqueue_dependencies.depends_on": "default",
+        }
+        queue.migrate()
+        assert _key_collations(queue.engine)["pgqueue_jobs_pkey"] == "C"
+        assert schema_diff(queue.engine) == []
+    finally:
+        queue.close()
