@@ -44,6 +44,15 @@ _lock = threading.Lock()
 _last = 0
 
 
+def _new_lock_after_fork() -> None:
+    # A fork while another thread held the lock would leave the child's copy held for ever.
+    global _lock
+    _lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_new_lock_after_fork)
+
+
 def _reserve(count: int) -> int:
     """The first of ``count`` consecutive (milliseconds << 12 | counter) values, all above every
     value reserved before in this process."""
