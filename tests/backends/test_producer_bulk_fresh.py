@@ -1,6 +1,7 @@
 """enqueue_many of args tuples with generated ids (the bulk path of pgqueue/producer/bulk.py on
 PostgreSQL, the general path elsewhere): the options every job shares land on every row, ids are
-time-ordered (version-7) UUIDs, and the call commits its jobs with their wake-up, in one statement or in chunks."""
+time-ordered (version-7) UUIDs, and the call commits its jobs with their wake-up, in one
+statement or in chunks."""
 
 from __future__ import annotations
 
