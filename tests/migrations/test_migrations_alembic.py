@@ -236,3 +236,35 @@ def test_job_ids_compare_bytes_after_0008(pg_server: Any) -> None:
         assert schema_diff(queue.engine) == []
     finally:
         queue.close()
+
+
+def test_key_lookups_keep_their_indexes_on_a_linguistic_database(pg_server: Any) -> None:
+    # A production database's default collation is rarely "C" (the test servers' is): on an ICU
+    # one, a bound id, the primary key, and the join of dependencies to jobs must all agree on
+    # the keys' collation, or an index could not serve the comparison.
+    admin = sa.create_engine(pg_server.url, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.exec_driver_sql(
+            "CREATE DATABASE key_collation_icu TEMPLATE template0"
+            " LOCALE_PROVIDER icu ICU_LOCALE 'en-US' LOCALE 'C.utf8'"
+        )
+    admin.dispose()
+    queue = pgqueue.Queue(pg_server.url_for("key_collation_icu"))
+    try:
+        queue.migrate()
+        with queue.engine.begin() as conn:
+            conn.exec_driver_sql("SET LOCAL enable_seqscan = off")
+            by_id = conn.exec_driver_sql(
+                "EXPLAIN SELECT state FROM pgqueue_jobs WHERE id = %(id)s", {"id": "a"}
+            ).all()
+            joined = conn.exec_driver_sql(
+                # Who waits on this job: the finishing side's look-up.
+                "EXPLAIN SELECT d.job_id FROM pgqueue_jobs j"
+                " JOIN pgqueue_dependencies d ON d.depends_on = j.id WHERE j.id = %(id)s",
+                {"id": "a"},
+            ).all()
+        plan = "\n".join(row[0] for row in by_id + joined)
+        assert "Seq Scan" not in plan, plan
+        assert "pgqueue_jobs_pkey" in plan and "ix_pgqueue_dependencies_depends_on" in plan, plan
+    finally:
+        queue.close()
