@@ -47,6 +47,7 @@ from benchmarks.compare_plan import (
     describe_estimate,
     drain_repeats,
     poll_interval,
+    seconds,
     wait_for_drain,
 )
 from benchmarks.rivals import LIBRARIES, PICKUP_LOG, VARIANTS, Library
@@ -373,7 +374,7 @@ def side_by_side(figures: Sequence[Figure], sizes: Sizes) -> str:
     if footnotes:
         lines += [
             "",
-            f"\\* a partial drain: stopped at its time budget ({sizes.drain_budget:,.0f} s from "
+            f"\\* a partial drain: stopped at its time budget ({seconds(sizes.drain_budget)} s from "
             "the workers' start); the rate is over the jobs finished by then, i.e. at the top "
             "of that backlog, not over the whole of it.",
             *(f"- {note}" for note in footnotes),

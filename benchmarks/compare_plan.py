@@ -83,7 +83,12 @@ class Drained:
         """The footnote of a partial drain (empty for a complete one)."""
         if not self.stopped:
             return ""
-        return f"stopped after {self.seconds:,.0f} s, {self.done:,} of {self.jobs:,} done"
+        return f"stopped after {seconds(self.seconds)} s, {self.done:,} of {self.jobs:,} done"
+
+
+def seconds(value: float) -> str:
+    """``150``, ``5``, ``0.6``: whole seconds, with a decimal only for a very short time."""
+    return f"{value:,.0f}" if value >= 10 else f"{value:.2g}"
 
 
 def wait_for_drain(
@@ -164,7 +169,7 @@ def describe_estimate(plan: Plan, libraries: Sequence[str]) -> str:
     return (
         f"compare: estimated {_minutes(total)} on a quiet 2-core machine ({detail}); "
         f"libraries {', '.join(libraries)}; drains {drains}, at most "
-        f"{plan.drain_budget:,.0f} s each; other measurements x{plan.repeats}"
+        f"{seconds(plan.drain_budget)} s each; other measurements x{plan.repeats}"
     )
 
 
