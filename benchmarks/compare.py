@@ -168,7 +168,8 @@ def run(
                     file=sys.stderr,
                     flush=True,
                 )
-                url = databases.server.create_database(f"cmp_{uuid.uuid4().hex[:10]}")
+                name = f"cmp_{uuid.uuid4().hex[:10]}"
+                url = databases.server.create_database(name)
                 library.prepare(url)
                 load = os.getloadavg()[0]
                 interference = Interference(databases)
@@ -180,6 +181,7 @@ def run(
                         + _worker_logs(databases, library)
                     ) from exc
                 others = round(interference.cores(), 2)
+                _drop_database(databases, name)
                 settings = f"{library.name} {library.version}, {library.settings}"
                 figures += [
                     Figure(
@@ -300,6 +302,17 @@ class _PickupLog:
                     raise AssertionError(f"pickup sample {sample} never ran")
                 time.sleep(0.0005)
         return self.seen[sample]
+
+
+def _drop_database(databases: Databases, name: str) -> None:
+    """Drop a measured database: a drained backlog leaves millions of dead rows, which
+    autovacuum would otherwise clean up while the next library is being measured."""
+    import psycopg
+    from psycopg import sql
+
+    dsn = {**databases.server.dsn, "dbname": "postgres"}
+    with psycopg.connect(**dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP DATABASE {} WITH (FORCE)").format(sql.Identifier(name)))
 
 
 def _worker_logs(databases: Databases, library: Library) -> str:

@@ -90,8 +90,8 @@ def test_a_drain_still_running_at_its_budget_is_stopped_and_says_how_far_it_got(
 
 def test_deep_backlogs_are_polled_less_often() -> None:
     assert poll_interval(300) == 0.2
-    assert poll_interval(100_000) == 1.0
-    assert poll_interval(1_000_000) == 2.0
+    assert poll_interval(100_000) == 0.5
+    assert poll_interval(1_000_000) == 5.0
 
 
 def test_the_estimate_counts_repeats_per_size_and_caps_drains_at_the_budget() -> None:
