@@ -57,7 +57,7 @@ DRAIN_SIZES = (DrainSize(20_000), DrainSize(100_000, 1), DrainSize(1_000_000, 1)
 QUICK_DRAIN_SIZES = (DrainSize(300), DrainSize(600))
 #: Seconds a drain may run (from the workers' start) before it is stopped and reported as
 #: partial: procrastinate drains a few hundred jobs a second, an hour for 1,000,000.
-DRAIN_BUDGET = 150.0
+DRAIN_BUDGET = 180.0
 PER_CALL = 1_000
 
 
