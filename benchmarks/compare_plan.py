@@ -168,10 +168,15 @@ def describe_estimate(plan: Plan, libraries: Sequence[str]) -> str:
     total = sum(parts.values())
     drains = ", ".join(f"{size.jobs:,} x{drain_repeats(size, plan.repeats)}" for size in plan.drain)
     detail = ", ".join(f"{kind} {_minutes(value)}" for kind, value in parts.items())
+    others = f"; other measurements x{plan.repeats}" if set(parts) - {"drain"} else ""
+    drained = (
+        f"; drains {drains}, at most {seconds(plan.drain_budget)} s each"
+        if "drain" in parts
+        else ""
+    )
     return (
         f"compare: estimated {_minutes(total)} on a quiet 2-core machine ({detail}); "
-        f"libraries {', '.join(libraries)}; drains {drains}, at most "
-        f"{seconds(plan.drain_budget)} s each; other measurements x{plan.repeats}"
+        f"libraries {', '.join(libraries)}{drained}{others}"
     )
 
 
