@@ -129,7 +129,6 @@ def _workers(queue: pgqueue.Queue) -> int:
         return int(conn.exec_driver_sql("SELECT count(*) FROM pgqueue_workers").scalar() or 0)
 
 
-
 @SQLITE_ONLY
 def test_a_burst_of_commits_costs_one_look_per_pace(
     queue: pgqueue.Queue, monkeypatch: pytest.MonkeyPatch
