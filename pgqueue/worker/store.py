@@ -151,6 +151,11 @@ class JobStore:
         if len(rows) < limit and skip > 0:
             # A limited job enqueued since the last look is claimed by then, not at the next poll.
             self.rate_wake_in = skip
+        elif rows and len(rows) < limit:
+            # Jobs claimed, slots left: commit now so their handlers start at once (the limited
+            # claim is two more statements, a wait between a wake-up and its job's start), and
+            # look for limited jobs in a turn of their own right after (a claim due now).
+            self.rate_wake_in = 0.0
         elif len(rows) < limit:
             # Slots left over: jobs with flow limits have a claim of their own (pgqueue.limits).
             limited = claim_limited(
