@@ -67,6 +67,8 @@ class JobStore:
         self._monotonic = clock
         #: Until when (``clock``) claims skip the limited claim: its last run found nothing.
         self._limited_idle_until = float("-inf")
+        #: A claim passed the limited claim over to the next one (see :meth:`claim`).
+        self._limited_owed = False
         self.backend = db.backend
         self.worker_id = worker_id
         self.lease = lease
@@ -151,7 +153,15 @@ class JobStore:
         if len(rows) < limit and skip > 0:
             # A limited job enqueued since the last look is claimed by then, not at the next poll.
             self.rate_wake_in = skip
+        elif rows and len(rows) < limit and not self._limited_owed:
+            # Jobs claimed, slots left: commit now so their handlers start at once (the limited
+            # claim is two more statements, a wait between a wake-up and its job's start), and
+            # look for limited jobs in the next claim, due at once. Only once in a row: a
+            # trickle of jobs without limits must not keep limited ones waiting.
+            self._limited_owed = True
+            self.rate_wake_in = 0.0
         elif len(rows) < limit:
+            self._limited_owed = False
             # Slots left over: jobs with flow limits have a claim of their own (pgqueue.limits).
             limited = claim_limited(
                 conn,

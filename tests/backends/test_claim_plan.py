@@ -65,3 +65,63 @@ def test_backend_claim_returns_the_claimed_rows(pg_server: Any) -> None:
             assert conn.exec_driver_sql("SHOW enable_bitmapscan").scalar() == "on"
     finally:
         queue.close()
+
+
+def _claim(queue: pgqueue.Queue, limit: int) -> Any:
+    return statements.job_claim(
+        worker_id="w",
+        lock_token="t",
+        limit=limit,
+        lease=30,
+        queues=None,
+        clock=queue.backend.clock(),
+    )
+
+
+def test_a_work_connection_claims_in_one_statement_down_the_index(pg_server: Any) -> None:
+    # The guard is set once for the work connection's session: a worker's claim turn is the
+    # claim alone (no SET LOCAL round trip before it), and still walks the claim index.
+    queue = pgqueue.Queue(pg_server.create_database("claim_work"), allow_unknown_tasks=True)
+    try:
+        queue.migrate()
+        queue.enqueue_many("tasks.noop", [()] * 20_000)
+        conn = queue.engine.connect()
+        try:
+            queue.backend.prepare_work_connection(conn, lease=30)
+            sent: list[str] = []
+            sa.event.listen(conn, "before_cursor_execute", lambda *a: sent.append(a[2]))
+            with conn.begin():
+                rows = queue.backend.claim(conn, _claim(queue, 200), {statements.CLAIM_LIMIT: 2})
+            assert len(rows) == 2
+            assert len(sent) == 1 and "UPDATE" in sent[0], sent
+            with conn.begin():
+                plan = _plan(conn, _claim(queue, 200))
+            assert "Index Scan using ix_pgqueue_jobs_claim" in plan, plan
+            assert "Bitmap" not in plan and "Sort" not in plan, plan
+        finally:
+            conn.close()
+    finally:
+        queue.close()
+
+
+def test_the_work_connection_settings_never_reach_the_pool(pg_server: Any) -> None:
+    # The work connection leaves the pool: once closed, no pooled connection an application
+    # checks out runs with bitmap scans off or the worker's idle-in-transaction timeout.
+    queue = pgqueue.Queue(
+        pg_server.create_database("claim_pool"),
+        allow_unknown_tasks=True,
+        engine_options={"pool_size": 1, "max_overflow": 0},
+    )
+    try:
+        queue.migrate()
+        conn = queue.engine.connect()
+        queue.backend.prepare_work_connection(conn, lease=30)
+        assert conn.exec_driver_sql("SHOW enable_bitmapscan").scalar() == "off"
+        conn.close()
+        for _ in range(2):  # the pool's only slot, checked out again
+            with queue.engine.connect() as other:
+                assert other.exec_driver_sql("SHOW enable_bitmapscan").scalar() == "on"
+                timeout = other.exec_driver_sql("SHOW idle_in_transaction_session_timeout")
+                assert timeout.scalar() == "0"
+    finally:
+        queue.close()

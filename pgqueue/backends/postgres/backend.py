@@ -49,6 +49,8 @@ _NO_BITMAP_SCAN = pg_statements.transaction_setting("enable_bitmapscan", "off")
 _NOTIFY = pg_statements.notify()
 _NOTIFY_MANY = pg_statements.notify_many()
 _LEADERS = pg_statements.leaders_holding_locks()
+# Connection.info key: this session runs with bitmap scans off (a worker's work connection).
+_BITMAP_SCAN_OFF = "pgqueue_bitmap_scan_off"
 
 
 def _check_idle_connection(dbapi_connection: Any, _record: Any, _proxy: Any) -> None:
@@ -264,7 +266,10 @@ class PostgresBackend:
         # the backlog for a few hundred rows and prefers a bitmap scan that fetches and sorts
         # the whole backlog on every claim: 100+ ms per claim with 100,000 queued. Switching
         # bitmap scans off for this transaction leaves the ordered index walk as the cheap plan.
-        connection.exec_driver_sql(*prepared.driver_sql(connection, _NO_BITMAP_SCAN))
+        # A work connection has it off for its whole session (prepare_work_connection): one
+        # round trip less per turn. Any other connection sets it for this transaction.
+        if not connection.info.get(_BITMAP_SCAN_OFF):
+            connection.exec_driver_sql(*prepared.driver_sql(connection, _NO_BITMAP_SCAN))
         # As driver SQL, compiled once per statement: no compiled-cache look-up, and rows as the
         # driver decodes them, without SQLAlchemy's per-value result processing (the
         # UTCDateTime conversion of every timestamp of every row). psycopg already returns
@@ -348,8 +353,16 @@ class PostgresBackend:
         timeout_ms = max(
             IDLE_IN_TRANSACTION_MIN_MS, round(lease * IDLE_IN_TRANSACTION_LEASES * 1000)
         )
+        # The claim's guard against bitmap scans (see claim) for the whole session, instead of a
+        # SET LOCAL round trip in every turn. Only pgqueue's own statements run on this
+        # connection (claims, leases, outcomes: all by id or down an index), and it leaves the
+        # pool for good, so neither setting can reach an application's SQL: closing it closes
+        # the session.
+        connection.detach()
         with connection.begin():
             locks.set_session(connection, "idle_in_transaction_session_timeout", str(timeout_ms))
+            locks.set_session(connection, "enable_bitmapscan", "off")
+        connection.info[_BITMAP_SCAN_OFF] = True
 
     def try_lock(self, connection: Connection, key: int) -> bool:
         return locks.try_lock(connection, key)
@@ -402,6 +415,4 @@ class PostgresBackend:
 # Driver SQL of the worker's hot statements, by statement (see PostgresBackend.claim). Weak:
 # a statement built per call (a fixed clock) goes with its last use.
 def _run_autocommit(engine: Engine, statement: Any, jobs: str) -> list[str]:
-    with engine.connect() as connection:
-        autocommit = connection.execution_options(isolation_level="AUTOCOMMIT")
-        return [row[0] for row in autocommit.execute(statement, {"jobs": jobs})]
+    return prepared.run_autocommit(engine, statement, {"jobs": jobs})

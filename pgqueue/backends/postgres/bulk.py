@@ -42,6 +42,7 @@ from sqlalchemy.dialects import postgresql
 from sqlalchemy.dialects.postgresql import JSONB
 
 from pgqueue.backends.base import Clock
+from pgqueue.backends.postgres import prepared
 from pgqueue.job import JobState
 from pgqueue.schema import JOBS
 from pgqueue.statements.enqueue import insert_or_requeue
@@ -124,10 +125,7 @@ def enqueue_fresh_committed(
     engine: Engine, shared: Mapping[str, Any], document: str, clock: Clock, channel: str
 ) -> list[str]:
     """One autocommit statement: the jobs and their wake-up, committed together."""
-    statement = _statement(clock, channel)
-    with engine.connect() as connection:
-        autocommit = connection.execution_options(isolation_level="AUTOCOMMIT")
-        return [row[0] for row in autocommit.execute(statement, {"jobs": document, **shared})]
+    return prepared.run_autocommit(engine, _statement(clock, channel), {"jobs": document, **shared})
 
 
 def column_enqueue(
