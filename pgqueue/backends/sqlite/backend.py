@@ -23,7 +23,7 @@ from sqlalchemy.dialects import sqlite
 from sqlalchemy.engine import URL
 from sqlalchemy.exc import DBAPIError
 
-from pgqueue import statements
+from pgqueue import _json, statements
 from pgqueue.backends.base import Clock, Completion, iter_chunks
 from pgqueue.backends.sqlite import statements as sqlite_statements
 from pgqueue.backends.sqlite.watch import FileWatcher
@@ -75,6 +75,9 @@ class SQLiteBackend:
         connect_args = options.setdefault("connect_args", {})
         connect_args.setdefault("timeout", BUSY_TIMEOUT_SECONDS)
         connect_args.setdefault("check_same_thread", False)
+        # Documents read back (a claimed job's payload) through json.loads sped up by orjson:
+        # the same values and errors (pgqueue._json), on the engines pgqueue makes only.
+        options.setdefault("json_deserializer", _json.loads)
         engine = sa.create_engine(url, **options)
         self.prepare_engine(engine)
         return engine
@@ -198,6 +201,9 @@ class SQLiteBackend:
     def prepare_work_connection(self, connection: Connection, *, lease: float) -> None:
         # One writer at a time and no row locks: a stopped writer holds the whole file, which
         # busy_timeout and the lock's owner dying already cover.
+        return None
+
+    def release_work_connection(self, connection: Connection) -> None:
         return None
 
     def try_lock(self, connection: Connection, key: int) -> bool:
