@@ -35,6 +35,9 @@ ENQUEUE_CHUNK = 5000
 # (prepare_work_connection), never sooner than the floor (ms).
 IDLE_IN_TRANSACTION_LEASES = 3
 IDLE_IN_TRANSACTION_MIN_MS = 1000
+#: Seconds a new connection may take to come up, unless the URL says ``connect_timeout``: a host
+#: that swallows packets must not hang an enqueue, a worker's turn or its session thread forever.
+CONNECT_TIMEOUT_SECONDS = 10
 # SQLSTATE classes: 42P01 undefined_table; 08 connection exceptions; 57P admin shutdown etc.
 _UNDEFINED_TABLE = "42P01"
 # PostgreSQL truncates identifiers to NAMEDATALEN - 1 bytes; a longer schema name would silently
@@ -116,6 +119,11 @@ class PostgresBackend:
         if "poolclass" not in options:
             options.setdefault("pool_size", 10)
             options.setdefault("max_overflow", 20)
+        if "connect_timeout" not in sa.make_url(url).query:
+            options["connect_args"] = {
+                "connect_timeout": CONNECT_TIMEOUT_SECONDS,
+                **options.get("connect_args", {}),
+            }
         engine = sa.create_engine(url, **options)
         if not pre_ping:
             event.listen(engine, "checkout", _check_idle_connection)
