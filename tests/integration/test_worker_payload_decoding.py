@@ -173,3 +173,20 @@ def test_a_worker_on_the_applications_engine_leaves_its_connections_as_they_were
         queue.close()
     finally:
         engine.dispose()
+
+
+def test_sqlite_engines_pgqueue_makes_read_documents_with_the_fast_reader(tmp_path: Any) -> None:
+    url = f"sqlite:///{tmp_path / 'q.db'}"
+    queue = pgqueue.Queue(url)
+    try:
+        assert queue.engine.dialect._json_deserializer is _json.loads  # type: ignore[attr-defined]
+    finally:
+        queue.close()
+    # The application's own engine is left as it was made.
+    engine = sa.create_engine(url)
+    try:
+        queue = pgqueue.Queue(engine)
+        assert engine.dialect._json_deserializer is None  # type: ignore[attr-defined]
+        queue.close()
+    finally:
+        engine.dispose()
