@@ -190,3 +190,35 @@ def test_sqlite_engines_pgqueue_makes_read_documents_with_the_fast_reader(tmp_pa
         queue.close()
     finally:
         engine.dispose()
+
+
+def test_a_none_result_is_stored_as_null_and_a_custom_serializer_still_sees_it(
+    db_url: str,
+) -> None:
+    class Tagged(pgqueue.JSONSerializer):
+        def encode(self, value: Any, default: Any = None) -> Any:
+            return {"tagged": value}
+
+        def decode(self, document: Any) -> Any:
+            return document["tagged"]
+
+    for serializer, stored in ((pgqueue.JSONSerializer(), None), (Tagged(), {"tagged": None})):
+        queue = pgqueue.Queue(db_url, serializer=serializer)
+        try:
+
+            @queue.task(name="t.nothing")
+            def nothing() -> None:
+                return None
+
+            job = nothing.enqueue()
+            pgqueue.Worker(queue).run(burst=True)
+            assert queue.status(job.id).state == pgqueue.JobState.COMPLETED
+            assert queue.result(job.id) is None
+            with queue.engine.connect() as conn:
+                text = conn.scalar(
+                    sa.text("SELECT CAST(result AS TEXT) FROM pgqueue_jobs WHERE id = :id"),
+                    {"id": job.id},
+                )
+            assert (None if text is None else json.loads(text)) == stored
+        finally:
+            queue.close()
