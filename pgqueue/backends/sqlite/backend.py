@@ -25,7 +25,7 @@ from sqlalchemy.exc import DBAPIError
 
 from pgqueue import _json, statements
 from pgqueue.backends.base import Clock, Completion, iter_chunks
-from pgqueue.backends.sqlite import statements as sqlite_statements
+from pgqueue.backends.sqlite import completion
 from pgqueue.backends.sqlite.watch import FileWatcher
 from pgqueue.config import utc_now
 from pgqueue.errors import BackendError, ConfigError, SchemaMissingError
@@ -178,18 +178,21 @@ class SQLiteBackend:
         held = {job_id: flag for job_id, flag in connection.execute(statements.job_held(pairs))}
         fixed = clock.fixed
         assert fixed is not None, "the SQLite clock is always fixed"
+        texts = completion.DatetimeTexts(connection.dialect)
+        finished = texts(fixed)
         rows = [
             {
                 "job_id": job.id,
                 "job_lock_token": job.lock_token,
                 "job_result": job.result,
-                "job_expires_at": fixed + timedelta(seconds=job.result_ttl),
+                "job_finished_at": finished,
+                "job_expires_at": texts(fixed + timedelta(seconds=job.result_ttl)),
             }
             for job in jobs
             if job.id in held
         ]
         if rows:
-            connection.execute(sqlite_statements.job_complete_each(clock), rows)
+            connection.execute(completion.job_complete_texts(), rows)
         return held
 
     def session_connection(self, engine: Engine, label: str) -> Connection:
