@@ -6,7 +6,7 @@ JSON.
     python -m benchmarks --only drain,roundtrip --backend postgresql
     python -m benchmarks --json results.json  # where the JSON goes ("-": stdout, no table)
     python -m benchmarks --compare            # pgqueue beside pgqueuer and procrastinate
-    python -m benchmarks --compare --drain-sizes 20000,100000 --repeats 1
+    python -m benchmarks --compare --drain-sizes 20000:3,1000000:1 --drain-budget 120
     python -m benchmarks --only scale --backend postgresql   # 10M finished, 1M queued rows
 
 PostgreSQL is a throwaway server started here with its default settings (fsync and synchronous
@@ -29,6 +29,7 @@ from typing import Any
 
 from benchmarks import (
     compare,
+    compare_plan,
     connections,
     dashboard,
     drain,
@@ -96,10 +97,19 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "--drain-sizes",
-        type=lambda text: [int(size) for size in text.split(",") if size.strip()],
+        type=_drain_sizes,
         default=None,
-        metavar="N,N,...",
-        help=f"--compare: the backlogs to drain (default {','.join(map(str, compare.DRAIN_SIZES))})",
+        metavar="N[:R],...",
+        help="--compare: the backlogs to drain, each with an optional :REPEATS (default "
+        f"{','.join(map(str, compare.DRAIN_SIZES))}; without :R, --repeats)",
+    )
+    parser.add_argument(
+        "--drain-budget",
+        type=_seconds,
+        default=None,
+        metavar="SECONDS",
+        help="--compare: stop a drain after this long and report it as partial, the rate over "
+        f"the jobs finished (default {compare.DRAIN_BUDGET:.0f})",
     )
     parser.add_argument(
         "--libraries",
@@ -140,6 +150,8 @@ def main(argv: list[str] | None = None) -> int:
                 sizes = replace(sizes, drain=args.drain_sizes)
             if args.repeats is not None:
                 sizes = replace(sizes, repeats=args.repeats)
+            if args.drain_budget is not None:
+                sizes = replace(sizes, drain_budget=args.drain_budget)
             figures, notes = compare.run(databases, sizes, args.libraries, args.steps)
             comparison = compare.side_by_side(figures, sizes)
         for backend in [] if args.compare else args.backend or BACKENDS:
@@ -180,6 +192,23 @@ def main(argv: list[str] | None = None) -> int:
     Path(args.json).write_text(json.dumps(report, indent=2) + "\n")
     print(f"\nJSON: {args.json}   machine: {report['machine']}", file=sys.stderr)
     return 0
+
+
+def _drain_sizes(text: str) -> list[compare_plan.DrainSize]:
+    try:
+        return compare_plan.parse_drain_sizes(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _seconds(text: str) -> float:
+    try:
+        seconds = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not seconds > 0:
+        raise argparse.ArgumentTypeError(f"must be more than 0 seconds: {text!r}")
+    return seconds
 
 
 def machine(postgres: str | None) -> dict[str, Any]:

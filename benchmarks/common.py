@@ -47,6 +47,9 @@ class Figure:
     load: float = field(default_factory=lambda: os.getloadavg()[0])
     #: Cores busy with other people's work while the benchmark ran (see ``Interference``).
     others: float = 0.0
+    #: Set when the figure covers only part of what its name says: what was done (a drain
+    #: stopped by its time budget, ``python -m benchmarks --compare --drain-budget``).
+    partial: str = ""
 
 
 class Databases:

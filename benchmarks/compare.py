@@ -1,9 +1,11 @@
 """``python -m benchmarks --compare``: pgqueue beside pgqueuer and procrastinate, through one
 protocol, in the same run, on the same throwaway PostgreSQL server (see ``benchmarks.rivals``).
 
-- **drain N**: N no-op jobs enqueued first, in calls of 1,000; then 2 worker processes start;
-  the rate is N over the span from the first job's start to the last job's finish, read from
-  the library's own stamps (so neither the enqueue nor the process start-up counts).
+- **drain N**: N no-op jobs enqueued first, in calls of 1,000 (each library's bulk call); then
+  2 worker processes start; the rate is N over the span from the first job's start to the last
+  job's finish, read from the library's own stamps (so neither the enqueue nor the process
+  start-up counts). A drain still running after its time budget (``--drain-budget``, from the
+  workers' start) is stopped: its rate is the jobs finished over their span, marked ``*``.
 - **bulk, 1,000 per call** and **bulk, one call**: jobs per second of the enqueue calls.
 - **single enqueue**: one job per call; p50 of the call and the resulting rate.
 - **pickup**: one idle worker process; one job every 20 ms; from just before the enqueue call
@@ -11,7 +13,10 @@ protocol, in the same run, on the same throwaway PostgreSQL server (see ``benchm
 
 Every measurement runs each library in turn on a fresh database, the order rotating from one
 repeat to the next, so that a busy moment on a shared machine does not always hit the same
-library; the table shows the median over the repeats and pgqueue's ratio to the best rival.
+library; the table shows the median over the repeats and pgqueue's ratio to the best rival, and
+below it pgqueue's drain rate at each deeper backlog as a fraction of the smallest one's. Deep
+backlogs are measured once by default (``20000,100000:1,1000000:1``): the run's length is
+estimated and printed at its start (``benchmarks.compare_plan``).
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ import sys
 import time
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from benchmarks.common import (
@@ -34,12 +39,25 @@ from benchmarks.common import (
     instant,
     percentile,
     stop,
-    wait_until,
+)
+from benchmarks.compare_plan import (
+    DrainSize,
+    Plan,
+    depth_ratios,
+    describe_estimate,
+    drain_repeats,
+    poll_interval,
+    seconds,
+    wait_for_drain,
 )
 from benchmarks.rivals import LIBRARIES, PICKUP_LOG, VARIANTS, Library
 
-DRAIN_SIZES = (20_000, 100_000, 1_000_000)
-QUICK_DRAIN_SIZES = (300, 600)
+#: 3 repeats of the 20,000-job drain, one of the deep ones: they take minutes each.
+DRAIN_SIZES = (DrainSize(20_000), DrainSize(100_000, 1), DrainSize(1_000_000, 1))
+QUICK_DRAIN_SIZES = (DrainSize(300), DrainSize(600))
+#: Seconds a drain may run (from the workers' start) before it is stopped and reported as
+#: partial: procrastinate drains a few hundred jobs a second, an hour for 1,000,000.
+DRAIN_BUDGET = 180.0
 PER_CALL = 1_000
 
 
@@ -47,16 +65,29 @@ PER_CALL = 1_000
 class Sizes:
     """How big each measurement is (``--quick`` shrinks them all)."""
 
-    drain: Sequence[int] = DRAIN_SIZES
+    drain: Sequence[DrainSize] = DRAIN_SIZES
     bulk_calls: int = 50_000
     bulk_one_call: int = 100_000
     single: int = 1_000
     pickup: int = 200
     repeats: int = 3
+    drain_budget: float = DRAIN_BUDGET
 
     @classmethod
     def quick(cls) -> Sizes:
         return cls(QUICK_DRAIN_SIZES, 2_000, 2_000, 20, 5, 1)
+
+    def plan(self, steps: Sequence[str] | None = None) -> Plan:
+        return Plan(
+            self.drain,
+            self.repeats,
+            self.drain_budget,
+            self.bulk_calls,
+            self.bulk_one_call,
+            self.single,
+            self.pickup,
+            steps,
+        )
 
 
 #: (key, label, unit, higher is better)
@@ -70,7 +101,10 @@ class Metric:
 
 def metrics(sizes: Sizes) -> list[Metric]:
     return [
-        *(Metric(f"drain {n}", f"drain, {n:,}-job backlog", "jobs/s", True) for n in sizes.drain),
+        *(
+            Metric(f"drain {size.jobs}", f"drain, {size.jobs:,}-job backlog", "jobs/s", True)
+            for size in sizes.drain
+        ),
         Metric("bulk per call", f"bulk enqueue, {PER_CALL:,} per call", "jobs/s", True),
         Metric(
             "bulk one call", f"bulk enqueue, {sizes.bulk_one_call:,} in one call", "jobs/s", True
@@ -102,26 +136,40 @@ def run(
         for library in LIBRARIES
         if not library.available()
     ]
-    steps: list[tuple[str, Callable[[Library, str], list[tuple[str, float]]]]] = [
-        *(("drain", _drain_step(databases, n)) for n in sizes.drain),
-        ("bulk", _bulk_step(sizes.bulk_calls, PER_CALL, "bulk per call")),
-        ("bulk", _bulk_step(sizes.bulk_one_call, sizes.bulk_one_call, "bulk one call")),
-        ("single", _single_step(sizes.single)),
-        ("pickup", _pickup_step(databases, sizes.pickup)),
+    repeats = sizes.repeats
+    steps: list[tuple[str, int, Step]] = [
+        *(
+            ("drain", drain_repeats(size, repeats), _drain_step(databases, size.jobs, sizes))
+            for size in sizes.drain
+        ),
+        ("bulk", repeats, _bulk_step(sizes.bulk_calls, PER_CALL, "bulk per call")),
+        ("bulk", repeats, _bulk_step(sizes.bulk_one_call, sizes.bulk_one_call, "bulk one call")),
+        ("single", repeats, _single_step(sizes.single)),
+        ("pickup", repeats, _pickup_step(databases, sizes.pickup)),
     ]
-    steps = [(kind, step) for kind, step in steps if steps_only is None or kind in steps_only]
+    steps = [step for step in steps if steps_only is None or step[0] in steps_only]
+    print(
+        describe_estimate(sizes.plan(steps_only), [library.name for library in libraries]),
+        file=sys.stderr,
+        flush=True,
+    )
+    began = time.monotonic()
     units = {metric.key: metric.unit for metric in metrics(sizes)}
     figures: list[Figure] = []
-    for repeat in range(sizes.repeats):
-        for index, (_kind, step) in enumerate(steps):
+    for repeat in range(max((times for _kind, times, _step in steps), default=0)):
+        for index, (_kind, times, step) in enumerate(steps):
+            if repeat >= times:
+                continue
             shift = (repeat + index) % len(libraries)
             for library in libraries[shift:] + libraries[:shift]:
                 print(
-                    f"compare: repeat {repeat + 1}, step {index + 1}, {library.name} ...",
+                    f"compare: repeat {repeat + 1}, step {index + 1}, {library.name} "
+                    f"({(time.monotonic() - began) / 60:.1f} min in) ...",
                     file=sys.stderr,
                     flush=True,
                 )
-                url = databases.server.create_database(f"cmp_{uuid.uuid4().hex[:10]}")
+                name = f"cmp_{uuid.uuid4().hex[:10]}"
+                url = databases.server.create_database(name)
                 library.prepare(url)
                 load = os.getloadavg()[0]
                 interference = Interference(databases)
@@ -133,54 +181,73 @@ def run(
                         + _worker_logs(databases, library)
                     ) from exc
                 others = round(interference.cores(), 2)
+                _drop_database(databases, name)
+                settings = f"{library.name} {library.version}, {library.settings}"
                 figures += [
                     Figure(
-                        f"compare {key}",
+                        f"compare {measure[0]}",
                         "postgresql",
                         library.name,
-                        value,
-                        units[key],
-                        f"{library.name} {library.version}, {library.settings}, repeat {repeat + 1}",
+                        measure[1],
+                        units[measure[0]],
+                        f"{settings}, repeat {repeat + 1}"
+                        + (f", partial: {measure[2]}" if len(measure) > 2 else ""),
                         load,
                         others,
+                        measure[2] if len(measure) > 2 else "",
                     )
-                    for key, value in measured
+                    for measure in measured
                 ]
+    print(
+        f"compare: done in {(time.monotonic() - began) / 60:.1f} min", file=sys.stderr, flush=True
+    )
     return figures, notes
 
 
-def _drain_step(
-    databases: Databases, jobs: int
-) -> Callable[[Library, str], list[tuple[str, float]]]:
-    def step(library: Library, url: str) -> list[tuple[str, float]]:
+#: A measurement's figures: (metric key, value) or (metric key, value, what a partial one did).
+Measured = tuple[str, float] | tuple[str, float, str]
+Step = Callable[[Library, str], list[Measured]]
+
+
+def _drain_step(databases: Databases, jobs: int, sizes: Sizes) -> Step:
+    def step(library: Library, url: str) -> list[Measured]:
+        # The backlog goes in through the library's bulk call, before any worker runs: its
+        # enqueue is outside the span the rate is taken over.
         library.enqueue_calls(url, jobs, PER_CALL)
         processes = [_worker(databases, library, url) for _ in range(2)]
         try:
-            wait_until(
-                lambda: library.finished(url) >= jobs,
-                timeout=3600,
-                what=f"{library.name} to drain {jobs} jobs",
-                every=0.2,
+            drained = wait_for_drain(
+                lambda: library.finished(url),
+                jobs,
+                sizes.drain_budget,
+                every=poll_interval(jobs),
             )
         finally:
             stop(processes)
+        if not drained.stopped:
+            first, last = library.span(url)
+            return [(f"drain {jobs}", jobs / (instant(last) - instant(first)).total_seconds())]
+        # Stopped: the jobs finished by the time the workers had stopped (a graceful stop lets
+        # the running ones finish), over their own span.
+        drained = replace(drained, done=library.finished(url))
+        if drained.done == 0:
+            return [(f"drain {jobs}", 0.0, drained.note())]
         first, last = library.span(url)
-        return [(f"drain {jobs}", jobs / (instant(last) - instant(first)).total_seconds())]
+        seconds = max((instant(last) - instant(first)).total_seconds(), 1e-6)
+        return [(f"drain {jobs}", drained.done / seconds, drained.note())]
 
     return step
 
 
-def _bulk_step(
-    jobs: int, per_call: int, key: str
-) -> Callable[[Library, str], list[tuple[str, float]]]:
-    def step(library: Library, url: str) -> list[tuple[str, float]]:
+def _bulk_step(jobs: int, per_call: int, key: str) -> Step:
+    def step(library: Library, url: str) -> list[Measured]:
         return [(key, jobs / library.enqueue_calls(url, jobs, per_call))]
 
     return step
 
 
-def _single_step(count: int) -> Callable[[Library, str], list[tuple[str, float]]]:
-    def step(library: Library, url: str) -> list[tuple[str, float]]:
+def _single_step(count: int) -> Step:
+    def step(library: Library, url: str) -> list[Measured]:
         seconds = library.single_enqueues(url, count)
         return [
             ("single p50", percentile(seconds, 0.5) * 1000),
@@ -190,12 +257,10 @@ def _single_step(count: int) -> Callable[[Library, str], list[tuple[str, float]]
     return step
 
 
-def _pickup_step(
-    databases: Databases, samples: int
-) -> Callable[[Library, str], list[tuple[str, float]]]:
+def _pickup_step(databases: Databases, samples: int) -> Step:
     warm_up = 5
 
-    def step(library: Library, url: str) -> list[tuple[str, float]]:
+    def step(library: Library, url: str) -> list[Measured]:
         log = databases.directory / f"pickup-{uuid.uuid4().hex[:8]}.log"
         log.touch()
         reader = _PickupLog(log)
@@ -239,6 +304,17 @@ class _PickupLog:
         return self.seen[sample]
 
 
+def _drop_database(databases: Databases, name: str) -> None:
+    """Drop a measured database: a drained backlog leaves millions of dead rows, which
+    autovacuum would otherwise clean up while the next library is being measured."""
+    import psycopg
+    from psycopg import sql
+
+    dsn = {**databases.server.dsn, "dbname": "postgres"}
+    with psycopg.connect(**dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP DATABASE {} WITH (FORCE)").format(sql.Identifier(name)))
+
+
 def _worker_logs(databases: Databases, library: Library) -> str:
     """The end of the library's newest worker logs: what a failed step's workers said."""
     logs = sorted(
@@ -267,33 +343,65 @@ def _worker(
 
 
 def side_by_side(figures: Sequence[Figure], sizes: Sizes) -> str:
-    """The medians as a Markdown table, with pgqueue's ratio to the best rival."""
+    """The medians as a Markdown table, with pgqueue's ratio to the best rival; a median over a
+    partial drain is marked ``*`` and explained below the table, followed by pgqueue's drain
+    rate at depth (each deeper backlog's rate over the smallest one's)."""
     names = list(dict.fromkeys(figure.metric for figure in figures))
     rivals = [name for name in names if name != "pgqueue"]
     header = ["metric", *names, "pgqueue / best rival"]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" + "---:|" * (len(header) - 1)]
+    footnotes: list[str] = []
+    depth: dict[int, float] = {}
+    depth_partial: dict[int, bool] = {}
     for metric in metrics(sizes):
-        values = {
+        chosen = {
             name: [
-                f.value
-                for f in figures
-                if f.benchmark == f"compare {metric.key}" and f.metric == name
+                f for f in figures if f.benchmark == f"compare {metric.key}" and f.metric == name
             ]
             for name in names
         }
-        medians = {name: statistics.median(v) for name, v in values.items() if v}
+        medians = {name: statistics.median(f.value for f in v) for name, v in chosen.items() if v}
         if not medians:
             continue
+        partial = {name: [f for f in chosen[name] if f.partial] for name in medians}
         cells = [f"{metric.label} ({metric.unit})"]
-        cells += [_number(medians[name]) if name in medians else "-" for name in names]
+        for name in names:
+            if name not in medians:
+                cells.append("-")
+                continue
+            cells.append(_number(medians[name]) + ("*" if partial[name] else ""))
+            footnotes += [
+                f"{metric.label}, {name}, {_repeat(f)}: {f.partial}" for f in partial[name]
+            ]
         rival_values = [medians[name] for name in rivals if name in medians]
         if "pgqueue" in medians and rival_values:
             best = max(rival_values) if metric.higher_is_better else min(rival_values)
-            cells.append(f"{medians['pgqueue'] / best:.2f}x")
+            cells.append(f"{medians['pgqueue'] / best:.2f}x" if best else "-")
         else:
             cells.append("-")
         lines.append("| " + " | ".join(cells) + " |")
+        if metric.key.startswith("drain ") and medians.get("pgqueue"):
+            jobs = int(metric.key.split()[1])
+            depth[jobs] = medians["pgqueue"]
+            depth_partial[jobs] = bool(partial["pgqueue"])
+    if footnotes:
+        lines += [
+            "",
+            f"\\* a partial drain: stopped at its time budget ({seconds(sizes.drain_budget)} s from "
+            "the workers' start); the rate is over the jobs finished by then, i.e. at the top "
+            "of that backlog, not over the whole of it.",
+            *(f"- {note}" for note in footnotes),
+        ]
+    ratios = depth_ratios(depth, depth_partial)
+    if ratios:
+        lines += ["", ratios]
     return "\n".join(lines)
+
+
+def _repeat(figure: Figure) -> str:
+    return next(
+        (part for part in figure.settings.split(", ") if part.startswith("repeat ")), "repeat ?"
+    )
 
 
 def _number(value: float) -> str:

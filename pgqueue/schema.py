@@ -23,7 +23,7 @@ from sqlalchemy import (
     text,
 )
 
-from pgqueue.backends.types import Document, UTCDateTime, partial_index
+from pgqueue.backends.types import Document, Key, UTCDateTime, partial_index
 from pgqueue.job import CLAIMABLE_STATES, FINISHED_STATES, JobState
 
 __all__ = [
@@ -74,7 +74,9 @@ _EXPIRING = text("result_expires_at IS NOT NULL")
 JOBS = Table(
     "pgqueue_jobs",
     METADATA,
-    Column("id", Text, primary_key=True),
+    # Byte-compared (backends.types.Key): the primary key and the last column of every claim
+    # index, walked by every enqueue, claim and completion.
+    Column("id", Key, primary_key=True),
     Column("task", Text, nullable=False),
     Column("queue", Text, nullable=False),
     Column("state", Text, nullable=False),
@@ -178,8 +180,10 @@ partial_index("ix_pgqueue_jobs_workflow", JOBS.c.workflow_id, where=text("workfl
 DEPENDENCIES = Table(
     "pgqueue_dependencies",
     METADATA,
-    Column("job_id", Text, primary_key=True),
-    Column("depends_on", Text, primary_key=True),
+    # Joined to pgqueue_jobs.id, so compared as it is (one collation on both sides of the join
+    # keeps both tables' indexes usable).
+    Column("job_id", Key, primary_key=True),
+    Column("depends_on", Key, primary_key=True),
     Column("on_failure", Text, nullable=False),
     # Position among the dependent's dependencies: dependency_results() keeps the caller's order.
     Column("position", Integer, nullable=False, server_default=text("0")),

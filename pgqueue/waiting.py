@@ -28,7 +28,6 @@ import asyncio
 import logging
 import threading
 import time
-import uuid
 from collections.abc import Callable, Iterable, Mapping
 from contextlib import suppress
 from dataclasses import dataclass
@@ -40,6 +39,7 @@ from pgqueue import config, statements
 from pgqueue._database import Database
 from pgqueue._rows import stored
 from pgqueue.errors import BackendError, ConfigError, JobFailedError, JobTimeoutError
+from pgqueue.ids import new_id
 from pgqueue.job import EnqueueResult, JobState
 from pgqueue.notifications import FINISHED_CHANNEL
 from pgqueue.serde import Serializer
@@ -194,7 +194,7 @@ class Wait:
             None if timeout is None else config.check_positive_seconds("timeout", timeout)
         )
         # The id must be known before the enqueue, to subscribe to it first.
-        self.job_id = options.get("id") or str(uuid.uuid4())
+        self.job_id = options.get("id") or new_id()
         self.options = {**options, "id": self.job_id}
         self._deadline = None if self.timeout is None else time.monotonic() + self.timeout
         self._interval, self._longest = database.backend.wait_poll

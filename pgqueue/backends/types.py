@@ -9,11 +9,18 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import ColumnElement, DateTime, Dialect, Index, TextClause, TypeDecorator
+from sqlalchemy import ColumnElement, DateTime, Dialect, Index, Text, TextClause, TypeDecorator
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.types import JSON, TypeEngine
 
-__all__ = ["Document", "UTCDateTime", "alters_constraints_in_place", "partial_index"]
+__all__ = [
+    "Document",
+    "Key",
+    "UTCDateTime",
+    "alters_constraints_in_place",
+    "key_collation",
+    "partial_index",
+]
 
 # Dialects whose partial indexes pgqueue declares (each takes ``<dialect>_where``).
 _DIALECTS = ("postgresql", "sqlite")
@@ -62,6 +69,34 @@ class Document(TypeDecorator[Any]):
         if dialect.name == "postgresql":
             return dialect.type_descriptor(JSONB(none_as_null=True))
         return dialect.type_descriptor(JSON(none_as_null=True))
+
+
+_KEY_COLLATION = "C"
+
+
+def key_collation(dialect: Dialect) -> str | None:
+    """The collation of pgqueue's text keys (job ids, and the dependency columns joined to them),
+    or None where the database's default already compares bytes (SQLite's BINARY).
+
+    PostgreSQL compares text by the column's collation, which is the database's default unless
+    given: with a linguistic default (en_US.UTF-8, ICU) every step of a B-tree descent on the
+    primary key and in the claim indexes calls the locale's comparison. "C" compares bytes: ids
+    are opaque, so their order only has to be stable, and byte order is the order of
+    pgqueue's time-ordered ids (pgqueue/ids.py). See migration 0008.
+
+    Example::
+
+        key_collation(engine.dialect)    # "C" on PostgreSQL, None on SQLite
+    """
+    return _KEY_COLLATION if dialect.name == "postgresql" else None
+
+
+#: Text compared byte by byte: ``COLLATE "C"`` on PostgreSQL, plain text on SQLite (whose
+#: default collation already is) — see ``key_collation``. A variant, not a TypeDecorator, so that
+#: Alembic compares a migrated column with it as the text type it is. Example::
+#:
+#:     Column("id", Key, primary_key=True)
+Key: TypeEngine[str] = Text().with_variant(Text(collation=_KEY_COLLATION), "postgresql")
 
 
 def partial_index(

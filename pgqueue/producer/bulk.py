@@ -17,13 +17,13 @@ Example::
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator, Mapping, Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from pgqueue import serde, tracing
 from pgqueue.backends.base import iter_chunks
+from pgqueue.ids import new_ids
 from pgqueue.job import EnqueueResult
 from pgqueue.limits import LIMIT_OPTIONS
 from pgqueue.notifications import ENQUEUED_CHANNEL
@@ -31,30 +31,10 @@ from pgqueue.notifications import ENQUEUED_CHANNEL
 if TYPE_CHECKING:
     from pgqueue.producer import Producer
 
-__all__ = ["enqueue_fresh", "fresh_ids"]
+__all__ = ["enqueue_fresh"]
 
 # Jobs per statement (as the general path's ENQUEUE_CHUNK): round trips stop mattering well before.
 CHUNK = 5000
-
-
-def fresh_ids(count: int) -> list[str]:
-    """``count`` random version-4 UUIDs as text, from one read of the OS's random source (what
-    ``str(uuid.uuid4())`` gives, at a fraction of its cost per id).
-
-    Example::
-
-        job_id, = fresh_ids(1)      # 'c3e1…-…', uuid.UUID(job_id).version == 4
-    """
-    raw = bytearray(os.urandom(16 * count))
-    for offset in range(0, 16 * count, 16):
-        raw[offset + 6] = (raw[offset + 6] & 0x0F) | 0x40  # version 4
-        raw[offset + 8] = (raw[offset + 8] & 0x3F) | 0x80  # RFC 4122 variant
-    text = raw.hex()
-    return [
-        f"{text[k : k + 8]}-{text[k + 8 : k + 12]}-{text[k + 12 : k + 16]}-"
-        f"{text[k + 16 : k + 20]}-{text[k + 20 : k + 32]}"
-        for k in range(0, 32 * count, 32)
-    ]
 
 
 def enqueue_fresh(
@@ -91,7 +71,7 @@ def enqueue_fresh(
         "run_at": run_at,
         "delay": delay,
     }
-    ids = fresh_ids(len(items))
+    ids = new_ids(len(items))
     extra = {tracing.TRACE_KEY: dict(carrier)} if carrier else {}
 
     def documents() -> Iterator[str]:

@@ -6,7 +6,6 @@ call with a message naming the field, on both databases alike.
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Callable, Mapping
 from datetime import timedelta
 from typing import Any
@@ -15,6 +14,7 @@ from sqlalchemy import Connection
 
 from pgqueue import config, statements, tracing
 from pgqueue.errors import ConfigError
+from pgqueue.ids import new_id
 from pgqueue.limits import (
     LIMIT_OPTIONS,
     Limits,
@@ -96,7 +96,7 @@ def build_row(
     else:
         limit_columns = _NO_LIMIT_COLUMNS
     row: dict[str, Any] = {
-        "id": merged.get("id") or str(uuid.uuid4()),
+        "id": merged.get("id") or new_id(),
         "task": task,
         "queue": merged["queue"],
         "payload": payload,

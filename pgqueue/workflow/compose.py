@@ -19,13 +19,13 @@ Example::
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
 
 from pgqueue import config
 from pgqueue.errors import ConfigError
+from pgqueue.ids import new_id
 from pgqueue.job import EnqueueResult
 from pgqueue.workflow.results import PREVIOUS_RESULT_KEY
 
@@ -225,7 +225,7 @@ def enqueue_workflow(
             pgqueue.chain(charge.s(order.id), ship.s()).enqueue(queue, connection=conn)
     """
     workflow_id = (
-        str(uuid.uuid4())
+        new_id()
         if id is None
         else config.check_name("workflow id", id, max_length=config.MAX_ID_LENGTH)
     )

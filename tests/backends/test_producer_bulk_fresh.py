@@ -1,6 +1,7 @@
 """enqueue_many of args tuples with generated ids (the bulk path of pgqueue/producer/bulk.py on
 PostgreSQL, the general path elsewhere): the options every job shares land on every row, ids are
-version-4 UUIDs, and the call commits its jobs with their wake-up, in one statement or in chunks."""
+time-ordered (version-7) UUIDs, and the call commits its jobs with their wake-up, in one
+statement or in chunks."""
 
 from __future__ import annotations
 
@@ -51,21 +52,16 @@ def test_run_at_and_per_call_options(queue: pgqueue.Queue, shape: str) -> None:
     assert status.args == [11]
 
 
-def test_ids_are_fresh_version_4_uuids(queue: pgqueue.Queue, shape: str) -> None:
+def test_ids_are_fresh_time_ordered_uuids(queue: pgqueue.Queue, shape: str) -> None:
     queue.allow_unknown_tasks = True
     ids = [r.id for r in queue.enqueue_many("t.any", [() for _ in range(40)])]
-    assert len(set(ids)) == 40
-    for job_id in ids:
+    single = queue.enqueue("t.any").id
+    # Time-ordered (version 7), increasing in the call's order, and after the call's the next
+    # enqueue's: the primary key grows at its right edge (pgqueue/ids.py).
+    assert len(set(ids)) == 40 and ids == sorted(ids) and single > ids[-1]
+    for job_id in [*ids, single]:
         parsed = uuid.UUID(job_id)
-        assert parsed.version == 4 and str(parsed) == job_id
-
-
-def test_fresh_ids_match_uuid4_text() -> None:
-    ids = _bulk.fresh_ids(2000)
-    assert len(set(ids)) == 2000
-    for job_id in ids:
-        parsed = uuid.UUID(job_id)
-        assert parsed.version == 4 and parsed.variant == uuid.RFC_4122 and str(parsed) == job_id
+        assert parsed.version == 7 and parsed.variant == uuid.RFC_4122 and str(parsed) == job_id
 
 
 def test_a_waiting_worker_is_woken_by_a_bulk_call(queue: pgqueue.Queue, shape: str) -> None:

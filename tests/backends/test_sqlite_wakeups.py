@@ -127,3 +127,41 @@ def test_a_worker_in_another_process_is_woken_by_the_commit(
 def _workers(queue: pgqueue.Queue) -> int:
     with queue.engine.connect() as conn:
         return int(conn.exec_driver_sql("SELECT count(*) FROM pgqueue_workers").scalar() or 0)
+
+
+@SQLITE_ONLY
+def test_a_burst_of_commits_costs_one_look_per_pace(
+    queue: pgqueue.Queue, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A draining worker commits back to back, each commit a burst of WAL writes: the watch
+    looks at most ``BURST_LOOKS`` times at once and then once per ``PACE_SECONDS`` (unpaced it
+    looked once per write, several times per commit), and the burst's last commit still wakes
+    the callbacks."""
+    if not sys.platform.startswith("linux"):
+        pytest.skip("inotify is Linux's")
+    # A pace far above a commit's time here, so that a look per commit cannot pass for paced.
+    monkeypatch.setattr(sqlite_watch, "PACE_SECONDS", 0.02)
+    watcher = queue.listener
+    assert isinstance(watcher, FileWatcher)
+    calls: list[int] = []
+    watcher.on_reconnect(lambda: calls.append(1))
+    watcher.subscribe("pgqueue_enqueued", lambda payload: None)
+    wait_until(lambda: calls, "the first look")
+    other = sqlite3.connect(queue.engine.url.database, isolation_level=None)
+    try:
+        other.execute("CREATE TABLE burst (x)")
+        looks, started = watcher.looks, watcher.clock()
+        commits = 0
+        while commits < 200 or watcher.clock() - started < 0.3:
+            other.execute("INSERT INTO burst VALUES (randomblob(5000))")
+            commits += 1
+        burst_looks, elapsed = watcher.looks - looks, watcher.clock() - started
+        fired = len(calls)
+        other.execute("INSERT INTO burst VALUES (1)")
+        wait_until(lambda: len(calls) > fired, "the last commit to be noticed")
+    finally:
+        other.close()
+    # BURST_LOOKS at once, then one per PACE_SECONDS (+1: a look begun at the span's start).
+    allowed = elapsed / sqlite_watch.PACE_SECONDS + sqlite_watch.BURST_LOOKS + 1
+    assert burst_looks <= allowed, (burst_looks, elapsed)
+    assert burst_looks < commits / 2, (burst_looks, commits, elapsed)

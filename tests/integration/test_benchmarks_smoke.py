@@ -40,11 +40,23 @@ def test_quick_benchmark_run(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_quick_comparison_run(tmp_path: Path) -> None:
-    """``--compare --quick``: every library of the bench extra through the same protocol."""
+    """``--compare --quick``: every library of the bench extra through the same protocol; the
+    smaller backlog twice (``300:2``), the deeper once, with the run's estimate at its start and
+    pgqueue's drain ratio between the two below the table."""
     require_postgres()
     output = tmp_path / "compare.json"
     done = subprocess.run(
-        [sys.executable, "-m", "benchmarks", "--compare", "--quick", "--json", str(output)],
+        [
+            sys.executable,
+            "-m",
+            "benchmarks",
+            "--compare",
+            "--quick",
+            "--drain-sizes",
+            "300:2,600",
+            "--json",
+            str(output),
+        ],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -67,3 +79,58 @@ def test_quick_comparison_run(tmp_path: Path) -> None:
     assert all(math.isfinite(f["value"]) and f["value"] > 0 for f in report["figures"])
     assert "| pickup p50 (from the enqueue call) (ms) |" in report["comparison"]
     assert "pgqueue / best rival" in done.stdout
+    assert "compare: estimated " in done.stderr and "drains 300 x2, 600 x1" in done.stderr
+    runs = [(f["benchmark"], f["metric"]) for f in report["figures"]]
+    for library in libraries:
+        assert runs.count(("compare drain 300", library)) == 2
+        assert runs.count(("compare drain 600", library)) == 1
+        assert runs.count(("compare bulk per call", library)) == 1
+    assert (
+        "pgqueue drain rate at depth, relative to the 300-job backlog: 600 / 300 = "
+        in (report["comparison"])
+    )
+
+
+@pytest.mark.slow
+def test_a_drain_over_its_budget_is_stopped_and_marked_partial(tmp_path: Path) -> None:
+    """``--drain-budget``: 20,000 jobs cannot drain within half a second of the workers'
+    start (their start-up alone takes longer), so the drain is stopped and reported as the
+    rate over what finished, marked in the table and explained below it."""
+    require_postgres()
+    output = tmp_path / "budget.json"
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "benchmarks",
+            "--compare",
+            "--libraries",
+            "pgqueue",
+            "--steps",
+            "drain",
+            "--drain-sizes",
+            "20000:1",
+            "--drain-budget",
+            "0.5",
+            "--json",
+            str(output),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    report = json.loads(output.read_text())
+    [figure] = report["figures"]
+    assert figure["benchmark"] == "compare drain 20000"
+    assert figure["partial"].startswith("stopped after ")
+    assert figure["partial"].endswith(" of 20,000 done")
+    assert "partial: stopped after" in figure["settings"]
+    table = report["comparison"]
+    assert "| drain, 20,000-job backlog (jobs/s) | " in table
+    assert "* |" in table.splitlines()[2]
+    assert (
+        "\\* a partial drain: stopped at its time budget (0.5 s from the workers' start)" in table
+    )
+    assert "- drain, 20,000-job backlog, pgqueue, repeat 1: stopped after" in table

@@ -188,3 +188,83 @@ def test_the_jobs_table_is_vacuumed_and_analyzed_after_a_fixed_share(pg_server: 
         assert "autovacuum_vacuum_threshold=1000" in _reloptions(queue.engine)
     finally:
         queue.close()
+
+
+def _key_collations(engine: sa.Engine) -> dict[str, str]:
+    """The collation of each key column and of each index column over one (PostgreSQL)."""
+    with engine.connect() as conn:
+        columns = conn.exec_driver_sql(
+            "SELECT a.attrelid::regclass::text || '.' || a.attname, c.collname"
+            " FROM pg_attribute a JOIN pg_collation c ON c.oid = a.attcollation"
+            " WHERE a.attrelid::regclass::text IN ('pgqueue_jobs', 'pgqueue_dependencies')"
+            " AND a.attname IN ('id', 'job_id', 'depends_on')"
+        ).all()
+        indexes = conn.exec_driver_sql(
+            "SELECT i.indexrelid::regclass::text, c.collname"
+            " FROM pg_index i, unnest(i.indcollation) AS k(oid), pg_collation c"
+            " WHERE c.oid = k.oid AND i.indrelid = 'pgqueue_jobs'::regclass"
+            " AND i.indexrelid::regclass::text IN"
+            " ('pgqueue_jobs_pkey', 'ix_pgqueue_jobs_claim', 'ix_pgqueue_jobs_claim_queue')"
+            " AND c.collname = 'C'"
+        ).all()
+    return dict(columns) | {index: collation for index, collation in indexes}
+
+
+def test_job_ids_compare_bytes_after_0008(pg_server: Any) -> None:
+    # PostgreSQL only (SQLite's default collation already compares bytes, and 0008 leaves it be:
+    # the upgrade/downgrade test above runs it there). Up, down to 0007, up again.
+    queue = pgqueue.Queue(pg_server.create_database("key_collation"))
+    try:
+        queue.migrate()
+        assert _key_collations(queue.engine) == {
+            "pgqueue_jobs.id": "C",
+            "pgqueue_dependencies.job_id": "C",
+            "pgqueue_dependencies.depends_on": "C",
+            # The id column of the primary key and of both claim indexes, rebuilt with it.
+            "pgqueue_jobs_pkey": "C",
+            "ix_pgqueue_jobs_claim": "C",
+            "ix_pgqueue_jobs_claim_queue": "C",
+        }
+        migrate.downgrade(queue.engine, "0007_has_dependents")
+        assert _key_collations(queue.engine) == {
+            "pgqueue_jobs.id": "default",
+            "pgqueue_dependencies.job_id": "default",
+            "pgqueue_dependencies.depends_on": "default",
+        }
+        queue.migrate()
+        assert _key_collations(queue.engine)["pgqueue_jobs_pkey"] == "C"
+        assert schema_diff(queue.engine) == []
+    finally:
+        queue.close()
+
+
+def test_key_lookups_keep_their_indexes_on_a_linguistic_database(pg_server: Any) -> None:
+    # A production database's default collation is rarely "C" (the test servers' is): on an ICU
+    # one, a bound id, the primary key, and the join of dependencies to jobs must all agree on
+    # the keys' collation, or an index could not serve the comparison.
+    admin = sa.create_engine(pg_server.url, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.exec_driver_sql(
+            "CREATE DATABASE key_collation_icu TEMPLATE template0"
+            " LOCALE_PROVIDER icu ICU_LOCALE 'en-US' LOCALE 'C.utf8'"
+        )
+    admin.dispose()
+    queue = pgqueue.Queue(pg_server.url_for("key_collation_icu"))
+    try:
+        queue.migrate()
+        with queue.engine.begin() as conn:
+            conn.exec_driver_sql("SET LOCAL enable_seqscan = off")
+            by_id = conn.exec_driver_sql(
+                "EXPLAIN SELECT state FROM pgqueue_jobs WHERE id = %(id)s", {"id": "a"}
+            ).all()
+            joined = conn.exec_driver_sql(
+                # Who waits on this job: the finishing side's look-up.
+                "EXPLAIN SELECT d.job_id FROM pgqueue_jobs j"
+                " JOIN pgqueue_dependencies d ON d.depends_on = j.id WHERE j.id = %(id)s",
+                {"id": "a"},
+            ).all()
+        plan = "\n".join(row[0] for row in by_id + joined)
+        assert "Seq Scan" not in plan, plan
+        assert "pgqueue_jobs_pkey" in plan and "ix_pgqueue_dependencies_depends_on" in plan, plan
+    finally:
+        queue.close()
