@@ -115,6 +115,9 @@ def encode_document(serializer: Serializer, value: Any, field: str = "result") -
 
         encode_document(JSONSerializer(), {"a": [1, 2]})   # '{"a":[1,2]}'
     """
+    if value is None and type(serializer) is JSONSerializer:
+        # Most handlers return None: a worker stores its outcome without a walk or an encoder.
+        return None
     text = _checked(serializer, value, field)[1]
     return None if text == "null" else text
 

@@ -224,6 +224,11 @@ class Backend(Protocol):
         locked rows, can take those jobs over."""
         ...
 
+    def release_work_connection(self, connection: Connection) -> None:
+        """Undo, before ``connection`` goes back to its pool, what :meth:`prepare_work_connection`
+        changed on it that others must not inherit (PostgreSQL: the worker's fast JSON loader)."""
+        ...
+
     def try_lock(self, connection: Connection, key: int) -> bool:
         """Take the session lock ``key`` on a :meth:`session_connection` if it is free; True when
         that session holds it (only where :attr:`session_locks`)."""

@@ -106,7 +106,10 @@ class JobStore:
         connection, self._connection = self._connection, None
         if connection is not None:
             try:
-                connection.close()
+                try:
+                    self.backend.release_work_connection(connection)
+                finally:
+                    connection.close()
             except Exception:
                 logger.debug("closing the worker connection failed", exc_info=True)
 

@@ -18,7 +18,7 @@ from sqlalchemy.engine import URL
 from sqlalchemy.exc import DBAPIError, DisconnectionError, OperationalError
 
 from pgqueue.backends.base import Clock, Completion, iter_chunks, split_holder
-from pgqueue.backends.postgres import bulk, locks, prepared
+from pgqueue.backends.postgres import bulk, documents, locks, prepared
 from pgqueue.backends.postgres import statements as pg_statements
 from pgqueue.backends.postgres.listener import Listener
 from pgqueue.config import check_name
@@ -343,6 +343,7 @@ class PostgresBackend:
         locks.set_session(connection, name, value)
 
     def prepare_work_connection(self, connection: Connection, *, lease: float) -> None:
+        documents.use_fast_loads(connection)
         # The reaper claims expired jobs with SKIP LOCKED: rows locked by a stopped worker's
         # open transaction stay invisible to it until that session ends. The server ends it
         # after a few leases idle in a transaction (the worker's own transactions last
@@ -363,6 +364,9 @@ class PostgresBackend:
             locks.set_session(connection, "idle_in_transaction_session_timeout", str(timeout_ms))
             locks.set_session(connection, "enable_bitmapscan", "off")
         connection.info[_BITMAP_SCAN_OFF] = True
+
+    def release_work_connection(self, connection: Connection) -> None:
+        documents.restore_loads(connection)
 
     def try_lock(self, connection: Connection, key: int) -> bool:
         return locks.try_lock(connection, key)

@@ -23,9 +23,9 @@ from sqlalchemy.dialects import sqlite
 from sqlalchemy.engine import URL
 from sqlalchemy.exc import DBAPIError
 
-from pgqueue import statements
+from pgqueue import _json, statements
 from pgqueue.backends.base import Clock, Completion, iter_chunks
-from pgqueue.backends.sqlite import statements as sqlite_statements
+from pgqueue.backends.sqlite import completion
 from pgqueue.backends.sqlite.watch import FileWatcher
 from pgqueue.config import utc_now
 from pgqueue.errors import BackendError, ConfigError, SchemaMissingError
@@ -75,6 +75,9 @@ class SQLiteBackend:
         connect_args = options.setdefault("connect_args", {})
         connect_args.setdefault("timeout", BUSY_TIMEOUT_SECONDS)
         connect_args.setdefault("check_same_thread", False)
+        # Documents read back (a claimed job's payload) through json.loads sped up by orjson:
+        # the same values and errors (pgqueue._json), on the engines pgqueue makes only.
+        options.setdefault("json_deserializer", _json.loads)
         engine = sa.create_engine(url, **options)
         self.prepare_engine(engine)
         return engine
@@ -175,18 +178,21 @@ class SQLiteBackend:
         held = {job_id: flag for job_id, flag in connection.execute(statements.job_held(pairs))}
         fixed = clock.fixed
         assert fixed is not None, "the SQLite clock is always fixed"
+        texts = completion.DatetimeTexts(connection.dialect)
+        finished = texts(fixed)
         rows = [
             {
                 "job_id": job.id,
                 "job_lock_token": job.lock_token,
                 "job_result": job.result,
-                "job_expires_at": fixed + timedelta(seconds=job.result_ttl),
+                "job_finished_at": finished,
+                "job_expires_at": texts(fixed + timedelta(seconds=job.result_ttl)),
             }
             for job in jobs
             if job.id in held
         ]
         if rows:
-            connection.execute(sqlite_statements.job_complete_each(clock), rows)
+            connection.execute(completion.job_complete_texts(), rows)
         return held
 
     def session_connection(self, engine: Engine, label: str) -> Connection:
@@ -198,6 +204,9 @@ class SQLiteBackend:
     def prepare_work_connection(self, connection: Connection, *, lease: float) -> None:
         # One writer at a time and no row locks: a stopped writer holds the whole file, which
         # busy_timeout and the lock's owner dying already cover.
+        return None
+
+    def release_work_connection(self, connection: Connection) -> None:
         return None
 
     def try_lock(self, connection: Connection, key: int) -> bool:
