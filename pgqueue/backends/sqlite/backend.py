@@ -26,6 +26,7 @@ from sqlalchemy.exc import DBAPIError
 from pgqueue import _json, statements
 from pgqueue.backends.base import Clock, Completion, iter_chunks
 from pgqueue.backends.sqlite import completion
+from pgqueue.backends.sqlite import statements as sqlite_statements
 from pgqueue.backends.sqlite.watch import FileWatcher
 from pgqueue.config import utc_now
 from pgqueue.errors import BackendError, ConfigError, SchemaMissingError
@@ -192,7 +193,7 @@ class SQLiteBackend:
             if job.id in held
         ]
         if rows:
-            connection.execute(completion.job_complete_texts(), rows)
+            connection.execute(sqlite_statements.job_complete_texts(), rows)
         return held
 
     def session_connection(self, engine: Engine, label: str) -> Connection:

@@ -3,36 +3,25 @@ UPDATE as cheaply). Portable statements live in ``pgqueue.statements``."""
 
 from __future__ import annotations
 
-from sqlalchemy import (
-    Text,
-    Update,
-    bindparam,
-    null,
-    update,
-)
+import functools
 
-from pgqueue.backends.base import Clock
+from sqlalchemy import Text, Update, bindparam, null, update
+
 from pgqueue.job import JobState
-from pgqueue.schema import (
-    JOBS,
-    UTCDateTime,
-)
+from pgqueue.schema import JOBS
 
-__all__ = [
-    "job_complete_each",
-]
+__all__ = ["job_complete_texts"]
 
 
-def job_complete_each(clock: Clock) -> Update:
+@functools.cache
+def job_complete_texts() -> Update:
     """Store handlers' results, one parameter set per job (run with executemany): ``job_id``,
-    ``job_lock_token``, ``job_result`` (the document's JSON text, bound as it is, or None) and
-    ``job_expires_at``. Fenced.
+    ``job_lock_token``, ``job_result`` (the document's JSON text, bound as it is, or None),
+    ``job_finished_at`` (finished and updated) and ``job_expires_at``, both as the text the
+    column stores (:class:`~pgqueue.backends.sqlite.completion.DatetimeTexts`). Fenced.
 
-    For a database that cannot join arrays (SQLite), where executemany of one prepared UPDATE
-    is the cheap way to write a batch. The clock must be fixed: expiry times come from Python.
-    """
-    if clock.fixed is None:
-        raise TypeError("job_complete_each needs a fixed clock")
+    Built once: it embeds no clock, and SQLAlchemy converts no datetime per parameter set."""
+    finished = bindparam("job_finished_at", type_=Text)
     return (
         update(JOBS)
         .where(
@@ -42,13 +31,12 @@ def job_complete_each(clock: Clock) -> Update:
         )
         .values(
             state=str(JobState.COMPLETED),
-            # Text, not the JSON type: the result was encoded once, by the handler's thread.
             result=bindparam("job_result", type_=Text),
             error=null(),
             lock_token=null(),
             locked_until=null(),
-            finished_at=clock.now(),
-            updated_at=clock.now(),
-            result_expires_at=bindparam("job_expires_at", type_=UTCDateTime),
+            finished_at=finished,
+            updated_at=finished,
+            result_expires_at=bindparam("job_expires_at", type_=Text),
         )
     )

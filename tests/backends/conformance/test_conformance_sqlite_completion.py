@@ -1,5 +1,6 @@
 """SQLite's completion with its times bound as text (``pgqueue.backends.sqlite.completion``)
-stores exactly what ``job_complete_each`` stored, on SQLite (narrowed by ``SQLITE_ONLY``)."""
+stores exactly the text the column type stores for the same instants, on SQLite (narrowed by
+``SQLITE_ONLY``)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ from conftest import SQLITE_ONLY
 
 import pgqueue
 from pgqueue.backends.base import Completion
-from pgqueue.backends.sqlite import statements as lite
+from pgqueue.job import JobState
+from pgqueue.schema import JOBS
 
 _TIMES = ("finished_at", "updated_at", "result_expires_at")
 
@@ -25,7 +27,7 @@ def _stored_text(queue: pgqueue.Queue, job_id: str) -> tuple[str, ...]:
 
 
 @SQLITE_ONLY
-def test_the_batch_completion_stores_the_same_text_as_job_complete_each(
+def test_the_batch_completion_stores_the_same_text_as_the_column_type(
     queue: pgqueue.Queue,
 ) -> None:
     enqueue(queue, job_row("old"), job_row("new"), job_row("other_ttl"), job_row("stale"))
@@ -33,16 +35,16 @@ def test_the_batch_completion_stores_the_same_text_as_job_complete_each(
     clock = fixed(queue, 1.234567)
     assert clock.fixed is not None
     with queue.backend.begin(queue.engine) as conn:
+        # The reference: the same completion bound as datetimes, through UTCDateTime.
         conn.execute(
-            lite.job_complete_each(clock),
-            [
-                {
-                    "job_id": "old",
-                    "job_lock_token": tokens["old"],
-                    "job_result": '{"a": 1}',
-                    "job_expires_at": clock.fixed + timedelta(seconds=3600),
-                }
-            ],
+            sa.update(JOBS)
+            .where(JOBS.c.id == "old")
+            .values(
+                state=str(JobState.COMPLETED),
+                finished_at=clock.fixed,
+                updated_at=clock.fixed,
+                result_expires_at=clock.fixed + timedelta(seconds=3600),
+            )
         )
         held = queue.backend.complete(
             conn,
