@@ -123,7 +123,7 @@ def _json_loads_of(connection: sa.Connection) -> Any:
     """The function the psycopg connection under ``connection`` decodes jsonb text with."""
     from psycopg import pq
 
-    driver = connection.connection.driver_connection
+    driver = connection.connection.dbapi_connection
     oid = driver.adapters.types["jsonb"].oid
     loader = driver.adapters.get_loader(oid, pq.Format.TEXT)
     return loader._loads
@@ -134,19 +134,16 @@ def test_only_the_work_connection_decodes_with_the_fast_reader(queue: pgqueue.Qu
     assert _json.FAST
     store = JobStore(queue.db, worker_id="w1", lease=30, queues=None)
     with store.transaction() as conn:
-        driver = conn.connection.driver_connection
+        driver = conn.connection.dbapi_connection
         assert _json_loads_of(conn) is _json.loads
         with queue.engine.connect() as other:
             assert _json_loads_of(other) is json.loads
     store.close()
-    # Back in the pool, the driver connection decodes as before: the next user inherits nothing.
+    # The work connection left the pool for good (its session settings must not reach an
+    # application's SQL): closing it closes the session, and no pooled connection is it.
+    assert driver.closed
     with queue.engine.connect() as conn:
-        for _ in range(30):
-            if conn.connection.driver_connection is driver:
-                break
-            conn.close()
-            conn = queue.engine.connect()
-        assert conn.connection.driver_connection is driver
+        assert conn.connection.dbapi_connection is not driver
         assert _json_loads_of(conn) is json.loads
 
 
@@ -222,3 +219,25 @@ def test_a_none_result_is_stored_as_null_and_a_custom_serializer_still_sees_it(
             assert (None if text is None else json.loads(text)) == stored
         finally:
             queue.close()
+
+
+@POSTGRES_ONLY
+def test_behind_a_transaction_pooler_the_pooled_work_connection_gets_its_reader_back(
+    db_url: str,
+) -> None:
+    # Behind a transaction pooler the work connection is not detached (no session settings),
+    # so it goes back to the pool: the next user must find the driver's own reader on it.
+    engine = sa.create_engine(db_url, pool_size=1, max_overflow=0)
+    queue = pgqueue.Queue(engine, pooler="transaction")
+    try:
+        store = JobStore(queue.db, worker_id="w1", lease=30, queues=None)
+        with store.transaction() as conn:
+            driver = conn.connection.dbapi_connection
+            assert _json_loads_of(conn) is _json.loads
+        store.close()
+        with engine.connect() as conn:
+            assert conn.connection.dbapi_connection is driver
+            assert _json_loads_of(conn) is json.loads
+    finally:
+        queue.close()
+        engine.dispose()

@@ -30,7 +30,10 @@ _SAVED = "pgqueue_saved_json_loaders"
 
 def _driver(connection: Connection) -> Any:
     """The psycopg connection under ``connection``, or None for another driver (pg8000)."""
-    driver = connection.connection.driver_connection
+    # Not ``driver_connection``: SQLAlchemy answers None for it once the connection has been
+    # detached from its pool, which the worker's connection is. For psycopg the DBAPI
+    # connection is the driver's own.
+    driver = connection.connection.dbapi_connection
     return driver if type(driver).__module__.startswith("psycopg") else None
 
 
