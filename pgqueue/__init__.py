@@ -34,6 +34,7 @@ from pgqueue.limits import Limits, RateLimit
 from pgqueue.maintenance.pruner import PruneCounts, Pruner
 from pgqueue.maintenance.reaper import Reaper, StalledJob
 from pgqueue.maintenance.scheduler import Scheduler
+from pgqueue.maintenance.vacuum import Vacuumer
 from pgqueue.operations import count_jobs
 from pgqueue.periodic import Schedule
 from pgqueue.producer.batch import BatchOutcome
@@ -89,6 +90,7 @@ __all__ = [
     "Task",
     "TransientBackendError",
     "UnknownTaskError",
+    "Vacuumer",
     "Worker",
     "WorkerStats",
     "WorkflowRun",

@@ -24,7 +24,7 @@ from pgqueue.backends.types import UTCDateTime
 if TYPE_CHECKING:
     from pgqueue.notifications import Session, WakeUps
 
-__all__ = ["Backend", "Clock", "Completion", "split_holder"]
+__all__ = ["Backend", "Clock", "Completion", "JobsTableStats", "VacuumOutcome", "split_holder"]
 
 T = TypeVar("T")
 
@@ -77,6 +77,24 @@ class Completion(NamedTuple):
     lock_token: str
     result: str | None
     result_ttl: int
+
+
+class JobsTableStats(NamedTuple):
+    """The jobs table's row churn as the server counts it (``Backend.jobs_table_stats``):
+    ``dead`` row versions not yet vacuumed, ``changed`` rows updated or deleted ever (only
+    grows)."""
+
+    dead: int
+    changed: int
+
+
+class VacuumOutcome(NamedTuple):
+    """What one ``Backend.vacuum_jobs`` did: ``done`` True when the table was vacuumed;
+    ``refused`` the server's message when this role may not vacuum it (False ``done`` with no
+    ``refused``: skipped because another vacuum held the table)."""
+
+    done: bool
+    refused: str | None
 
 
 class Backend(Protocol):
@@ -247,6 +265,22 @@ class Backend(Protocol):
         """The statement selecting up to ``limit`` ``processing`` jobs whose worker's liveness
         lock nobody holds any more (the reaper's crash detection; only where
         :attr:`session_locks`), locked for the reaper's transaction."""
+        ...
+
+    #: True when rows that leave the claim indexes stay in them until a VACUUM (PostgreSQL):
+    #: the vacuum service (``maintenance.vacuum``) then keeps them short during a drain.
+    vacuums_jobs: bool
+
+    def jobs_table_stats(self, connection: Connection) -> JobsTableStats:
+        """The jobs table's dead and changed rows, from the server's statistics (only where
+        :attr:`vacuums_jobs`)."""
+        ...
+
+    def vacuum_jobs(
+        self, connection: Connection, *, index_cleanup: bool, truncate: bool
+    ) -> VacuumOutcome:
+        """Vacuum the jobs table on ``connection``, in autocommit, skipping it if locked (only
+        where :attr:`vacuums_jobs`)."""
         ...
 
     def leaders(self, connection: Connection, now: datetime) -> list[tuple[str, str, Any]]:

@@ -8,6 +8,8 @@
   liveness lock (fast crash detection).
 - :mod:`~pgqueue.maintenance.reaper`: ``Reaper``, stale-lease recovery and dead-lettering.
 - :mod:`~pgqueue.maintenance.pruner`: ``Pruner``, expired results and old finished jobs.
+- :mod:`~pgqueue.maintenance.vacuum`: ``Vacuumer``, the jobs table's claim indexes kept short
+  during a drain (PostgreSQL).
 - :mod:`~pgqueue.maintenance.scheduler`: ``Scheduler``, the jobs of periodic schedules.
 
 Example::
@@ -30,6 +32,7 @@ from pgqueue.maintenance.pruner import PruneCounts, Pruner, PrunerConfig
 from pgqueue.maintenance.reaper import Reaper, ReaperConfig, StalledJob
 from pgqueue.maintenance.scheduler import Scheduler, SchedulerConfig
 from pgqueue.maintenance.service import LEADERSHIP_EVENTS, MaintenanceService
+from pgqueue.maintenance.vacuum import VacuumConfig, Vacuumer, VacuumPass
 
 __all__ = [
     "DEFAULT_LEADER_NAME",
@@ -47,5 +50,8 @@ __all__ = [
     "Scheduler",
     "SchedulerConfig",
     "StalledJob",
+    "VacuumConfig",
+    "VacuumPass",
+    "Vacuumer",
     "WorkerPresence",
 ]

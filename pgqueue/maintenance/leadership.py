@@ -300,6 +300,12 @@ class AdvisoryLockLeadership(Leadership):
                 self._session, self._private = session, True
             return self._session
 
+    @property
+    def private(self) -> bool:
+        """True while the lock sits on a session of this leadership's own (a service on its
+        own), False on a session shared with a worker."""
+        return self._private
+
     def bind(self, session: Session) -> None:
         """Hold the lock on ``session`` from now on (a worker gathers its services' roles on
         its one session); leadership held elsewhere is given up first."""

@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from pgqueue.maintenance.pruner import Pruner
     from pgqueue.maintenance.reaper import Reaper
     from pgqueue.maintenance.scheduler import Scheduler
+    from pgqueue.maintenance.vacuum import Vacuumer
 
 __all__ = [
     "DEFAULT_CONCURRENCY",
@@ -122,6 +123,13 @@ class WorkerConfig:
             "do not run the embedded pruner of expired results and old jobs", negate=True
         ),
     )
+    vacuum: bool | Vacuumer | None = field(
+        default=None,
+        metadata=_flag(
+            "do not run the embedded vacuum of the jobs table during drains (PostgreSQL)",
+            negate=True,
+        ),
+    )
     poll_interval: float | None = field(
         default=None,
         metadata=_flag(
@@ -150,6 +158,7 @@ class WorkerConfig:
         from pgqueue.maintenance.pruner import Pruner
         from pgqueue.maintenance.reaper import Reaper
         from pgqueue.maintenance.scheduler import Scheduler
+        from pgqueue.maintenance.vacuum import Vacuumer
 
         lease = config.check_positive_seconds("lease", self.lease)
         heartbeat = lease / 3
@@ -171,6 +180,10 @@ class WorkerConfig:
         if self.pruner is not None and not isinstance(self.pruner, bool | Pruner):
             raise ConfigError(
                 f"pruner must be None, True, False or a pgqueue.Pruner, not {self.pruner!r}"
+            )
+        if self.vacuum is not None and not isinstance(self.vacuum, bool | Vacuumer):
+            raise ConfigError(
+                f"vacuum must be None, True, False or a pgqueue.Vacuumer, not {self.vacuum!r}"
             )
         worker_id = self.worker_id
         if worker_id is None:

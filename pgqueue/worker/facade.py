@@ -13,6 +13,7 @@ from pgqueue.maintenance.presence import DEFAULT_CRASH_DETECTION
 from pgqueue.maintenance.pruner import Pruner
 from pgqueue.maintenance.reaper import Reaper
 from pgqueue.maintenance.scheduler import Scheduler
+from pgqueue.maintenance.vacuum import Vacuumer
 from pgqueue.queue import Queue
 from pgqueue.worker.config import (
     DEFAULT_CONCURRENCY,
@@ -48,6 +49,9 @@ class Worker:
     ``pruner`` runs the pruner (expired results, old finished jobs; see docs/results.md) under the
     reaper's leader: None (the default) runs one with the default settings whenever the embedded
     reaper runs, True even without it, a :class:`~pgqueue.Pruner` for other settings, False none.
+    ``vacuum`` runs the vacuum of the jobs table during drains under the reaper's leader
+    (PostgreSQL only; see docs/scaling.md): None (the default) whenever the embedded reaper
+    runs, True even without it, a :class:`~pgqueue.Vacuumer` for other settings, False none.
     ``poll_interval`` (default 1 s; 0.1 s where no wake-ups can be had) is how often an idle worker looks
     for due jobs without being woken; ``grace_period`` how long a stop waits for running jobs.
     ``log_completions`` logs one INFO line per completed job on the ``pgqueue.jobs`` logger
@@ -75,6 +79,7 @@ class Worker:
         crash_detection: bool = DEFAULT_CRASH_DETECTION,
         scheduler: bool | Scheduler = True,
         pruner: bool | Pruner | None = None,
+        vacuum: bool | Vacuumer | None = None,
         poll_interval: float | None = None,
         grace_period: float = DEFAULT_GRACE_PERIOD,
         log_completions: bool = True,
@@ -92,6 +97,7 @@ class Worker:
             crash_detection=crash_detection,
             scheduler=scheduler,
             pruner=pruner,
+            vacuum=vacuum,
             poll_interval=poll_interval,
             grace_period=grace_period,
             log_completions=log_completions,

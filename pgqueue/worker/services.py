@@ -1,5 +1,5 @@
 """What runs beside a worker: its presence (registry row and liveness lock), and the embedded
-reaper, pruner and scheduler (only their elected leaders act).
+reaper, pruner, vacuum and scheduler (only their elected leaders act).
 
 On PostgreSQL all of them share the Queue's session connection (its listener, which LISTENs for
 the worker's wake-ups): the liveness lock and every role's advisory lock are held on it, and the
@@ -27,6 +27,7 @@ from pgqueue.maintenance.reaper import Reaper
 from pgqueue.maintenance.scheduler import LEADER_NAME as SCHEDULER_ROLE
 from pgqueue.maintenance.scheduler import Scheduler
 from pgqueue.maintenance.service import MaintenanceService
+from pgqueue.maintenance.vacuum import Vacuumer
 from pgqueue.notifications import Session, session_of
 
 if TYPE_CHECKING:
@@ -41,9 +42,12 @@ class EmbeddedServices:
     pruner or scheduler given as an object must belong to ``queue``."""
 
     def __init__(self, queue: Queue, config: WorkerConfig) -> None:
-        for name in ("reaper", "scheduler", "pruner"):
+        for name in ("reaper", "scheduler", "pruner", "vacuum"):
             given = getattr(config, name)
-            if isinstance(given, Reaper | Scheduler | Pruner) and given.queue is not queue:
+            if (
+                isinstance(given, Reaper | Scheduler | Pruner | Vacuumer)
+                and given.queue is not queue
+            ):
                 raise ConfigError(f"the worker's {name} must belong to the worker's queue")
         self.queue = queue
         self.config = config
@@ -62,6 +66,7 @@ class EmbeddedServices:
         self.reaper: Reaper | None = None
         self.pruner: Pruner | None = None
         self.scheduler: Scheduler | None = None
+        self.vacuum: Vacuumer | None = None
 
     def start(self) -> None:
         """Register this worker and start the services it runs. Called once, before the
@@ -90,12 +95,28 @@ class EmbeddedServices:
             self.pruner = Pruner(self.queue, leadership=shared)
         if self.pruner is not None:
             self._start(self.pruner)
+        self._start_vacuum()
         if isinstance(config.scheduler, Scheduler):
             self.scheduler = config.scheduler
         elif config.scheduler and self.queue.schedules:
             self.scheduler = Scheduler(self.queue, leadership=self._leadership(SCHEDULER_ROLE))
         if self.scheduler is not None:
             self._start(self.scheduler)
+
+    def _start_vacuum(self) -> None:
+        wanted = self.config.vacuum
+        if isinstance(wanted, Vacuumer):
+            self.vacuum = wanted
+        elif wanted or (wanted is None and self.reaper is not None):
+            # Under the reaper's leader, as the pruner: the one process doing the maintenance.
+            shared = (
+                self._leadership(Vacuumer.service_name)
+                if self.reaper is None
+                else self.reaper.leadership
+            )
+            self.vacuum = Vacuumer(self.queue, leadership=shared)
+        if self.vacuum is not None and self.vacuum.supported:
+            self._start(self.vacuum)
 
     def _leadership(self, name: str) -> Leadership:
         return Leadership.for_queue(self.queue, name=name, session=self.session)
@@ -113,6 +134,8 @@ class EmbeddedServices:
         try:
             if self.scheduler is not None:
                 self.scheduler.stop()
+            if self.vacuum is not None:
+                self.vacuum.stop()
             if self.pruner is not None:
                 self.pruner.stop()
             if self.reaper is not None:

@@ -17,8 +17,15 @@ from sqlalchemy.dialects import postgresql
 from sqlalchemy.engine import URL
 from sqlalchemy.exc import DBAPIError, DisconnectionError, OperationalError
 
-from pgqueue.backends.base import Clock, Completion, iter_chunks, split_holder
-from pgqueue.backends.postgres import bulk, documents, locks, prepared
+from pgqueue.backends.base import (
+    Clock,
+    Completion,
+    JobsTableStats,
+    VacuumOutcome,
+    iter_chunks,
+    split_holder,
+)
+from pgqueue.backends.postgres import bulk, documents, locks, prepared, vacuum
 from pgqueue.backends.postgres import statements as pg_statements
 from pgqueue.backends.postgres.listener import Listener
 from pgqueue.config import check_name
@@ -91,6 +98,7 @@ class PostgresBackend:
     # Notifications wake waiters; their own re-read is a rarely needed safety net.
     wait_poll = (0.5, 5.0)
     single_writer = False
+    vacuums_jobs = True
 
     def __init__(
         self, *, schema: str | None = None, pooler: str | None = None, sessions: bool = True
@@ -379,6 +387,16 @@ class PostgresBackend:
 
     def orphaned_jobs(self, *, limit: int) -> Any:
         return pg_statements.job_orphaned(limit=limit)
+
+    def jobs_table_stats(self, connection: Connection) -> JobsTableStats:
+        return vacuum.read_stats(connection, self.schema)
+
+    def vacuum_jobs(
+        self, connection: Connection, *, index_cleanup: bool, truncate: bool
+    ) -> VacuumOutcome:
+        return vacuum.run_vacuum(
+            connection, self.schema, index_cleanup=index_cleanup, truncate=truncate
+        )
 
     def refuses_value(self, error: DBAPIError) -> bool:
         sqlstate = getattr(error.orig, "sqlstate", None)

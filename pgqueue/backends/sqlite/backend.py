@@ -24,7 +24,7 @@ from sqlalchemy.engine import URL
 from sqlalchemy.exc import DBAPIError
 
 from pgqueue import _json, statements
-from pgqueue.backends.base import Clock, Completion, iter_chunks
+from pgqueue.backends.base import Clock, Completion, JobsTableStats, VacuumOutcome, iter_chunks
 from pgqueue.backends.sqlite import completion
 from pgqueue.backends.sqlite import statements as sqlite_statements
 from pgqueue.backends.sqlite.watch import FileWatcher
@@ -40,6 +40,8 @@ ENQUEUE_CHUNK = 1000
 READ_ONLY = "pgqueue_read_only"
 # Leadership is a lease row and leases alone find dead workers (session_locks is False).
 _NO_SESSION_LOCKS = "SQLite has no session locks (session_locks is False)"
+# A row that leaves a claim index leaves it at once: SQLite keeps no dead versions to vacuum.
+_NO_VACUUM = "SQLite keeps no dead row versions (vacuums_jobs is False)"
 
 
 class SQLiteBackend:
@@ -47,6 +49,7 @@ class SQLiteBackend:
 
     name = "sqlite"
     single_writer = True
+    vacuums_jobs = False
     supports_notify = False
     events_in_table = True
     session_locks = False
@@ -221,6 +224,14 @@ class SQLiteBackend:
 
     def orphaned_jobs(self, *, limit: int) -> Any:
         raise NotImplementedError(_NO_SESSION_LOCKS)
+
+    def jobs_table_stats(self, connection: Connection) -> JobsTableStats:
+        raise NotImplementedError(_NO_VACUUM)
+
+    def vacuum_jobs(
+        self, connection: Connection, *, index_cleanup: bool, truncate: bool
+    ) -> VacuumOutcome:
+        raise NotImplementedError(_NO_VACUUM)
 
     def refuses_value(self, error: DBAPIError) -> bool:
         # "string or blob too big", a constraint, a value the driver cannot bind.
