@@ -41,6 +41,7 @@ def test_every_constructor_option_is_a_config_field() -> None:
         (["--no-reaper"], "reaper", False),
         (["--no-scheduler"], "scheduler", False),
         (["--no-pruner"], "pruner", False),
+        (["--no-vacuum"], "vacuum", False),
         (["--queues", "a, b,,a"], "queues", ["a", "b"]),
         (["--concurrency", "8"], "concurrency", 8),
         (["--lease", "60"], "lease", 60.0),
