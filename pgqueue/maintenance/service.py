@@ -110,6 +110,12 @@ class MaintenanceService(abc.ABC):
         return self._leader and self.leadership.is_leader
 
     @property
+    def lease_interval(self) -> float:
+        """The interval this service counts for in the shared leadership's TTL (the TTL is a
+        few of the shortest): its ``interval`` unless the service says otherwise."""
+        return self.interval
+
+    @property
     def running(self) -> bool:
         """True between ``start()`` and ``stop()`` (False when the interval disables it)."""
         return self._scheduler is not None
@@ -143,7 +149,7 @@ class MaintenanceService(abc.ABC):
         with self._state_lock:
             if self._scheduler is not None or not self.interval:
                 return
-            self.leadership.join(self.interval)
+            self.leadership.join(self.lease_interval)
             scheduler = BackgroundScheduler(
                 timezone=UTC,
                 logger=_SCHEDULER_LOGGER,
@@ -168,7 +174,7 @@ class MaintenanceService(abc.ABC):
         if scheduler is None:
             return
         scheduler.shutdown(wait=True)
-        self.leadership.leave(self.interval)
+        self.leadership.leave(self.lease_interval)
         self._set_leader(False)
 
     def tick(self, now: datetime | None = None) -> Any:

@@ -78,6 +78,10 @@ DEFAULT_MIN_GAP = 2.0
 #: duration times (1 / share - 1).
 DEFAULT_MAX_SHARE = 0.25
 MAX_THRESHOLD = 1_000_000_000
+#: The interval the service counts for in the shared leadership's TTL: it looks every second,
+#: but a leader that falls silent for a few seconds (a long GC pause, a loaded host) must not
+#: lose its roles (and, with its session, its liveness lock) for that: as long as the reaper's.
+LEASE_INTERVAL = 10.0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -204,6 +208,11 @@ class Vacuumer(MaintenanceService):
             f"Vacuumer({self.queue!r}, interval={c.interval:g}, threshold={c.threshold}, "
             f"min_gap={c.min_gap:g}, max_share={c.max_share:g})"
         )
+
+    @property
+    def lease_interval(self) -> float:
+        """At least ``LEASE_INTERVAL``: the fast look must not shorten the leader's TTL."""
+        return max(self.interval, LEASE_INTERVAL)
 
     @property
     def supported(self) -> bool:

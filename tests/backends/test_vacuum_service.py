@@ -20,7 +20,7 @@ from sqlalchemy.engine import make_url
 
 import pgqueue
 from pgqueue.errors import ConfigError
-from pgqueue.maintenance import AdvisoryLockLeadership, Vacuumer, VacuumPass
+from pgqueue.maintenance import AdvisoryLockLeadership, Leadership, Vacuumer, VacuumPass
 from pgqueue.notifications import ENQUEUED_CHANNEL
 
 pytestmark = pytest.mark.usefixtures("add")
@@ -321,3 +321,19 @@ def test_bad_settings_fail_at_the_call_naming_the_field(
 def test_a_worker_refuses_a_vacuum_that_is_not_a_vacuumer(queue: pgqueue.Queue) -> None:
     with pytest.raises(ConfigError, match="vacuum"):
         pgqueue.Worker(queue, vacuum="yes")  # type: ignore[arg-type]
+
+
+@POSTGRES_ONLY
+def test_the_fast_look_does_not_shorten_the_shared_leaders_ttl(queue: pgqueue.Queue) -> None:
+    leadership = Leadership.for_queue(queue, name="vacuum-ttl-test")
+    reaper = pgqueue.Reaper(queue, interval=10, leadership=leadership)
+    vacuum = Vacuumer(queue, interval=1, leadership=leadership)
+    reaper.start()
+    vacuum.start()
+    try:
+        # A leader silent for 3 s (three of the vacuum's looks) keeps its roles: the TTL is
+        # three of the reaper's intervals.
+        assert leadership.ttl == 30.0
+    finally:
+        vacuum.stop()
+        reaper.stop()
