@@ -43,7 +43,9 @@ def _index_stats(url: str) -> dict[str, tuple[int, int]]:
     engine = sa.create_engine(url)
     try:
         with engine.connect() as conn:
-            return {row.name: (int(row.scans), int(row.blocks)) for row in conn.execute(INDEX_STATS)}
+            return {
+                row.name: (int(row.scans), int(row.blocks)) for row in conn.execute(INDEX_STATS)
+            }
     finally:
         engine.dispose()
 
@@ -64,8 +66,10 @@ def run_once(databases: Databases, jobs: int, vacuum: bool, budget: float) -> di
     load = os.getloadavg()[0]
     processes = [
         subprocess.Popen(
-            [sys.executable, "-m", "benchmarks.vacuum_ab", "worker", "--url", url]
-            + ["--vacuum", "on" if vacuum else "off", "--log", str(log)],
+            [
+                *(sys.executable, "-m", "benchmarks.vacuum_ab", "worker", "--url", url),
+                *("--vacuum", "on" if vacuum else "off", "--log", str(log)),
+            ],
             cwd=ROOT,
             env={**os.environ, "PYTHONPATH": str(ROOT)},
             stdin=subprocess.DEVNULL,

@@ -69,8 +69,7 @@ def dead_rows(queue: pgqueue.Queue) -> int:
 def completed(queue: pgqueue.Queue) -> int:
     with queue.engine.connect() as conn:
         return int(
-            conn.scalar(sa.text("SELECT count(*) FROM pgqueue_jobs WHERE state = 'completed'"))
-            or 0
+            conn.scalar(sa.text("SELECT count(*) FROM pgqueue_jobs WHERE state = 'completed'")) or 0
         )
 
 
