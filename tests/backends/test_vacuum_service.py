@@ -336,3 +336,36 @@ def test_the_fast_look_does_not_shorten_the_shared_leaders_ttl(queue: pgqueue.Qu
     finally:
         vacuum.stop()
         reaper.stop()
+
+
+@POSTGRES_ONLY
+def test_a_queue_in_a_schema_vacuums_its_own_jobs_table(
+    queue: pgqueue.Queue, pg_server: Any
+) -> None:
+    # ``queue`` narrows the run to PostgreSQL; the queue under test is in a schema of its own.
+    url = pg_server.create_database(f"vacuum_{uuid.uuid4().hex[:12]}")
+    in_schema = pgqueue.Queue(url, schema="Jobs Here", allow_unknown_tasks=True)
+    try:
+        in_schema.migrate()
+        in_schema.enqueue_many("tasks.add", [(i, 1) for i in range(30)])
+        stats = sa.text(
+            "SELECT n_dead_tup, vacuum_count FROM pg_stat_user_tables "
+            "WHERE schemaname = 'Jobs Here' AND relname = 'pgqueue_jobs'"
+        )
+        with in_schema.engine.begin() as conn:
+            conn.execute(sa.text('UPDATE "Jobs Here".pgqueue_jobs SET priority = priority + 1'))
+            conn.execute(sa.text("SELECT pg_stat_force_next_flush()"))
+
+        def read() -> Any:
+            # A new transaction each time: the statistics are a snapshot per transaction.
+            with in_schema.engine.connect() as conn:
+                return conn.execute(stats).one()
+
+        wait_until(lambda: read()[0] >= 30, "the churn counted")
+        vacuum = Vacuumer(in_schema, threshold=20, min_gap=0, clock=FakeClock())
+
+        assert vacuum.run_once().vacuumed
+
+        assert read()[1] == 1
+    finally:
+        in_schema.close()
