@@ -31,6 +31,7 @@ from benchmarks.rivals import PGQUEUE_CONCURRENCY, PgQueue
 
 ROOT = Path(__file__).resolve().parent.parent
 PER_CALL = 1000
+VARIANTS = ("off", "on", "auto")
 INDEX_STATS = sa.text(
     "SELECT s.indexrelname AS name, s.idx_scan AS scans, "
     "io.idx_blks_hit + io.idx_blks_read AS blocks "
@@ -55,7 +56,7 @@ def _flush_wait() -> None:
     time.sleep(1.5)
 
 
-def run_once(databases: Databases, jobs: int, vacuum: bool, budget: float) -> dict[str, Any]:
+def run_once(databases: Databases, jobs: int, vacuum: str, budget: float) -> dict[str, Any]:
     library = PgQueue()
     url = databases.server.create_database(f"vab_{uuid.uuid4().hex[:10]}")
     library.prepare(url)
@@ -68,7 +69,7 @@ def run_once(databases: Databases, jobs: int, vacuum: bool, budget: float) -> di
         subprocess.Popen(
             [
                 *(sys.executable, "-m", "benchmarks.vacuum_ab", "worker", "--url", url),
-                *("--vacuum", "on" if vacuum else "off", "--log", str(log)),
+                *("--vacuum", vacuum, "--log", str(log)),
             ],
             cwd=ROOT,
             env={**os.environ, "PYTHONPATH": str(ROOT)},
@@ -111,7 +112,7 @@ def run_once(databases: Databases, jobs: int, vacuum: bool, budget: float) -> di
     }
 
 
-def worker(url: str, vacuum: bool, log: str) -> None:
+def worker(url: str, vacuum: str, log: str) -> None:
     import pgqueue
 
     queue = pgqueue.Queue(url, max_attempts=5)
@@ -121,8 +122,9 @@ def worker(url: str, vacuum: bool, log: str) -> None:
         """Nothing: what is measured is the queue."""
 
     service: bool | pgqueue.Vacuumer = False
-    if vacuum:
-        service = pgqueue.Vacuumer(queue)
+    if vacuum != "off":
+        # "auto": PostgreSQL's INDEX_CLEANUP AUTO instead of ON.
+        service = pgqueue.Vacuumer(queue, index_cleanup=vacuum == "on")
 
         def record(done: Any) -> None:
             with open(log, "a") as out:
@@ -137,31 +139,37 @@ def main(argv: list[str] | None = None) -> None:
     commands = parser.add_subparsers(dest="command")
     child = commands.add_parser("worker")
     child.add_argument("--url", required=True)
-    child.add_argument("--vacuum", choices=("on", "off"), required=True)
+    child.add_argument("--vacuum", choices=VARIANTS, required=True)
     child.add_argument("--log", required=True)
     parser.add_argument("--sizes", default="20000,300000")
     parser.add_argument("--repeats", type=int, default=1)
+    parser.add_argument(
+        "--variants", default="off,on", help="off, on (INDEX_CLEANUP ON), auto (INDEX_CLEANUP AUTO)"
+    )
     parser.add_argument("--budget", type=float, default=900.0)
     parser.add_argument("--json", default=None)
     args = parser.parse_args(argv)
     if args.command == "worker":
-        worker(args.url, args.vacuum == "on", args.log)
+        worker(args.url, args.vacuum, args.log)
         return
+    variants = [v for v in args.variants.split(",") if v]
+    if not variants or not set(variants) <= set(VARIANTS):
+        parser.error(f"--variants: from {', '.join(VARIANTS)}")
     databases = Databases()
     results = []
     sizes = [int(size) for size in args.sizes.split(",")]
     for repeat in range(args.repeats):
         for index, jobs in enumerate(sizes):
-            order = (False, True) if (repeat + index) % 2 == 0 else (True, False)
-            for vacuum in order:
+            shift = (repeat + index) % len(variants)
+            for vacuum in variants[shift:] + variants[:shift]:
                 result = run_once(databases, jobs, vacuum, args.budget)
                 results.append(result)
                 print(json.dumps(result), flush=True)
     summary: dict[str, Any] = {}
     for jobs in sizes:
-        for vacuum in (False, True):
+        for vacuum in variants:
             rates = [r["rate"] for r in results if r["jobs"] == jobs and r["vacuum"] == vacuum]
-            summary[f"{jobs} {'on' if vacuum else 'off'}"] = round(statistics.median(rates))
+            summary[f"{jobs} {vacuum}"] = round(statistics.median(rates))
     print(json.dumps(summary), flush=True)
     if args.json:
         Path(args.json).write_text(json.dumps({"runs": results, "summary": summary}, indent=1))
