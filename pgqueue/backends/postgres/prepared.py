@@ -131,7 +131,7 @@ def run_on_driver(engine: Engine, statement: Any, values: dict[str, Any]) -> lis
         cursor.execute(sql, parameters)
         ids = [row[0] for row in cursor.fetchall()]
     except BaseException as exc:
-        _discard_or_return(engine, pooled, driver, cursor, exc)
+        lost = _discard_or_return(engine, pooled, driver, cursor, exc)
         if isinstance(exc, engine.dialect.loaded_dbapi.Error):
             raise DBAPIError.instance(
                 sql,
@@ -139,7 +139,7 @@ def run_on_driver(engine: Engine, statement: Any, values: dict[str, Any]) -> lis
                 exc,
                 engine.dialect.loaded_dbapi.Error,
                 hide_parameters=engine.hide_parameters,
-                connection_invalidated=not pooled.is_valid,
+                connection_invalidated=lost,
                 dialect=engine.dialect,
             ).with_traceback(exc.__traceback__) from exc
         raise
@@ -149,10 +149,11 @@ def run_on_driver(engine: Engine, statement: Any, values: dict[str, Any]) -> lis
 
 def _discard_or_return(
     engine: Engine, pooled: Any, driver: Any, cursor: Any, error: BaseException | None
-) -> None:
+) -> bool:
     """Back to the pool in autocommit off, or discarded: after a lost connection (the pool's
     connections older than it go too, as SQLAlchemy does: they most likely died with it), an
-    interrupt in mid-statement (the protocol state is unknown), or a reset that failed."""
+    interrupt in mid-statement (the protocol state is unknown), or a reset that failed. True when
+    the connection was lost."""
     lost = error is not None and (
         not isinstance(error, Exception)
         or (
@@ -162,17 +163,18 @@ def _discard_or_return(
     )
     if lost:
         if isinstance(error, Exception):
-            engine.pool._invalidate(pooled, error)
+            engine.pool._invalidate(pooled, error, _checkin=False)
         pooled.invalidate(error)
-        return
+        return True
     try:
         if cursor is not None:
             cursor.close()
         driver.autocommit = False
     except Exception as exc:  # any failure here: the connection is not fit to reuse
         pooled.invalidate(exc)
-        return
+        return False
     pooled.close()
+    return False
 
 
 def complete_document(jobs: Sequence[Completion]) -> str:
