@@ -275,3 +275,31 @@ def _alike(fast: BaseException, slow: BaseException) -> None:
     assert type(fast.__cause__.orig) is type(slow.__cause__.orig)
     assert str(fast.__cause__.orig).splitlines()[0] == str(slow.__cause__.orig).splitlines()[0]
     assert fast.__cause__.connection_invalidated == slow.__cause__.connection_invalidated
+
+
+@POSTGRES_ONLY
+def test_an_unreachable_server_is_translated_alike(db_url: str) -> None:
+    # A port nothing listens on: the checkout itself fails, before any statement.
+    url = sa.make_url(db_url).set(host="127.0.0.1", port=_free_port())
+    queue = pgqueue.Queue(url, allow_unknown_tasks=True)
+    try:
+        errors = []
+        for listened in (False, True):
+            if listened:
+                event.listen(queue.engine, "before_cursor_execute", _noop)
+            with pytest.raises(pgqueue.PgQueueError) as caught:
+                queue.enqueue("tasks.noop")
+            errors.append(caught.value)
+        fast, slow = errors
+        assert isinstance(fast, pgqueue.TransientBackendError)
+        _alike(fast, slow)
+    finally:
+        queue.close()
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])

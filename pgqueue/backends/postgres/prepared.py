@@ -122,7 +122,11 @@ def run_on_driver(engine: Engine, statement: Any, values: dict[str, Any]) -> lis
     """
     sql, defaults = _compiled(engine.dialect, engine.get_execution_options(), statement)
     parameters = {**defaults, **values}
-    pooled = engine.raw_connection()
+    try:
+        pooled = engine.raw_connection()
+    except engine.dialect.loaded_dbapi.Error as exc:
+        # No server to connect to, or it refused us: wrapped exactly as Engine.connect() does.
+        Connection._handle_dbapi_exception_noconnection(exc, engine.dialect, engine)
     driver: Any = pooled.dbapi_connection
     cursor = None
     try:
