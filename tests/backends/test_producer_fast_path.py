@@ -303,3 +303,15 @@ def _free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return int(probe.getsockname()[1])
+
+
+@POSTGRES_ONLY
+def test_an_autocommit_engine_keeps_its_connections_in_autocommit(db_url: str) -> None:
+    engine = sa.create_engine(db_url, isolation_level="AUTOCOMMIT")
+    queue = pgqueue.Queue(engine, allow_unknown_tasks=True)
+    try:
+        assert prepared.unobserved(queue.engine)
+        assert queue.enqueue("tasks.noop").queued
+        assert _pooled_state(queue) == (True, psycopg.pq.TransactionStatus.IDLE)
+    finally:
+        queue.close()

@@ -376,13 +376,14 @@ class PostgresBackend:
             with connection.begin():
                 yield False
             return
+        was = bool(raw.autocommit)
         raw.autocommit = True
         try:
             with connection.begin():
                 yield True
         finally:
             if not raw.closed:
-                raw.autocommit = False
+                raw.autocommit = was
 
     def release_work_connection(self, connection: Connection) -> None:
         documents.restore_loads(connection)

@@ -129,13 +129,16 @@ def run_on_driver(engine: Engine, statement: Any, values: dict[str, Any]) -> lis
         Connection._handle_dbapi_exception_noconnection(exc, engine.dialect, engine)
     driver: Any = pooled.dbapi_connection
     cursor = None
+    # Put back as found: an engine made with isolation_level="AUTOCOMMIT" pools connections
+    # that are in autocommit already.
+    was = bool(driver.autocommit)
     try:
         driver.autocommit = True
         cursor = driver.cursor()
         cursor.execute(sql, parameters)
         ids = [row[0] for row in cursor.fetchall()]
     except BaseException as exc:
-        lost = _discard_or_return(engine, pooled, driver, cursor, exc)
+        lost = _discard_or_return(engine, pooled, driver, cursor, exc, was)
         if isinstance(exc, engine.dialect.loaded_dbapi.Error):
             raise DBAPIError.instance(
                 sql,
@@ -147,14 +150,19 @@ def run_on_driver(engine: Engine, statement: Any, values: dict[str, Any]) -> lis
                 dialect=engine.dialect,
             ).with_traceback(exc.__traceback__) from exc
         raise
-    _discard_or_return(engine, pooled, driver, cursor, None)
+    _discard_or_return(engine, pooled, driver, cursor, None, was)
     return ids
 
 
 def _discard_or_return(
-    engine: Engine, pooled: Any, driver: Any, cursor: Any, error: BaseException | None
+    engine: Engine,
+    pooled: Any,
+    driver: Any,
+    cursor: Any,
+    error: BaseException | None,
+    autocommit: bool,
 ) -> bool:
-    """Back to the pool in autocommit off, or discarded: after a lost connection (the pool's
+    """Back to the pool with ``autocommit`` as it was, or discarded: after a lost connection (the pool's
     connections older than it go too, as SQLAlchemy does: they most likely died with it), an
     interrupt in mid-statement (the protocol state is unknown), or a reset that failed. True when
     the connection was lost."""
@@ -173,7 +181,7 @@ def _discard_or_return(
     try:
         if cursor is not None:
             cursor.close()
-        driver.autocommit = False
+        driver.autocommit = autocommit
     except Exception as exc:  # any failure here: the connection is not fit to reuse
         pooled.invalidate(exc)
         return False
