@@ -1,4 +1,4 @@
-"""Long-running commands: worker, reaper, scheduler, schedules, metrics."""
+"""Long-running commands: worker, reaper, vacuum, scheduler, schedules, metrics."""
 
 from __future__ import annotations
 
@@ -154,6 +154,70 @@ def _reaper(args: argparse.Namespace) -> int:
         lock_namespace=args.lock_namespace,
     )
     return serve(args, reaper, "released {} stalled jobs", "scan")
+
+
+def _add_vacuum(parser: argparse.ArgumentParser) -> None:
+    from pgqueue.maintenance import vacuum
+
+    add_service_target(
+        parser,
+        where="where the Queue is defined",
+        interval=vacuum.DEFAULT_INTERVAL,
+        interval_help="seconds between looks at the jobs table's statistics (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--threshold",
+        type=int,
+        default=vacuum.DEFAULT_THRESHOLD,
+        help="dead row versions (and rows changed since the last vacuum) that make a vacuum due "
+        "(default: %(default)s)",
+    )
+    parser.add_argument(
+        "--min-gap",
+        type=float,
+        default=vacuum.DEFAULT_MIN_GAP,
+        help="seconds at least between two vacuums (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--max-share",
+        type=float,
+        default=vacuum.DEFAULT_MAX_SHARE,
+        help="share of the time at most spent vacuuming (default: %(default)s)",
+    )
+    add_service_options(parser, "look")
+
+
+@command(
+    "vacuum",
+    "run a standalone vacuum of the jobs table during drains (PostgreSQL; workers run one "
+    "unless --no-vacuum or --no-reaper)",
+    _add_vacuum,
+)
+def _vacuum(args: argparse.Namespace) -> int:
+    from pgqueue.maintenance.vacuum import Vacuumer
+
+    queue = module_queue(args)
+    check_database(queue)
+    vacuum = Vacuumer(
+        queue,
+        interval=args.interval,
+        threshold=args.threshold,
+        min_gap=args.min_gap,
+        max_share=args.max_share,
+        lock_namespace=args.lock_namespace,
+    )
+    if not vacuum.supported:
+        raise PgQueueError(
+            "the vacuum service is for PostgreSQL: this database keeps no dead row versions"
+        )
+    if args.once:
+        done = vacuum.run_once()
+        if done.vacuumed:
+            print(f"vacuumed the jobs table in {done.seconds:.3f} s ({done.dead} dead rows)")
+        else:
+            print(f"no vacuum: {done.skipped} ({done.dead} dead rows)")
+        return EXIT_OK
+    return serve(args, vacuum, "", "look")
 
 
 def add_service_target(

@@ -1,5 +1,5 @@
-"""``pgqueue worker`` and ``pgqueue reaper`` given what they cannot work with: a missing module, an
-unreachable server, an unmigrated database. Each exits 2 with one line on stderr at once (no
+"""``pgqueue worker``, ``pgqueue reaper`` and ``pgqueue vacuum`` given what they cannot work
+with: a missing module, an unreachable server, an unmigrated database. Each exits 2 with one line on stderr at once (no
 traceback, no retry loop, no password) and leaves the database as it was."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-SERVICES = [["worker"], ["worker", "--burst"], ["reaper"]]
+SERVICES = [["worker"], ["worker", "--burst"], ["reaper"], ["vacuum"]]
 UNREACHABLE = "postgresql://app:hunter2@127.0.0.1:1/app"
 
 
