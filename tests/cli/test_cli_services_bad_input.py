@@ -1,6 +1,6 @@
 """``pgqueue worker``, ``pgqueue reaper`` and ``pgqueue vacuum`` given what they cannot work
-with: a missing module, an unreachable server, an unmigrated database. Each exits 2 with one line on stderr at once (no
-traceback, no retry loop, no password) and leaves the database as it was."""
+with: a missing module, an unreachable server, an unmigrated database. Each exits 2 with one line
+on stderr at once (no traceback, no retry loop, no password) and leaves the database as it was."""
 
 from __future__ import annotations
 
