@@ -27,6 +27,7 @@ from pgqueue.ids import new_ids
 from pgqueue.job import EnqueueResult
 from pgqueue.limits import LIMIT_OPTIONS
 from pgqueue.notifications import ENQUEUED_CHANNEL
+from pgqueue.producer.payloads import payload_texts
 
 if TYPE_CHECKING:
     from pgqueue.producer import Producer
@@ -73,6 +74,21 @@ def enqueue_fresh(
     }
     ids = new_ids(len(items))
     extra = {tracing.TRACE_KEY: dict(carrier)} if carrier else {}
+    if hasattr(backend, "enqueue_copy"):
+        serializer = producer.serializer
+
+        def chunks() -> Iterator[tuple[Sequence[str], list[str]]]:
+            # Checked and encoded chunk by chunk while the server writes the one before; a bad
+            # payload aborts the COPY and its transaction: nothing of the call is written.
+            for start, chunk in _chunks(items):
+                yield ids[start : start + len(chunk)], payload_texts(serializer, chunk, extra)
+
+        with database.translating():
+            written = backend.enqueue_copy(
+                database.engine, shared, chunks(), clock, ENQUEUED_CHANNEL
+            )
+        if written is not None:
+            return [EnqueueResult(id=job_id, status="queued") for job_id in ids]
 
     def documents() -> Iterator[str]:
         # Every payload is checked (and encoded, once) before its chunk is sent; a bad one fails

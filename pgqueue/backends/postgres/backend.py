@@ -18,7 +18,7 @@ from sqlalchemy.engine import URL
 from sqlalchemy.exc import DBAPIError, DisconnectionError, OperationalError
 
 from pgqueue.backends.base import Clock, Completion, iter_chunks, split_holder
-from pgqueue.backends.postgres import bulk, documents, locks, prepared
+from pgqueue.backends.postgres import bulk, copy_enqueue, documents, locks, prepared
 from pgqueue.backends.postgres import statements as pg_statements
 from pgqueue.backends.postgres.listener import Listener
 from pgqueue.config import check_name
@@ -244,6 +244,18 @@ class PostgresBackend:
         return bulk.enqueue_columns(
             connection, shared, ids, args, kwargs, clock, priorities=priorities, run_ats=run_ats
         )
+
+    def enqueue_copy(
+        self,
+        engine: Engine,
+        shared: Mapping[str, Any],
+        chunks: Iterable[tuple[Sequence[str], Sequence[str]]],
+        clock: Clock,
+        channel: str,
+    ) -> int | None:
+        """Jobs with generated ids by ``COPY``, committed with their wake-up; None when nothing
+        was written and they must take :meth:`enqueue_fresh` (see ``copy_enqueue.py``)."""
+        return copy_enqueue.enqueue_copy(engine, shared, chunks, clock, self.channel(channel))
 
     def enqueue_fresh_committed(
         self, engine: Engine, shared: Mapping[str, Any], document: str, clock: Clock, channel: str
