@@ -77,7 +77,7 @@ def enqueue_fresh(
     if hasattr(backend, "enqueue_copy"):
         serializer = producer.serializer
 
-        def chunks() -> Iterator[tuple[Sequence[str], list[str]]]:
+        def chunks() -> Iterator[tuple[Sequence[str], list[bytes]]]:
             # Checked and encoded chunk by chunk while the server writes the one before; a bad
             # payload aborts the COPY and its transaction: nothing of the call is written.
             for start, chunk in _chunks(items):
@@ -103,7 +103,7 @@ def enqueue_fresh(
                 parts.append(f'{{"id":"{ids[number]}","payload":{payload}}}')
             yield "[" + ",".join(parts) + "]"
 
-    if len(items) <= backend.committed_enqueue_limit:
+    if len(items) <= min(backend.committed_enqueue_limit, CHUNK):  # one document
         document = next(documents())
         with database.translating():
             queued = set(

@@ -14,7 +14,7 @@ whole batch: the same texts, and the same errors naming the same field.
 Example::
 
     texts = payload_texts(JSONSerializer(), [(1, 2), ("a",)], {})
-    # ['{"args":[1,2],"kwargs":{}}', '{"args":["a"],"kwargs":{}}']
+    # [b'{"args":[1,2],"kwargs":{}}', b'{"args":["a"],"kwargs":{}}']
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pgqueue import serde
+from pgqueue.errors import SerializationError
 from pgqueue.serde import MAX_DEPTH, JSONSerializer, Serializer
 
 __all__ = ["payload_texts"]
@@ -40,28 +41,27 @@ _SCALARS = (str, int, float, bool, type(None))
 
 def payload_texts(
     serializer: Serializer, items: Sequence[Sequence[Any]], extra: Mapping[str, Any]
-) -> list[str]:
-    """The stored payload text (``{"args": [...], "kwargs": {}, **extra}``) of each args
-    sequence in ``items``; a bad value raises :class:`~pgqueue.SerializationError` naming the
-    ``payload`` and the place in it, as ``enqueue`` does."""
+) -> list[bytes]:
+    """The stored payload (``{"args": [...], "kwargs": {}, **extra}``) of each args sequence in
+    ``items``, as JSON text in UTF-8; a bad value raises :class:`~pgqueue.SerializationError`
+    naming the ``payload`` and the place in it, as ``enqueue`` does."""
+    encode = serde.encode_document
     if orjson is not None and type(serializer) is JSONSerializer and _plain(items):
-        head = '{"args":'
-        tail = ',"kwargs":{}' + (
-            "," + serde.encode_document(serializer, dict(extra), "payload")[1:-1]  # type: ignore[index]
-            if extra
-            else ""
-        )
-        tail += "}"
+        # The shared members once, as the general way writes them (extra: the trace context).
+        shared = encode(serializer, {"kwargs": {}, **extra}, "payload")
+        assert shared is not None
+        head, tail = b'{"args":', b"," + shared[1:].encode()
         dumps = orjson.dumps
         try:
-            return [head + dumps(args).decode() + tail for args in items]
+            return [head + dumps(args) + tail for args in items]
         except orjson.JSONEncodeError:
             pass  # e.g. an integer beyond 64 bits: the general way says what it makes of it
-    encode = serde.encode_document
-    return [
-        encode(serializer, {"args": list(args), "kwargs": {}, **extra}, "payload")  # type: ignore[misc]
-        for args in items
+    texts = [
+        encode(serializer, {"args": list(args), "kwargs": {}, **extra}, "payload") for args in items
     ]
+    if None in texts:
+        raise SerializationError("cannot store payload: the serializer made a JSON null of it")
+    return [text.encode() for text in texts]  # type: ignore[union-attr]
 
 
 def _plain(items: Sequence[Sequence[Any]]) -> bool:

@@ -249,7 +249,7 @@ class PostgresBackend:
         self,
         engine: Engine,
         shared: Mapping[str, Any],
-        chunks: Iterable[tuple[Sequence[str], Sequence[str]]],
+        chunks: Iterable[tuple[Sequence[str], Sequence[bytes]]],
         clock: Clock,
         channel: str,
     ) -> int | None:

@@ -24,8 +24,9 @@ Example::
 from __future__ import annotations
 
 import logging
+import struct
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import psycopg
@@ -56,6 +57,13 @@ _COLUMNS = (
     "updated_at",
 )
 _UNIQUE_VIOLATION = "23505"
+# COPY's binary format: the signature, no flags, no header extension; -1 fields ends the data.
+_HEADER = b"PGCOPY\n\xff\r\n\x00" + bytes(8)
+_TRAILER = struct.pack(">h", -1)
+_FIELDS = struct.pack(">h", len(_COLUMNS))
+_LENGTH = struct.Struct(">i")
+_INT8 = struct.Struct(">q")
+_EPOCH = datetime(2000, 1, 1, tzinfo=UTC)
 
 logger = logging.getLogger("pgqueue.backends.postgres")
 
@@ -63,7 +71,7 @@ logger = logging.getLogger("pgqueue.backends.postgres")
 def enqueue_copy(
     engine: Engine,
     shared: Mapping[str, Any],
-    chunks: Iterable[tuple[Sequence[str], Sequence[str]]],
+    chunks: Iterable[tuple[Sequence[str], Sequence[bytes]]],
     clock: Clock,
     channel: str,
 ) -> int | None:
@@ -72,7 +80,7 @@ def enqueue_copy(
     (``chunks`` then untouched), or a generated id met an existing row."""
     started: list[bool] = []
 
-    def watched() -> Iterator[tuple[Sequence[str], Sequence[str]]]:
+    def watched() -> Iterator[tuple[Sequence[str], Sequence[bytes]]]:
         started.append(True)
         yield from chunks
 
@@ -106,11 +114,11 @@ def copy_supported(connection: Connection) -> bool:
 def copy_fresh(
     connection: Connection,
     shared: Mapping[str, Any],
-    chunks: Iterable[tuple[Sequence[str], Sequence[str]]],
+    chunks: Iterable[tuple[Sequence[str], Sequence[bytes]]],
     clock: Clock,
     channel: str,
 ) -> int:
-    """``COPY`` the jobs of ``chunks`` (pairs of ids and payload JSON texts, built lazily: the
+    """``COPY`` the jobs of ``chunks`` (pairs of ids and payload JSON texts in UTF-8, built lazily: the
     server writes one chunk while the caller builds the next) into the jobs table, in the
     caller's transaction on ``connection``, with one ``pg_notify(channel, queue)``. Returns the
     number of rows written. An exception from ``chunks`` aborts the ``COPY``: the caller's
@@ -120,7 +128,7 @@ def copy_fresh(
     schemas = connection.get_execution_options().get("schema_translate_map") or {}
     schema = schemas.get(JOBS.schema)
     table = sql.Identifier(schema, JOBS.name) if schema else sql.Identifier(JOBS.name)
-    statement = sql.SQL("COPY {} ({}) FROM STDIN").format(
+    statement = sql.SQL("COPY {} ({}) FROM STDIN (FORMAT binary)").format(
         table, sql.SQL(", ").join(map(sql.Identifier, _COLUMNS))
     )
     # Through SQLAlchemy, before anything of the call is sent: a pooled connection found dead
@@ -136,16 +144,27 @@ def copy_fresh(
             if run_at is None:
                 run_at = now + timedelta(seconds=float(shared["delay"]))
             tail = _tail(shared, run_at, now)
+            pack = _LENGTH.pack
             with cursor.copy(statement) as copy:
+                copy.write(_HEADER)
                 for ids, payloads in chunks:
+                    # Per row: the field count, the id, the payload (JSONB's binary form is a
+                    # version byte and the text), then the columns every row shares.
                     copy.write(
-                        "".join(
+                        b"".join(
                             [
-                                f"{job_id}\t{_escaped(payload)}{tail}"
+                                _FIELDS
+                                + pack(len(job_id))
+                                + job_id.encode()
+                                + pack(len(payload) + 1)
+                                + b"\x01"
+                                + payload
+                                + tail
                                 for job_id, payload in zip(ids, payloads, strict=True)
                             ]
                         )
                     )
+                copy.write(_TRAILER)
             return cursor.rowcount
     except psycopg.Error as exc:
         if exc.sqlstate == _UNIQUE_VIOLATION:
@@ -154,30 +173,34 @@ def copy_fresh(
         raise DBAPIError.instance(str(statement.as_string(raw)), None, exc, psycopg.Error) from exc
 
 
-def _tail(shared: Mapping[str, Any], run_at: datetime, now: datetime) -> str:
-    """The text of every column after the payload, the same for every row of the call."""
-    values = (
-        shared["task"],
-        shared["queue"],
-        shared["priority"],
-        shared["max_attempts"],
-        shared["result_ttl"],
-        str(JobState.QUEUED),
-        run_at.isoformat(),
-        0,
-        0,
-        now.isoformat(),
-        now.isoformat(),
+def _tail(shared: Mapping[str, Any], run_at: datetime, now: datetime) -> bytes:
+    """Every column after the payload in COPY's binary form: the same for every row."""
+    return b"".join(
+        [
+            _text(shared["task"]),
+            _text(shared["queue"]),
+            _int4(shared["priority"]),
+            _int4(shared["max_attempts"]),
+            _int4(shared["result_ttl"]),
+            _text(str(JobState.QUEUED)),
+            _timestamp(run_at),
+            _int4(0),
+            _int4(0),
+            _timestamp(now),
+            _timestamp(now),
+        ]
     )
-    return "".join("\t" + _field(value) for value in values) + "\n"
 
 
-def _field(value: Any) -> str:
-    text = str(value)
-    return text.replace("\\", "\\\\").replace("\t", "\\t").replace("\n", "\\n").replace("\r", "\\r")
+def _text(value: str) -> bytes:
+    data = value.encode()
+    return _LENGTH.pack(len(data)) + data
 
 
-def _escaped(payload: str) -> str:
-    # JSON text holds no raw tab, newline or carriage return (encoders escape every control
-    # character), but its escapes hold backslashes, which COPY's text format reads as its own.
-    return payload.replace("\\", "\\\\") if "\\" in payload else payload
+def _int4(value: int) -> bytes:
+    return _LENGTH.pack(4) + _LENGTH.pack(value)
+
+
+def _timestamp(value: datetime) -> bytes:
+    # timestamptz on the wire: microseconds since 2000-01-01 UTC, counted exactly (no float).
+    return _LENGTH.pack(8) + _INT8.pack((value - _EPOCH) // timedelta(microseconds=1))
