@@ -36,6 +36,13 @@ __all__ = ["enqueue_fresh"]
 
 # Jobs per statement (as the general path's ENQUEUE_CHUNK): round trips stop mattering well before.
 CHUNK = 5000
+# Jobs per write of a COPY: small enough that the server writes the first rows of even a
+# 1,000-job call while the rest are built, large enough that a write's own cost is noise.
+COPY_CHUNK = 250
+# Fewer jobs than this go in one statement that commits itself (one round trip): COPY takes
+# four (the transaction, its start, its data, the commit), worth it only once the rows' server
+# time saved (about 5 µs each) outweighs them.
+COPY_MIN = 100
 
 
 def enqueue_fresh(
@@ -74,13 +81,13 @@ def enqueue_fresh(
     }
     ids = new_ids(len(items))
     extra = {tracing.TRACE_KEY: dict(carrier)} if carrier else {}
-    if hasattr(backend, "enqueue_copy"):
+    if hasattr(backend, "enqueue_copy") and len(items) >= COPY_MIN:
         serializer = producer.serializer
 
         def chunks() -> Iterator[tuple[Sequence[str], list[bytes]]]:
             # Checked and encoded chunk by chunk while the server writes the one before; a bad
             # payload aborts the COPY and its transaction: nothing of the call is written.
-            for start, chunk in _chunks(items):
+            for start, chunk in _chunks(items, COPY_CHUNK):
                 yield ids[start : start + len(chunk)], payload_texts(serializer, chunk, extra)
 
         with database.translating():
@@ -130,8 +137,8 @@ def enqueue_fresh(
     ]
 
 
-def _chunks(items: Sequence[Any]) -> Iterator[tuple[int, Sequence[Any]]]:
+def _chunks(items: Sequence[Any], size: int = CHUNK) -> Iterator[tuple[int, Sequence[Any]]]:
     start = 0
-    for chunk in iter_chunks(items, CHUNK):
+    for chunk in iter_chunks(items, size):
         yield start, chunk
         start += len(chunk)

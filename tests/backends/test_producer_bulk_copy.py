@@ -13,6 +13,7 @@ import psycopg
 import pytest
 import sqlalchemy as sa
 from conftest import POSTGRES_ONLY, count_jobs
+from test_producer_idle_connection import _terminate_others
 
 import pgqueue
 from pgqueue.backends.base import Clock
@@ -45,7 +46,9 @@ def instant(value: Any) -> datetime:
 
 @pytest.fixture(autouse=True)
 def small_chunks(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(_bulk, "CHUNK", 2)  # several COPY chunks per call
+    monkeypatch.setattr(_bulk, "CHUNK", 2)
+    monkeypatch.setattr(_bulk, "COPY_CHUNK", 2)  # several COPY writes per call
+    monkeypatch.setattr(_bulk, "COPY_MIN", 1)  # COPY even for these few jobs
 
 
 def rows(queue: pgqueue.Queue, ids: list[str]) -> list[tuple[Any, ...]]:
@@ -199,3 +202,30 @@ def test_bulk_enqueue_into_a_schema(db_url: str) -> None:
         assert status is not None and status.args == [4]
     finally:
         queue.close()
+
+
+@POSTGRES_ONLY
+def test_a_copy_call_succeeds_after_its_idle_pooled_connection_was_terminated(
+    queue: pgqueue.Queue,
+) -> None:
+    assert len(queue.enqueue_many("t.any", [(1,), (2,)])) == 2
+    _terminate_others(queue.engine.url.render_as_string(hide_password=False))
+    results = queue.enqueue_many("t.any", [(3,), (4,), (5,)])
+    assert [r.status for r in results] == ["queued"] * 3
+    assert count_jobs(queue) == 5
+
+
+@POSTGRES_ONLY
+def test_few_jobs_take_the_one_statement_enqueue(
+    queue: pgqueue.Queue, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(_bulk, "COPY_MIN", 10)
+
+    def no_copy(*args: Any, **kwargs: Any) -> int:
+        raise AssertionError("COPY for fewer than COPY_MIN jobs")
+
+    monkeypatch.setattr(copy_enqueue, "copy_fresh", no_copy)
+    assert [r.status for r in queue.enqueue_many("t.any", [(n,) for n in range(9)])] == [
+        "queued"
+    ] * 9
+    assert count_jobs(queue) == 9

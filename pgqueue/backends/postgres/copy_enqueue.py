@@ -23,6 +23,7 @@ Example::
 
 from __future__ import annotations
 
+import functools
 import logging
 import struct
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -118,19 +119,15 @@ def copy_fresh(
     clock: Clock,
     channel: str,
 ) -> int:
-    """``COPY`` the jobs of ``chunks`` (pairs of ids and payload JSON texts in UTF-8, built lazily: the
-    server writes one chunk while the caller builds the next) into the jobs table, in the
+    """``COPY`` the jobs of ``chunks`` (pairs of ids and payload JSON texts in UTF-8, built
+    lazily: the server writes one chunk while the caller builds the next) into the jobs table, in the
     caller's transaction on ``connection``, with one ``pg_notify(channel, queue)``. Returns the
     number of rows written. An exception from ``chunks`` aborts the ``COPY``: the caller's
     transaction then has nothing of the call to commit."""
     raw = connection.connection.driver_connection
     assert isinstance(raw, psycopg.Connection)
     schemas = connection.get_execution_options().get("schema_translate_map") or {}
-    schema = schemas.get(JOBS.schema)
-    table = sql.Identifier(schema, JOBS.name) if schema else sql.Identifier(JOBS.name)
-    statement = sql.SQL("COPY {} ({}) FROM STDIN (FORMAT binary)").format(
-        table, sql.SQL(", ").join(map(sql.Identifier, _COLUMNS))
-    )
+    statement = _copy_statement(schemas.get(JOBS.schema))
     # Through SQLAlchemy, before anything of the call is sent: a pooled connection found dead
     # here is invalidated as any other (and the caller may retry the whole call).
     found = connection.exec_driver_sql(
@@ -171,6 +168,15 @@ def copy_fresh(
             raise FreshIdTaken(str(exc)) from exc
         # As SQLAlchemy would have raised it: translated once, at the database boundary.
         raise DBAPIError.instance(str(statement.as_string(raw)), None, exc, psycopg.Error) from exc
+
+
+@functools.lru_cache(maxsize=64)
+def _copy_statement(schema: str | None) -> sql.Composed:
+    # Composed once per schema: composing costs more than a small call's COPY.
+    table = sql.Identifier(schema, JOBS.name) if schema else sql.Identifier(JOBS.name)
+    return sql.SQL("COPY {} ({}) FROM STDIN (FORMAT binary)").format(
+        table, sql.SQL(", ").join(map(sql.Identifier, _COLUMNS))
+    )
 
 
 def _tail(shared: Mapping[str, Any], run_at: datetime, now: datetime) -> bytes:
