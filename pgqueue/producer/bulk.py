@@ -27,7 +27,7 @@ from pgqueue.ids import new_ids
 from pgqueue.job import EnqueueResult
 from pgqueue.limits import LIMIT_OPTIONS
 from pgqueue.notifications import ENQUEUED_CHANNEL
-from pgqueue.producer.payloads import payload_texts
+from pgqueue.producer.payloads import args_document, payload_texts
 
 if TYPE_CHECKING:
     from pgqueue.producer import Producer
@@ -39,10 +39,6 @@ CHUNK = 5000
 # Jobs per write of a COPY: small enough that the server writes the first rows of even a
 # 1,000-job call while the rest are built, large enough that a write's own cost is noise.
 COPY_CHUNK = 250
-# Fewer jobs than this go in one statement that commits itself (one round trip): COPY takes
-# four (the transaction, its start, its data, the commit), worth it only once the rows' server
-# time saved (about 5 µs each) outweighs them.
-COPY_MIN = 100
 
 
 def enqueue_fresh(
@@ -81,7 +77,18 @@ def enqueue_fresh(
     }
     ids = new_ids(len(items))
     extra = {tracing.TRACE_KEY: dict(carrier)} if carrier else {}
-    if hasattr(backend, "enqueue_copy") and len(items) >= COPY_MIN:
+    small = len(items) <= min(backend.committed_enqueue_limit, CHUNK)
+    if small and hasattr(backend, "enqueue_fresh_args"):
+        # One autocommit statement, the args of every job in one JSON array.
+        args = args_document(producer.serializer, items)
+        if args is not None:
+            shared_extra = serde.encode_document(producer.serializer, extra, "payload") or "{}"
+            with database.translating():
+                if backend.enqueue_fresh_args(
+                    database.engine, shared, ids, args, shared_extra, clock, ENQUEUED_CHANNEL
+                ):
+                    return [EnqueueResult(id=job_id, status="queued") for job_id in ids]
+    if not small and hasattr(backend, "enqueue_copy"):
         serializer = producer.serializer
 
         def chunks() -> Iterator[tuple[Sequence[str], list[bytes]]]:
@@ -110,7 +117,7 @@ def enqueue_fresh(
                 parts.append(f'{{"id":"{ids[number]}","payload":{payload}}}')
             yield "[" + ",".join(parts) + "]"
 
-    if len(items) <= min(backend.committed_enqueue_limit, CHUNK):  # one document
+    if small:  # one document
         document = next(documents())
         with database.translating():
             queued = set(

@@ -27,7 +27,7 @@ from pgqueue import serde
 from pgqueue.errors import SerializationError
 from pgqueue.serde import MAX_DEPTH, JSONSerializer, Serializer
 
-__all__ = ["payload_texts"]
+__all__ = ["args_document", "payload_texts"]
 
 try:
     import orjson
@@ -62,6 +62,18 @@ def payload_texts(
     if None in texts:
         raise SerializationError("cannot store payload: the serializer made a JSON null of it")
     return [text.encode() for text in texts]  # type: ignore[union-attr]
+
+
+def args_document(serializer: Serializer, items: Sequence[Sequence[Any]]) -> str | None:
+    """``items`` (args sequences) as one JSON array of arrays, for a statement that builds each
+    payload on the server; None unless every value is plain (see :func:`payload_texts`), when
+    the caller takes a way that checks and encodes each payload and names what is wrong."""
+    if orjson is None or type(serializer) is not JSONSerializer or not _plain(items):
+        return None
+    try:
+        return orjson.dumps(items).decode()
+    except orjson.JSONEncodeError:
+        return None
 
 
 def _plain(items: Sequence[Sequence[Any]]) -> bool:

@@ -13,6 +13,7 @@ import psycopg
 import pytest
 import sqlalchemy as sa
 from conftest import POSTGRES_ONLY, count_jobs
+from psycopg import sql
 from test_producer_idle_connection import _terminate_others
 
 import pgqueue
@@ -44,11 +45,14 @@ def instant(value: Any) -> datetime:
     return value if isinstance(value, datetime) else datetime.fromisoformat(value)
 
 
-@pytest.fixture(autouse=True)
-def small_chunks(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(_bulk, "CHUNK", 2)
-    monkeypatch.setattr(_bulk, "COPY_CHUNK", 2)  # several COPY writes per call
-    monkeypatch.setattr(_bulk, "COPY_MIN", 1)  # COPY even for these few jobs
+@pytest.fixture(autouse=True, params=["one statement", "copy"])
+def path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Both ways of the fresh-id bulk call: up to a statement's worth of jobs, one autocommit
+    INSERT; past it (2 jobs here), COPY in several writes."""
+    if request.param == "copy":
+        monkeypatch.setattr(_bulk, "CHUNK", 2)
+        monkeypatch.setattr(_bulk, "COPY_CHUNK", 2)
+    return str(request.param)
 
 
 def rows(queue: pgqueue.Queue, ids: list[str]) -> list[tuple[Any, ...]]:
@@ -122,11 +126,15 @@ def _idle_in_transaction(queue: pgqueue.Queue) -> int:
 
 
 @POSTGRES_ONLY
-def test_a_failed_copy_writes_nothing_and_leaves_the_connection_clean(
-    queue: pgqueue.Queue, monkeypatch: pytest.MonkeyPatch
+def test_a_failed_statement_writes_nothing_and_leaves_the_connection_clean(
+    queue: pgqueue.Queue, monkeypatch: pytest.MonkeyPatch, path: str
 ) -> None:
-    # A column the server cannot read (an int4 of 3 bytes): the server refuses the COPY.
-    monkeypatch.setattr(copy_enqueue, "_int4", lambda value: b"\x00\x00\x00\x03abc")
+    if path == "copy":
+        # A column the server cannot read (an int4 of 3 bytes): the server refuses the COPY.
+        monkeypatch.setattr(copy_enqueue, "_int4", lambda value: b"\x00\x00\x00\x03abc")
+    else:
+        failing = sql.SQL("SELECT pg_notify(%(channel)s, %(queue)s), 1 / 0")
+        monkeypatch.setattr(copy_enqueue, "_insert_statement", lambda schema: failing)
     with pytest.raises(pgqueue.BackendError, match="PostgreSQL error"):
         queue.enqueue_many("t.any", [(n,) for n in range(5)])
     assert count_jobs(queue) == 0
@@ -216,16 +224,18 @@ def test_a_copy_call_succeeds_after_its_idle_pooled_connection_was_terminated(
 
 
 @POSTGRES_ONLY
-def test_few_jobs_take_the_one_statement_enqueue(
-    queue: pgqueue.Queue, monkeypatch: pytest.MonkeyPatch
+def test_each_size_takes_its_way(
+    queue: pgqueue.Queue, monkeypatch: pytest.MonkeyPatch, path: str
 ) -> None:
-    monkeypatch.setattr(_bulk, "COPY_MIN", 10)
+    taken: list[str] = []
+    for name in ("copy_fresh", "insert_fresh_committed"):
+        original = getattr(copy_enqueue, name)
 
-    def no_copy(*args: Any, **kwargs: Any) -> int:
-        raise AssertionError("COPY for fewer than COPY_MIN jobs")
+        def spy(*args: Any, _name: str = name, _original: Any = original, **kwargs: Any) -> Any:
+            taken.append(_name)
+            return _original(*args, **kwargs)
 
-    monkeypatch.setattr(copy_enqueue, "copy_fresh", no_copy)
-    assert [r.status for r in queue.enqueue_many("t.any", [(n,) for n in range(9)])] == [
-        "queued"
-    ] * 9
+        monkeypatch.setattr(copy_enqueue, name, spy)
+    assert len(queue.enqueue_many("t.any", [(n,) for n in range(9)])) == 9
+    assert taken == (["copy_fresh"] if path == "copy" else ["insert_fresh_committed"])
     assert count_jobs(queue) == 9

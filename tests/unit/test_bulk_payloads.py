@@ -119,3 +119,16 @@ def test_a_custom_serializer_takes_the_general_way() -> None:
 
     texts = payloads.payload_texts(Upper(), [("a", "b")], {})
     assert json.loads(texts[0]) == {"args": ["A", "B"], "kwargs": {}}
+
+
+@pytest.mark.parametrize("items", PLAIN)
+def test_the_args_document_holds_each_jobs_args(items: list[Any]) -> None:
+    document = payloads.args_document(SERIALIZER, items)
+    assert document is not None
+    assert json.loads(document) == [payload["args"] for payload in general(items, {})]
+
+
+@pytest.mark.parametrize("args", [*OTHER, *BAD])
+def test_no_args_document_unless_every_value_is_plain(args: Any) -> None:
+    # The caller then takes the way that encodes each payload and names what is wrong.
+    assert payloads.args_document(SERIALIZER, [(0,), args]) is None

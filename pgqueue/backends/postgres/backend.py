@@ -257,6 +257,22 @@ class PostgresBackend:
         was written and they must take :meth:`enqueue_fresh` (see ``copy_enqueue.py``)."""
         return copy_enqueue.enqueue_copy(engine, shared, chunks, clock, self.channel(channel))
 
+    def enqueue_fresh_args(
+        self,
+        engine: Engine,
+        shared: Mapping[str, Any],
+        ids: Sequence[str],
+        args: str,
+        extra: str,
+        clock: Clock,
+        channel: str,
+    ) -> bool:
+        """A small call of jobs with generated ids in one autocommit statement, its args as one
+        JSON array; False when nothing was written (see ``copy_enqueue.py``)."""
+        return copy_enqueue.insert_fresh_committed(
+            engine, shared, ids, args, extra, clock, self.channel(channel)
+        )
+
     def enqueue_fresh_committed(
         self, engine: Engine, shared: Mapping[str, Any], document: str, clock: Clock, channel: str
     ) -> list[str]:
