@@ -236,7 +236,9 @@ def insert_fresh_committed(
     existing row (the caller then takes the ``ON CONFLICT`` path)."""
     values = {
         **shared,
-        "ids": list(ids),
+        # An array literal: generated ids (hex digits and dashes) need no quoting, and one
+        # string costs the driver nothing per id where a list is dumped element by element.
+        "ids": "{" + ",".join(ids) + "}",
         "args": args,
         "extra": extra,
         "now": clock.fixed,
