@@ -1,12 +1,17 @@
 """The fast path of ``enqueue_many`` for the commonest bulk call: many jobs of one task, each an
 args tuple, with ids pgqueue generates and no flow limits, in pgqueue's own transaction.
 
-Per job it makes only what differs between jobs, the id and the payload's checked JSON text, and
-hands one small document per chunk to a backend that has the ``enqueue_fresh`` verb (PostgreSQL);
-everything the jobs share goes once per statement. Any other call (JobSpecs, chosen ids, limits,
+Per job it makes only what differs between jobs, the id and the payload's checked JSON (one walk
+of the whole call, orjson for plain values: ``payloads.py``); everything the jobs share goes once
+per call. On PostgreSQL a call of up to ``CHUNK`` jobs is one autocommit ``INSERT`` of the args
+as one JSON array (``enqueue_fresh_args``), a larger one a ``COPY`` streamed ``COPY_CHUNK`` jobs
+at a time while the next are built (``enqueue_copy``). The small call takes the ``ON CONFLICT``
+statement (``enqueue_fresh_committed``) when a value is not plain (each payload then checked
+and encoded on its own, the error naming it), and either does when a generated id meets an
+existing row (``enqueue_fresh`` for the large one). Any other call (JobSpecs, chosen ids, limits,
 unique keys, dependencies, a caller's transaction, a backend without the verb) takes the general
 path, so the API, the validation and the dedup rules stay those of ``Queue.enqueue_many``.
-The statement itself is the backend's (``backends/postgres/bulk.py``).
+The statements are the backend's (``backends/postgres/copy_enqueue.py`` and ``bulk.py``).
 
 Example::
 
