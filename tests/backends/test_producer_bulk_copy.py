@@ -5,6 +5,7 @@ its connection clean; a generated id that meets an existing row still gets the d
 
 from __future__ import annotations
 
+import json
 import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -239,3 +240,21 @@ def test_each_size_takes_its_way(
     assert len(queue.enqueue_many("t.any", [(n,) for n in range(9)])) == 9
     assert taken == (["copy_fresh"] if path == "copy" else ["insert_fresh_committed"])
     assert count_jobs(queue) == 9
+
+
+def test_every_payload_carries_the_calls_trace_context(queue: pgqueue.Queue, spans: Any) -> None:
+    results = queue.enqueue_many("t.any", [(n,) for n in range(5)])
+    with queue.engine.connect() as conn:
+        stored = [
+            conn.execute(
+                sa.text("SELECT payload FROM pgqueue_jobs WHERE id = :id"), {"id": r.id}
+            ).scalar_one()
+            for r in results
+        ]
+    documents = [json.loads(p) if isinstance(p, str) else p for p in stored]
+    traces = [document["trace"] for document in documents]
+    assert traces[0] and all(trace == traces[0] for trace in traces)
+    assert [document["args"] for document in documents] == [[n] for n in range(5)]
+    assert all(document["kwargs"] == {} for document in documents)
+    (span,) = [s for s in spans.get_finished_spans() if s.name == "t.any publish"]
+    assert format(span.context.trace_id, "032x") in traces[0]["traceparent"]
