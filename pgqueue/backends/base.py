@@ -224,6 +224,13 @@ class Backend(Protocol):
         locked rows, can take those jobs over."""
         ...
 
+    def single_statement(self, connection: Connection) -> AbstractContextManager[bool]:
+        """A block in which each statement on a worker's work connection (outside any
+        transaction) commits by itself where the database can do that without a round trip of
+        its own: yields True then (PostgreSQL: no BEGIN, no COMMIT; a claim-only turn is one
+        round trip), else False inside an ordinary transaction, committed at the end."""
+        ...
+
     def release_work_connection(self, connection: Connection) -> None:
         """Undo, before ``connection`` goes back to its pool, what :meth:`prepare_work_connection`
         changed on it that others must not inherit (PostgreSQL: the worker's fast JSON loader)."""

@@ -240,13 +240,21 @@ class WorkerLoop:
         pending = self.ledger.take_pending()
         lock_token = uuid.uuid4().hex if turn.claim else ""
         store = self.store
+        # run_jobs claims its jobs once: afterwards a claim finds nothing, so a burst ends.
+        claiming = bool(turn.claim) and self.only != []
+        # A turn with nothing to store or extend (a wake-up on an idle worker): the claim alone.
+        alone = (
+            claiming
+            and not pending
+            and not turn.beat
+            and self.only is None
+            and store.claims_alone()
+        )
         try:
-            with store.transaction() as conn:
+            with store.claim_only() if alone else store.transaction() as conn:
                 clock = self.queue.db.clock()
                 stored, lost = store.store(conn, pending, clock, one_by_one=self._one_by_one)
                 kept = store.extend(conn, holding, clock) if turn.beat else None
-                # run_jobs claims its jobs once: afterwards a claim finds nothing, so a burst ends.
-                claiming = turn.claim and self.only != []
                 rows = (
                     store.claim(conn, turn.claim, lock_token, clock, self.only) if claiming else []
                 )

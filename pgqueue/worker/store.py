@@ -83,18 +83,44 @@ class JobStore:
         self.start_at: dict[str, float] = {}
         #: Ids written by the current store() whose row has dependents (read in the RETURNING).
         self._with_dependents: set[str] = set()
+        #: Inside claim_only() with each statement committing by itself.
+        self._single_statement = False
 
     @contextmanager
     def transaction(self) -> Iterator[Connection]:
         """The worker's connection inside a transaction, committed on success. After any error
         the connection is dropped (a new one is opened next time) and a driver error is raised
         as the pgqueue error it means, ``from`` the driver's."""
+        with self._connected() as connection, connection.begin():
+            yield connection
+
+    @contextmanager
+    def claim_only(self) -> Iterator[Connection]:
+        """:meth:`transaction` for a turn that only claims: where the backend can, the claim
+        is one statement that commits itself (PostgreSQL: one round trip instead of BEGIN,
+        claim, COMMIT), which is most of the way from a wake-up to a handler's start."""
+        with (
+            self._connected() as connection,
+            self.backend.single_statement(connection) as alone,
+        ):
+            self._single_statement = alone
+            try:
+                yield connection
+            finally:
+                self._single_statement = False
+
+    def claims_alone(self) -> bool:
+        """Whether the next claim may run as :meth:`claim_only`: not when it owes the claim of
+        jobs with flow limits, which takes several statements in one transaction."""
+        return not self._limited_owed
+
+    @contextmanager
+    def _connected(self) -> Iterator[Connection]:
         try:
             if self._connection is None:
                 self._connection = self.db.engine.connect()
                 self.backend.prepare_work_connection(self._connection, lease=self.lease)
-            with self._connection.begin():
-                yield self._connection
+            yield self._connection
         except BaseException as exc:
             self.close()
             if isinstance(exc, DBAPIError):
@@ -161,6 +187,11 @@ class JobStore:
             # claim is two more statements, a wait between a wake-up and its job's start), and
             # look for limited jobs in the next claim, due at once. Only once in a row: a
             # trickle of jobs without limits must not keep limited ones waiting.
+            self._limited_owed = True
+            self.rate_wake_in = 0.0
+        elif len(rows) < limit and self._single_statement:
+            # The limited claim is several statements in one transaction: the next turn, at
+            # once, is one (claims_alone() is False until the limited claim has run).
             self._limited_owed = True
             self.rate_wake_in = 0.0
         elif len(rows) < limit:

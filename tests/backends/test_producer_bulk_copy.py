@@ -258,3 +258,29 @@ def test_every_payload_carries_the_calls_trace_context(queue: pgqueue.Queue, spa
     assert all(document["kwargs"] == {} for document in documents)
     (span,) = [s for s in spans.get_finished_spans() if s.name == "t.any publish"]
     assert format(span.context.trace_id, "032x") in traces[0]["traceparent"]
+
+
+@POSTGRES_ONLY
+def test_an_autocommit_engine_gets_its_jobs_and_one_wake_up(db_url: str) -> None:
+    engine = sa.create_engine(db_url, isolation_level="AUTOCOMMIT")
+    queue = pgqueue.Queue(engine, allow_unknown_tasks=True)
+    channel = queue.backend.channel(ENQUEUED_CHANNEL)  # type: ignore[attr-defined]
+    url = engine.url.set(drivername="postgresql").render_as_string(hide_password=False)
+    try:
+        with psycopg.connect(url, autocommit=True) as listener:
+            listener.execute(f'LISTEN "{channel}"')
+            results = queue.enqueue_many("t.any", [(n,) for n in range(7)], queue="auto")
+            queue.enqueue("t.any", queue="marker")
+            heard = []
+            for notice in listener.notifies(timeout=20):
+                heard.append(notice.payload)
+                if notice.payload == "marker":
+                    break
+        assert heard == ["auto", "marker"]
+        assert [r.status for r in results] == ["queued"] * 7
+        with queue.engine.connect() as conn:
+            assert conn.connection.driver_connection.autocommit  # type: ignore[union-attr]
+        assert count_jobs(queue) == 8
+    finally:
+        queue.close()
+        engine.dispose()

@@ -393,6 +393,26 @@ class PostgresBackend:
             locks.set_session(connection, "enable_bitmapscan", "off")
         connection.info[_BITMAP_SCAN_OFF] = True
 
+    @contextmanager
+    def single_statement(self, connection: Connection) -> Iterator[bool]:
+        # The driver's autocommit: psycopg then sends no BEGIN before the statement and no
+        # COMMIT after it, and SQLAlchemy's begin/commit around them stay bookkeeping (psycopg's
+        # commit of an idle session sends nothing). Only where the claim needs no SET LOCAL of
+        # its own (the session has bitmap scans off: prepare_work_connection).
+        raw = connection.connection.dbapi_connection
+        if raw is None or not connection.info.get(_BITMAP_SCAN_OFF) or connection.in_transaction():
+            with connection.begin():
+                yield False
+            return
+        was = bool(raw.autocommit)
+        raw.autocommit = True
+        try:
+            with connection.begin():
+                yield True
+        finally:
+            if not raw.closed:
+                raw.autocommit = was
+
     def release_work_connection(self, connection: Connection) -> None:
         documents.restore_loads(connection)
 

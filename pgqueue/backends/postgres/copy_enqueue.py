@@ -131,8 +131,8 @@ def copy_fresh(
     channel: str,
 ) -> int:
     """``COPY`` the jobs of ``chunks`` (pairs of ids and payload JSON texts in UTF-8, built
-    lazily: the server writes one chunk while the caller builds the next) into the jobs table, in the
-    caller's transaction on ``connection``, with one ``pg_notify(channel, queue)``. Returns the
+    lazily: the server writes one chunk while the caller builds the next) into the jobs table,
+    in the caller's transaction on ``connection``, with one ``pg_notify(channel, queue)``. Returns the
     number of rows written. An exception from ``chunks`` aborts the ``COPY``: the caller's
     transaction then has nothing of the call to commit."""
     raw = connection.connection.driver_connection
@@ -141,9 +141,12 @@ def copy_fresh(
     statement = _copy_statement(schemas.get(JOBS.schema))
     # Through SQLAlchemy, before anything of the call is sent: a pooled connection found dead
     # here is invalidated as any other (and the caller may retry the whole call).
+    # On an AUTOCOMMIT engine there is no transaction to hold the wake-up back until the rows
+    # are in: it is then sent after the COPY (which is one statement, all or nothing, anyway).
+    wake = {"channel": channel, "queue": shared["queue"]}
+    held = not raw.autocommit
     found = connection.exec_driver_sql(
-        "SELECT now(), pg_notify(%(channel)s, %(queue)s)",
-        {"channel": channel, "queue": shared["queue"]},
+        "SELECT now(), pg_notify(%(channel)s, %(queue)s)" if held else "SELECT now()", wake
     ).one()
     now = found[0] if clock.fixed is None else clock.fixed
     try:
@@ -173,12 +176,15 @@ def copy_fresh(
                         )
                     )
                 copy.write(_TRAILER)
-            return cursor.rowcount
+            written = cursor.rowcount
     except psycopg.Error as exc:
         if exc.sqlstate == _UNIQUE_VIOLATION:
             raise FreshIdTaken(str(exc)) from exc
         # As SQLAlchemy would have raised it: translated once, at the database boundary.
         raise DBAPIError.instance(str(statement.as_string(raw)), None, exc, psycopg.Error) from exc
+    if not held:
+        connection.exec_driver_sql("SELECT pg_notify(%(channel)s, %(queue)s)", wake)
+    return written
 
 
 @functools.lru_cache(maxsize=64)

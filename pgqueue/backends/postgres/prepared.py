@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import functools
 import json
+import logging
 import weakref
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from sqlalchemy import Connection, Engine
 from sqlalchemy.dialects import postgresql
+from sqlalchemy.exc import DBAPIError
 
 from pgqueue import statements
 from pgqueue.backends.base import Clock, Completion
@@ -25,6 +27,8 @@ __all__ = [
     "enqueue_notify_on_database_clock",
     "enqueue_on_database_clock",
     "run_autocommit",
+    "run_on_driver",
+    "unobserved",
 ]
 
 
@@ -54,13 +58,19 @@ DRIVER_SQL: weakref.WeakKeyDictionary[Any, dict[Any, tuple[str, dict[str, Any]]]
 def driver_sql(connection: Connection, statement: Any) -> tuple[str, dict[str, Any]]:
     """``statement`` as the driver's SQL text (the Queue's schema written in, ``IN`` lists
     expanded) and its parameters' values as built."""
-    schemas = connection.get_execution_options().get("schema_translate_map")
+    return _compiled(connection.dialect, connection.get_execution_options(), statement)
+
+
+def _compiled(
+    dialect: Any, options: Mapping[str, Any], statement: Any
+) -> tuple[str, dict[str, Any]]:
+    schemas = options.get("schema_translate_map")
     key = None if not schemas else tuple(sorted(schemas.items(), key=repr))
     compiled = DRIVER_SQL.setdefault(statement, {})
     found = compiled.get(key)
     if found is None:
         done = statement.compile(
-            dialect=connection.dialect,
+            dialect=dialect,
             schema_translate_map=schemas,
             render_schema_translate=bool(schemas),
             compile_kwargs={"render_postcompile": True},
@@ -74,12 +84,109 @@ def run_autocommit(engine: Engine, statement: Any, values: dict[str, Any]) -> li
     connection in autocommit: one round trip, nothing to roll back when it goes back to the
     pool. As driver SQL, like the claim: no compiled-cache look-up per call and the ids as the
     driver decodes them (plain text), which is most of SQLAlchemy's own share of a one-job
-    enqueue."""
+    enqueue. When nothing observes the engine's statements (see :func:`unobserved`), straight
+    on the pooled driver connection (:func:`run_on_driver`)."""
+    if unobserved(engine):
+        return run_on_driver(engine, statement, values)
     with engine.connect() as connection:
         autocommit = connection.execution_options(isolation_level="AUTOCOMMIT")
         sql, defaults = driver_sql(autocommit, statement)
         result = autocommit.exec_driver_sql(sql, {**defaults, **values})
         return [row[0] for row in result.fetchall()]
+
+
+def unobserved(engine: Engine) -> bool:
+    """Whether a statement may skip SQLAlchemy's Connection on ``engine`` without anyone
+    noticing: no Connection or dialect event listeners (``before_cursor_execute``,
+    ``handle_error``, an instrumentation's tracer, ...), no statement logging (``echo`` or the
+    ``sqlalchemy.engine`` logger at INFO), and psycopg 3 as the driver (whose connections
+    switch to autocommit and back without a round trip)."""
+    return (
+        not engine._has_events
+        and not getattr(engine.dialect, "_has_events", False)
+        and engine.dialect.driver == "psycopg"
+        and not engine.logger.isEnabledFor(logging.INFO)
+    )
+
+
+def run_on_driver(engine: Engine, statement: Any, values: dict[str, Any]) -> list[str]:
+    """:func:`run_autocommit` on the pooled driver connection itself: a Connection and its
+    execution context cost about as much Python as the server spends on a one-job enqueue.
+
+    Errors come out as SQLAlchemy's own would: a driver error wrapped in the same
+    :class:`~sqlalchemy.exc.DBAPIError` subclass (``__cause__`` the driver's), with
+    ``connection_invalidated`` set and the connection (and the pool's older ones) discarded
+    when the server is gone, so the database boundary translates them as ever and a caller's
+    retry on a lost connection still applies. The connection goes back to the pool as it came:
+    autocommit off, no transaction open (an autocommit statement leaves none).
+    """
+    sql, defaults = _compiled(engine.dialect, engine.get_execution_options(), statement)
+    parameters = {**defaults, **values}
+    try:
+        pooled = engine.raw_connection()
+    except engine.dialect.loaded_dbapi.Error as exc:
+        # No server to connect to, or it refused us: wrapped exactly as Engine.connect() does.
+        Connection._handle_dbapi_exception_noconnection(exc, engine.dialect, engine)
+    driver: Any = pooled.dbapi_connection
+    cursor = None
+    # Put back as found: an engine made with isolation_level="AUTOCOMMIT" pools connections
+    # that are in autocommit already.
+    was = bool(driver.autocommit)
+    try:
+        driver.autocommit = True
+        cursor = driver.cursor()
+        cursor.execute(sql, parameters)
+        ids = [row[0] for row in cursor.fetchall()]
+    except BaseException as exc:
+        lost = _discard_or_return(engine, pooled, driver, cursor, exc, was)
+        if isinstance(exc, engine.dialect.loaded_dbapi.Error):
+            raise DBAPIError.instance(
+                sql,
+                parameters,
+                exc,
+                engine.dialect.loaded_dbapi.Error,
+                hide_parameters=engine.hide_parameters,
+                connection_invalidated=lost,
+                dialect=engine.dialect,
+            ).with_traceback(exc.__traceback__) from exc
+        raise
+    _discard_or_return(engine, pooled, driver, cursor, None, was)
+    return ids
+
+
+def _discard_or_return(
+    engine: Engine,
+    pooled: Any,
+    driver: Any,
+    cursor: Any,
+    error: BaseException | None,
+    autocommit: bool,
+) -> bool:
+    """Back to the pool with ``autocommit`` as it was, or discarded: after a lost connection (the pool's
+    connections older than it go too, as SQLAlchemy does: they most likely died with it), an
+    interrupt in mid-statement (the protocol state is unknown), or a reset that failed. True when
+    the connection was lost."""
+    lost = error is not None and (
+        not isinstance(error, Exception)
+        or (
+            isinstance(error, engine.dialect.loaded_dbapi.Error)
+            and engine.dialect.is_disconnect(error, driver, cursor)
+        )
+    )
+    if lost:
+        if isinstance(error, Exception):
+            engine.pool._invalidate(pooled, error, _checkin=False)
+        pooled.invalidate(error)
+        return True
+    try:
+        if cursor is not None:
+            cursor.close()
+        driver.autocommit = autocommit
+    except Exception as exc:  # any failure here: the connection is not fit to reuse
+        pooled.invalidate(exc)
+        return False
+    pooled.close()
+    return False
 
 
 def complete_document(jobs: Sequence[Completion]) -> str:

@@ -207,6 +207,12 @@ class SQLiteBackend:
         # busy_timeout and the lock's owner dying already cover.
         return None
 
+    @contextmanager
+    def single_statement(self, connection: Connection) -> Iterator[bool]:
+        # A claim here takes the write lock anyway: an ordinary transaction costs nothing more.
+        with connection.begin():
+            yield False
+
     def release_work_connection(self, connection: Connection) -> None:
         return None
 
