@@ -1,12 +1,17 @@
 """The fast path of ``enqueue_many`` for the commonest bulk call: many jobs of one task, each an
 args tuple, with ids pgqueue generates and no flow limits, in pgqueue's own transaction.
 
-Per job it makes only what differs between jobs, the id and the payload's checked JSON text, and
-hands one small document per chunk to a backend that has the ``enqueue_fresh`` verb (PostgreSQL);
-everything the jobs share goes once per statement. Any other call (JobSpecs, chosen ids, limits,
+Per job it makes only what differs between jobs, the id and the payload's checked JSON (one walk
+of the whole call, orjson for plain values: ``payloads.py``); everything the jobs share goes once
+per call. On PostgreSQL a call of up to ``CHUNK`` jobs is one autocommit ``INSERT`` of the args
+as one JSON array (``enqueue_fresh_args``), a larger one a ``COPY`` streamed ``COPY_CHUNK`` jobs
+at a time while the next are built (``enqueue_copy``). The small call takes the ``ON CONFLICT``
+statement (``enqueue_fresh_committed``) when a value is not plain (each payload then checked
+and encoded on its own, the error naming it), and either does when a generated id meets an
+existing row (``enqueue_fresh`` for the large one). Any other call (JobSpecs, chosen ids, limits,
 unique keys, dependencies, a caller's transaction, a backend without the verb) takes the general
 path, so the API, the validation and the dedup rules stay those of ``Queue.enqueue_many``.
-The statement itself is the backend's (``backends/postgres/bulk.py``).
+The statements are the backend's (``backends/postgres/copy_enqueue.py`` and ``bulk.py``).
 
 Example::
 
@@ -27,6 +32,7 @@ from pgqueue.ids import new_ids
 from pgqueue.job import EnqueueResult
 from pgqueue.limits import LIMIT_OPTIONS
 from pgqueue.notifications import ENQUEUED_CHANNEL
+from pgqueue.producer.payloads import args_document, payload_texts
 
 if TYPE_CHECKING:
     from pgqueue.producer import Producer
@@ -35,6 +41,9 @@ __all__ = ["enqueue_fresh"]
 
 # Jobs per statement (as the general path's ENQUEUE_CHUNK): round trips stop mattering well before.
 CHUNK = 5000
+# Jobs per write of a COPY: small enough that the server writes the first rows of even a
+# 1,000-job call while the rest are built, large enough that a write's own cost is noise.
+COPY_CHUNK = 250
 
 
 def enqueue_fresh(
@@ -73,6 +82,32 @@ def enqueue_fresh(
     }
     ids = new_ids(len(items))
     extra = {tracing.TRACE_KEY: dict(carrier)} if carrier else {}
+    small = len(items) <= min(backend.committed_enqueue_limit, CHUNK)
+    if small and hasattr(backend, "enqueue_fresh_args"):
+        # One autocommit statement, the args of every job in one JSON array.
+        args = args_document(producer.serializer, items)
+        if args is not None:
+            shared_extra = serde.encode_document(producer.serializer, extra, "payload") or "{}"
+            with database.translating():
+                if backend.enqueue_fresh_args(
+                    database.engine, shared, ids, args, shared_extra, clock, ENQUEUED_CHANNEL
+                ):
+                    return _queued(ids)
+    if not small and hasattr(backend, "enqueue_copy"):
+        serializer = producer.serializer
+
+        def chunks() -> Iterator[tuple[Sequence[str], list[bytes]]]:
+            # Checked and encoded chunk by chunk while the server writes the one before; a bad
+            # payload aborts the COPY and its transaction: nothing of the call is written.
+            for start, chunk in _chunks(items, COPY_CHUNK):
+                yield ids[start : start + len(chunk)], payload_texts(serializer, chunk, extra)
+
+        with database.translating():
+            written = backend.enqueue_copy(
+                database.engine, shared, chunks(), clock, ENQUEUED_CHANNEL
+            )
+        if written is not None:
+            return _queued(ids)
 
     def documents() -> Iterator[str]:
         # Every payload is checked (and encoded, once) before its chunk is sent; a bad one fails
@@ -87,7 +122,7 @@ def enqueue_fresh(
                 parts.append(f'{{"id":"{ids[number]}","payload":{payload}}}')
             yield "[" + ",".join(parts) + "]"
 
-    if len(items) <= backend.committed_enqueue_limit:
+    if small:  # one document
         document = next(documents())
         with database.translating():
             queued = set(
@@ -114,8 +149,31 @@ def enqueue_fresh(
     ]
 
 
-def _chunks(items: Sequence[Any]) -> Iterator[tuple[int, Sequence[Any]]]:
+# EnqueueResult is a frozen dataclass with slots: its __init__ sets each field through
+# object.__setattr__, about 1 µs a job, as much as the rest of a call's Python per job. Its slots'
+# own descriptors set the same fields for half that (a test holds the results equal).
+_new_result = EnqueueResult.__new__
+_set_fields = tuple(
+    getattr(EnqueueResult, name).__set__ for name in ("id", "status", "existing_state", "result")
+)
+
+
+def _queued(ids: list[str]) -> list[EnqueueResult]:
+    """``EnqueueResult(id=job_id, status="queued")`` of each id, built the cheap way."""
+    set_id, set_status, set_state, set_result = _set_fields
+    results = []
+    for job_id in ids:
+        result = _new_result(EnqueueResult)
+        set_id(result, job_id)
+        set_status(result, "queued")
+        set_state(result, None)
+        set_result(result, None)
+        results.append(result)
+    return results
+
+
+def _chunks(items: Sequence[Any], size: int = CHUNK) -> Iterator[tuple[int, Sequence[Any]]]:
     start = 0
-    for chunk in iter_chunks(items, CHUNK):
+    for chunk in iter_chunks(items, size):
         yield start, chunk
         start += len(chunk)

@@ -25,7 +25,7 @@ from pgqueue.backends.base import (
     iter_chunks,
     split_holder,
 )
-from pgqueue.backends.postgres import bulk, documents, locks, prepared, vacuum
+from pgqueue.backends.postgres import bulk, copy_enqueue, documents, locks, prepared, vacuum
 from pgqueue.backends.postgres import statements as pg_statements
 from pgqueue.backends.postgres.listener import Listener
 from pgqueue.config import check_name
@@ -251,6 +251,34 @@ class PostgresBackend:
         when given (see ``backends/postgres/bulk.py``)."""
         return bulk.enqueue_columns(
             connection, shared, ids, args, kwargs, clock, priorities=priorities, run_ats=run_ats
+        )
+
+    def enqueue_copy(
+        self,
+        engine: Engine,
+        shared: Mapping[str, Any],
+        chunks: Iterable[tuple[Sequence[str], Sequence[bytes]]],
+        clock: Clock,
+        channel: str,
+    ) -> int | None:
+        """Jobs with generated ids by ``COPY``, committed with their wake-up; None when nothing
+        was written and they must take :meth:`enqueue_fresh` (see ``copy_enqueue.py``)."""
+        return copy_enqueue.enqueue_copy(engine, shared, chunks, clock, self.channel(channel))
+
+    def enqueue_fresh_args(
+        self,
+        engine: Engine,
+        shared: Mapping[str, Any],
+        ids: Sequence[str],
+        args: str,
+        extra: str,
+        clock: Clock,
+        channel: str,
+    ) -> bool:
+        """A small call of jobs with generated ids in one autocommit statement, its args as one
+        JSON array; False when nothing was written (see ``copy_enqueue.py``)."""
+        return copy_enqueue.insert_fresh_committed(
+            engine, shared, ids, args, extra, clock, self.channel(channel)
         )
 
     def enqueue_fresh_committed(
