@@ -110,8 +110,12 @@ class TurnPlanner:
             self.due = self.due or claimed >= turn.claim
 
     def wake_within(self, turn: Turn, seconds: float) -> None:
-        """Claim again ``seconds`` after ``turn`` at the latest (a rate limit's next slot)."""
+        """Claim again ``seconds`` after ``turn`` at the latest (a rate limit's next slot, or
+        at once: the claim of jobs with flow limits that a one-statement claim left over)."""
         self.next_poll = min(self.next_poll, turn.at + seconds)
+        if seconds <= 0:
+            # Due now, so that a burst run does not end before that claim has looked.
+            self.due = True
 
     def failed(self, turn: Turn | None, *, retry_now: bool = False) -> float:
         """``turn``'s transaction failed: back off before the next one (doubling each time, up

@@ -165,3 +165,23 @@ def test_a_burst_ends_when_nothing_runs_and_nothing_is_due(planner: TurnPlanner)
     assert not planner.finished(active=True, burst=True)
     assert planner.finished(active=False, burst=True)
     assert not planner.finished(active=False, burst=False)
+
+
+def test_a_claim_owed_at_once_keeps_a_burst_going(planner: TurnPlanner) -> None:
+    # A one-statement claim that found nothing leaves the claim of jobs with flow limits to the
+    # next turn, at once: a burst must not end before it has looked.
+    turn = planner.plan(free_slots=4, holding=False, pending=False)
+    assert turn is not None
+    planner.succeeded(turn, claimed=0, was_holding=False)
+    assert planner.finished(active=False, burst=True)
+    planner.wake_within(turn, 0.0)
+    assert not planner.finished(active=False, burst=True)
+    assert planner.plan(free_slots=4, holding=False, pending=False) is not None
+
+
+def test_a_later_rate_slot_does_not_keep_a_burst_going(planner: TurnPlanner) -> None:
+    turn = planner.plan(free_slots=4, holding=False, pending=False)
+    assert turn is not None
+    planner.succeeded(turn, claimed=0, was_holding=False)
+    planner.wake_within(turn, 0.5)
+    assert planner.finished(active=False, burst=True)
