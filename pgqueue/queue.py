@@ -201,9 +201,11 @@ class Queue(TaskDeclarations):
                 queue.enqueue("tasks.add", args=[1, 2], connection=conn)
                 conn.rollback()          # no job
         """
-        return self.enqueue_many(
-            task, [JobSpec(args=tuple(args), kwargs=dict(kwargs or {}))], **options
-        )[0]
+        keywords = dict(kwargs or {})
+        # Without kwargs the job is an args tuple: enqueue_many's path for jobs with generated
+        # ids (no ON CONFLICT, the payload built by the server) takes it.
+        item = JobSpec(args=tuple(args), kwargs=keywords) if keywords else tuple(args)
+        return self.enqueue_many(task, [item], **options)[0]
 
     def enqueue_many(
         self,

@@ -14,7 +14,6 @@ import psycopg
 import pytest
 import sqlalchemy as sa
 from conftest import POSTGRES_ONLY, count_jobs
-from psycopg import sql
 from test_producer_idle_connection import _terminate_others
 
 import pgqueue
@@ -134,8 +133,8 @@ def test_a_failed_statement_writes_nothing_and_leaves_the_connection_clean(
         # A column the server cannot read (an int4 of 3 bytes): the server refuses the COPY.
         monkeypatch.setattr(copy_enqueue, "_int4", lambda value: b"\x00\x00\x00\x03abc")
     else:
-        failing = sql.SQL("SELECT pg_notify(%(channel)s, %(queue)s), 1 / 0")
-        monkeypatch.setattr(copy_enqueue, "_insert_statement", lambda schema: failing)
+        failing = "SELECT pg_notify(%(channel)s, %(queue)s), 1 / 0"
+        monkeypatch.setattr(copy_enqueue, "_insert_text", lambda schema: failing)
     with pytest.raises(pgqueue.BackendError, match="PostgreSQL error"):
         queue.enqueue_many("t.any", [(n,) for n in range(5)])
     assert count_jobs(queue) == 0

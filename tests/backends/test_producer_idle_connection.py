@@ -13,6 +13,7 @@ from sqlalchemy import event
 
 import pgqueue
 from pgqueue.backends.postgres import backend as postgres
+from pgqueue.backends.postgres import prepared
 from pgqueue.notifications import ENQUEUED_CHANNEL
 
 pytestmark = [
@@ -94,37 +95,58 @@ def test_the_enqueue_retries_once_when_the_loss_shows_on_its_statement(
     assert count_jobs(queue) == 2
 
 
-def test_a_second_loss_in_a_row_is_an_error(
-    queue: pgqueue.Queue, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    calls: list[str] = []
+# The one-job enqueue has two one-statement ways: a job with an id the caller chose takes the
+# INSERT ... ON CONFLICT statement (through postgres._run_autocommit); a job whose id pgqueue
+# generates, the plain INSERT of copy_enqueue (through prepared.run_text_on_driver). Each
+# retries once on a lost connection, and only then.
+ONE_STATEMENT_WAYS = [
+    pytest.param(postgres, "_run_autocommit", {"id": "chosen"}, id="chosen-id"),
+    pytest.param(prepared, "run_text_on_driver", {}, id="generated-id"),
+]
 
-    def lost(engine: sa.Engine, statement: object, jobs: str) -> list[str]:
-        calls.append(jobs)
+
+@pytest.mark.parametrize(("module", "name", "options"), ONE_STATEMENT_WAYS)
+def test_a_second_loss_in_a_row_is_an_error(
+    queue: pgqueue.Queue,
+    monkeypatch: pytest.MonkeyPatch,
+    module: object,
+    name: str,
+    options: dict[str, str],
+) -> None:
+    calls: list[object] = []
+
+    def lost(engine: sa.Engine, statement: object, values: object) -> list[str]:
+        calls.append(values)
         raise sa.exc.OperationalError(
             "INSERT", {}, Exception("server closed the connection"), connection_invalidated=True
         )
 
-    monkeypatch.setattr(postgres, "_run_autocommit", lost)
+    monkeypatch.setattr(module, name, lost)
     with pytest.raises(pgqueue.BackendError, match="server closed the connection"):
-        queue.enqueue("tasks.noop")
+        queue.enqueue("tasks.noop", **options)  # type: ignore[arg-type]
     assert len(calls) == 2  # the first try and the one retry, with the same jobs
     assert calls[0] == calls[1]
 
 
+@pytest.mark.parametrize(("module", "name", "options"), ONE_STATEMENT_WAYS)
 def test_other_errors_are_not_retried(
-    queue: pgqueue.Queue, monkeypatch: pytest.MonkeyPatch
+    queue: pgqueue.Queue,
+    monkeypatch: pytest.MonkeyPatch,
+    module: object,
+    name: str,
+    options: dict[str, str],
 ) -> None:
-    calls: list[str] = []
+    calls: list[object] = []
 
-    def refused(engine: sa.Engine, statement: object, jobs: str) -> list[str]:
-        calls.append(jobs)
+    def refused(engine: sa.Engine, statement: object, values: object) -> list[str]:
+        calls.append(values)
         raise sa.exc.OperationalError("INSERT", {}, Exception("disk full"))
 
-    monkeypatch.setattr(postgres, "_run_autocommit", refused)
+    monkeypatch.setattr(module, name, refused)
     with pytest.raises(pgqueue.BackendError, match="disk full"):
-        queue.enqueue("tasks.noop")
+        queue.enqueue("tasks.noop", **options)  # type: ignore[arg-type]
     assert len(calls) == 1
+    assert count_jobs(queue) == 0
 
 
 def test_pre_ping_can_still_be_chosen(db_url: str) -> None:

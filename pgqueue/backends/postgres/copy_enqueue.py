@@ -41,6 +41,7 @@ from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import DBAPIError
 
 from pgqueue.backends.base import Clock
+from pgqueue.backends.postgres import prepared
 from pgqueue.job import JobState
 from pgqueue.schema import JOBS
 
@@ -255,13 +256,16 @@ def insert_fresh_committed(
         "now": clock.fixed,
         "channel": channel,
     }
+    schemas = engine.get_execution_options().get("schema_translate_map") or {}
+    statement = _insert_text(schemas.get(JOBS.schema))
     for attempt in (1, 2):
         try:
+            if prepared.unobserved(engine):
+                # A one-job enqueue comes this way: past SQLAlchemy's Connection, as there.
+                prepared.run_text_on_driver(engine, statement, values)
+                return True
             with engine.connect() as connection:
                 autocommit = connection.execution_options(isolation_level="AUTOCOMMIT")
-                schemas = autocommit.get_execution_options().get("schema_translate_map") or {}
-                raw = autocommit.connection.driver_connection
-                statement = _insert_statement(schemas.get(JOBS.schema)).as_string(raw)
                 autocommit.exec_driver_sql(statement, values).all()
                 return True
         except DBAPIError as exc:
@@ -277,6 +281,13 @@ def insert_fresh_committed(
 
 
 @functools.lru_cache(maxsize=64)
+@functools.cache
+def _insert_text(schema: str | None) -> str:
+    """:func:`_insert_statement` as text, written out once per schema (identifiers and
+    literals quoted without a connection: ASCII names and a plain literal)."""
+    return _insert_statement(schema).as_string(None)
+
+
 def _insert_statement(schema: str | None) -> sql.Composed:
     table = sql.Identifier(schema, JOBS.name) if schema else sql.Identifier(JOBS.name)
     return sql.SQL(

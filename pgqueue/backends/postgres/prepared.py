@@ -28,6 +28,7 @@ __all__ = [
     "enqueue_on_database_clock",
     "run_autocommit",
     "run_on_driver",
+    "run_text_on_driver",
     "unobserved",
 ]
 
@@ -121,7 +122,12 @@ def run_on_driver(engine: Engine, statement: Any, values: dict[str, Any]) -> lis
     autocommit off, no transaction open (an autocommit statement leaves none).
     """
     sql, defaults = _compiled(engine.dialect, engine.get_execution_options(), statement)
-    parameters = {**defaults, **values}
+    return run_text_on_driver(engine, sql, {**defaults, **values})
+
+
+def run_text_on_driver(engine: Engine, sql: str, parameters: dict[str, Any]) -> list[Any]:
+    """:func:`run_on_driver` for SQL the caller wrote out itself (in the driver's paramstyle):
+    the first column of each row it returns."""
     try:
         pooled = engine.raw_connection()
     except engine.dialect.loaded_dbapi.Error as exc:
