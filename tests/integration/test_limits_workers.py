@@ -158,7 +158,9 @@ def test_concurrency_key_over_20_keys_in_order(workers: Workers, producer: pgque
             producer.enqueue("limits.keyed", args=[f"k{key}", n])
     workers.start()
     most = sample_until_done(producer, "limits.keyed", 20 * per_key, "concurrency_key", 240)
-    assert most == 1
+    # Never two of one key (2 ms jobs can all finish between two samples: the sampler need not
+    # catch one running; the handlers' own stamps below show that none overlapped).
+    assert most <= 1
     by_key: dict[str, list[tuple[float, float, int]]] = defaultdict(list)
     ends = {(key, n): at for key, n, at in workers.events("end", "keyed")}
     for key, n, at in workers.events("start", "keyed"):
