@@ -13,6 +13,7 @@ from types import ModuleType
 
 import pytest
 import sqlalchemy as sa
+from conditions import wait_until
 from conftest import POSTGRES_ONLY, SQLITE_ONLY
 
 import pgqueue
@@ -85,15 +86,19 @@ def test_vacuum_once_vacuums_past_the_threshold_and_not_below_it(
         app.noop.enqueue()
     pgqueue.Worker(app.queue, reaper=False, scheduler=False).run(burst=True)
     before = _vacuum_count(app.queue)
+
     # The statistics the service reads reach the server's shared memory a moment after each
     # transaction: --threshold 1 vacuums as soon as any dead row is counted.
-    for _ in range(200):
+    def vacuumed() -> str | None:
         code, out, _ = run(capsys, "vacuum", app.__name__, "--once", "--threshold", "1")
+        assert code == 0
         if out.startswith("vacuumed"):
-            break
+            return out
         with app.queue.engine.connect() as conn:
             conn.execute(sa.text("SELECT pg_stat_force_next_flush()"))
-    assert code == 0
+        return None
+
+    out = wait_until(vacuumed, "the dead rows to reach the statistics")
     assert re.fullmatch(r"vacuumed the jobs table in [\d.]+ s \(\d+ dead rows\)\n", out)
     assert _vacuum_count(app.queue) == before + 1
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 import select as select_module
 import zlib
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -33,7 +32,6 @@ from pgqueue.errors import BackendError, ConfigError, SchemaMissingError
 
 __all__ = ["PostgresBackend"]
 
-logger = logging.getLogger("pgqueue.backends.postgres")
 
 # Jobs per INSERT: round trips stop mattering well before this, and one statement's JSON
 # document stays a few megabytes.
@@ -214,16 +212,8 @@ class PostgresBackend:
             else pg_statements.job_enqueue_notify(self.insert, clock, channel)
         )
         jobs = prepared.enqueue_document(list(rows))
-        try:
-            return _run_autocommit(engine, statement, jobs)
-        except DBAPIError as exc:
-            if not exc.connection_invalidated:
-                raise
-            # The pooled connection died while idle (the server restarted or ended it): nothing
-            # ran on it, so send the statement once more on a fresh connection. Should the
-            # first one have been applied after all, the same ids make the second a no-op.
-            logger.info("enqueue: pooled connection was lost (%s); retrying once", exc.orig)
-            return _run_autocommit(engine, statement, jobs)
+        # Should a first try have been applied after all, the same ids make the second a no-op.
+        return prepared.once_more_if_lost(lambda: _run_autocommit(engine, statement, jobs))
 
     def enqueue_fresh(
         self,
@@ -286,14 +276,9 @@ class PostgresBackend:
     ) -> list[str]:
         """:meth:`enqueue_fresh` as one statement that commits itself with its wake-up."""
         channel = self.channel(channel)
-        try:
-            return bulk.enqueue_fresh_committed(engine, shared, document, clock, channel)
-        except DBAPIError as exc:
-            if not exc.connection_invalidated:
-                raise
-            # As enqueue_committed: the pooled connection died while idle, nothing ran on it.
-            logger.info("enqueue: pooled connection was lost (%s); retrying once", exc.orig)
-            return bulk.enqueue_fresh_committed(engine, shared, document, clock, channel)
+        return prepared.once_more_if_lost(
+            lambda: bulk.enqueue_fresh_committed(engine, shared, document, clock, channel)
+        )
 
     def claim(self, connection: Connection, statement: Any, values: dict[str, Any]) -> list[Any]:
         # The claim must walk the claim index in order and stop after LIMIT rows. Without

@@ -29,7 +29,6 @@ Example::
 from __future__ import annotations
 
 import functools
-import logging
 import struct
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
@@ -78,8 +77,6 @@ _LENGTH = struct.Struct(">i")
 _INT8 = struct.Struct(">q")
 _EPOCH = datetime(2000, 1, 1, tzinfo=UTC)
 
-logger = logging.getLogger("pgqueue.backends.postgres")
-
 
 def enqueue_copy(
     engine: Engine,
@@ -97,7 +94,7 @@ def enqueue_copy(
         started.append(True)
         yield from chunks
 
-    for attempt in (1, 2):
+    def attempt() -> int | None:
         try:
             with engine.begin() as connection:
                 if not copy_supported(connection):
@@ -105,13 +102,9 @@ def enqueue_copy(
                 return copy_fresh(connection, shared, watched(), clock, channel)
         except FreshIdTaken:
             return None
-        except DBAPIError as exc:
-            if attempt == 2 or not exc.connection_invalidated or started:
-                raise
-            # The pooled connection died while idle (the server restarted or ended it) and
-            # nothing of the call was sent: once more on a fresh connection.
-            logger.info("enqueue: pooled connection was lost (%s); retrying once", exc.orig)
-    raise AssertionError("unreachable")  # pragma: no cover
+
+    # Once more only if none of the call's rows had been taken from ``chunks``.
+    return prepared.once_more_if_lost(attempt, nothing_sent=lambda: not started)
 
 
 class FreshIdTaken(Exception):
@@ -258,7 +251,8 @@ def insert_fresh_committed(
     }
     schemas = engine.get_execution_options().get("schema_translate_map") or {}
     statement = _insert_text(schemas.get(JOBS.schema))
-    for attempt in (1, 2):
+
+    def attempt() -> bool:
         try:
             if prepared.unobserved(engine):
                 # A one-job enqueue comes this way: past SQLAlchemy's Connection, as there.
@@ -271,17 +265,14 @@ def insert_fresh_committed(
         except DBAPIError as exc:
             if getattr(exc.orig, "sqlstate", None) == _UNIQUE_VIOLATION:
                 return False
-            if attempt == 2 or not exc.connection_invalidated:
-                raise
-            # As the one-job enqueue: the pooled connection died while idle. Should the first
-            # statement have committed after all, the second meets its ids and the ON CONFLICT
-            # path reports them.
-            logger.info("enqueue: pooled connection was lost (%s); retrying once", exc.orig)
-    raise AssertionError("unreachable")  # pragma: no cover
+            raise
+
+    # Should a first try have committed after all, the second meets its ids: False, and the
+    # ON CONFLICT path reports them.
+    return prepared.once_more_if_lost(attempt)
 
 
 @functools.lru_cache(maxsize=64)
-@functools.cache
 def _insert_text(schema: str | None) -> str:
     """:func:`_insert_statement` as text, written out once per schema (identifiers and
     literals quoted without a connection: ASCII names and a plain literal)."""

@@ -8,8 +8,8 @@ import functools
 import json
 import logging
 import weakref
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, TypeVar
 
 from sqlalchemy import Connection, Engine
 from sqlalchemy.dialects import postgresql
@@ -26,6 +26,7 @@ __all__ = [
     "enqueue_document",
     "enqueue_notify_on_database_clock",
     "enqueue_on_database_clock",
+    "once_more_if_lost",
     "run_autocommit",
     "run_on_driver",
     "run_text_on_driver",
@@ -78,6 +79,26 @@ def _compiled(
         )
         found = compiled[key] = (str(done), dict(done.params))
     return found
+
+
+logger = logging.getLogger("pgqueue.backends.postgres")
+
+T = TypeVar("T")
+
+
+def once_more_if_lost(run: Callable[[], T], *, nothing_sent: Callable[[], bool] | None = None) -> T:
+    """``run()``, and once more on a fresh connection when it failed because its pooled
+    connection had died while idle (the server restarted or ended it): nothing ran on it.
+    ``nothing_sent``, if given, must also hold, for a call that streams its data and may
+    have sent part of it. What ``run`` does must be safe to repeat should the first try have
+    been applied after all (the enqueue statements meet the same ids again)."""
+    try:
+        return run()
+    except DBAPIError as exc:
+        if not exc.connection_invalidated or (nothing_sent is not None and not nothing_sent()):
+            raise
+        logger.info("enqueue: pooled connection was lost (%s); retrying once", exc.orig)
+        return run()
 
 
 def run_autocommit(engine: Engine, statement: Any, values: dict[str, Any]) -> list[str]:
