@@ -31,8 +31,10 @@ Example::
 from __future__ import annotations
 
 import os
+import sys
 import threading
 import time
+from array import array
 
 __all__ = ["new_id", "new_ids"]
 
@@ -80,6 +82,25 @@ def new_ids(count: int) -> list[str]:
     if count <= 0:
         return []
     first = _reserve(count)
+    if count < _COLUMNS_FROM:
+        return _one_by_one(first, count)
+    return _by_columns(first, count)
+
+
+# From this many ids a call builds them column by column (a few dozen C-level copies whatever
+# the count); below it, one at a time is cheaper.
+_COLUMNS_FROM = 32
+# Where each hex digit of an id's two 64-bit halves goes in its 36 characters (8-4-4-4-12).
+_HIGH_PLACES = (*range(0, 8), *range(9, 13), *range(14, 18))
+_LOW_PLACES = (*range(19, 23), *range(24, 36))
+_WIDTH = 37  # an id and the comma after it
+# The low half's first hex digit carries the variant (binary 10xx): 2 of its 4 random bits kept.
+_VARIANT_DIGIT = bytes.maketrans(
+    b"0123456789abcdef", bytes(b"89ab"[int(digit, 16) & 3] for digit in "0123456789abcdef")
+)
+
+
+def _one_by_one(first: int, count: int) -> list[str]:
     raw = bytearray(os.urandom(8 * count))
     for offset in range(0, 8 * count, 8):
         raw[offset] = (raw[offset] & 0x3F) | _VARIANT
@@ -100,6 +121,36 @@ def new_ids(count: int) -> list[str]:
             f"{prefix}{value & 0xFFF:03x}-{tail[k : k + 4]}-{tail[k + 4 : k + 16]}",
         )
     return ids
+
+
+def _by_columns(first: int, count: int) -> list[str]:
+    """The ids as one comma-separated text, written a column at a time (every id's n-th
+    character in one strided copy), split once: no Python bytecode runs per id."""
+    # The high halves (milliseconds, version 7, counter) are consecutive numbers within a
+    # millisecond: one run per millisecond the reservation spans (one or two, nearly always).
+    high = array("Q")
+    value, end = first, first + count
+    while value < end:
+        ms = value >> _COUNTER_BITS
+        stop = min(end, (ms + 1) << _COUNTER_BITS)
+        base = (ms << 16) | 0x7000
+        high.extend(range(base | (value & 0xFFF), (base | ((stop - 1) & 0xFFF)) + 1))
+        value = stop
+    if sys.byteorder == "little":
+        high.byteswap()  # big-endian: the hex digits in the order they are written
+    high_digits = high.tobytes().hex().encode()
+    low_digits = os.urandom(8 * count).hex().encode()
+    text = bytearray(_WIDTH * count - 1)
+    for column, place in enumerate(_HIGH_PLACES):
+        text[place::_WIDTH] = high_digits[column::16]
+    text[_LOW_PLACES[0] :: _WIDTH] = low_digits[0::16].translate(_VARIANT_DIGIT)
+    for column, place in enumerate(_LOW_PLACES[1:], 1):
+        text[place::_WIDTH] = low_digits[column::16]
+    dashes = b"-" * count
+    for place in (8, 13, 18, 23):
+        text[place::_WIDTH] = dashes
+    text[36::_WIDTH] = b"," * (count - 1)
+    return text.decode("ascii").split(",")
 
 
 def new_id() -> str:

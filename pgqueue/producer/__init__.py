@@ -80,10 +80,12 @@ class Producer:
                 and session is None
                 and not self.database.joins_open_transaction()
             )
-            unique = _options.unique(items, checked, defaults)
-            linked = _options.linked(items, checked)
+            # Only JobSpecs carry per-job options: a call without any skips three walks of it.
+            specs = items if any(issubclass(k, JobSpec) for k in set(map(type, items))) else []
+            unique = _options.unique(specs, checked, defaults)
+            linked = _options.linked(specs, checked)
             small = len(items) <= self.database.backend.committed_enqueue_limit
-            fresh = not _options.chosen_ids(items, checked) and not unique and not linked
+            fresh = not _options.chosen_ids(specs, checked) and not unique and not linked
             bulk = enqueue_fresh if own and fresh else None  # args-only, generated ids: bulk.py
             if bulk and (done := bulk(self, task, defaults, checked, items, span.carrier)):
                 return done

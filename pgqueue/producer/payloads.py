@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from itertools import chain
 from typing import Any
 
 from pgqueue import serde
@@ -37,6 +38,8 @@ except ImportError:  # pragma: no cover - orjson is installed wherever CPython i
 # Beyond 64 bits orjson refuses an integer (its error sends the batch the general way).
 _INT_LOW, _INT_HIGH = -(2**63), 2**64
 _SCALARS = (str, int, float, bool, type(None))
+_SCALAR_SET = frozenset(_SCALARS)
+_ARGS = frozenset((tuple, list))
 
 
 def payload_texts(
@@ -79,10 +82,36 @@ def args_document(serializer: Serializer, items: Sequence[Sequence[Any]]) -> str
 def _plain(items: Sequence[Sequence[Any]]) -> bool:
     """Whether every value in ``items`` (a sequence of args sequences) is of a plain type and
     within serde's limits: then orjson and the standard library write the same values. Any
-    doubt answers False (the general way checks again and names the problem)."""
+    doubt answers False (the general way checks again and names the problem).
+
+    Args of scalars only (the common call) are checked a kind at a time over the whole call,
+    each check one C-level pass (the types, the joined text, the smallest and largest integer,
+    the sum of the floats); args holding containers are walked (:func:`_walk`)."""
     kind = type(items)
     if kind is not list and kind is not tuple:
         return False
+    if not set(map(type, items)) <= _ARGS:
+        return False
+    values = list(chain.from_iterable(items))
+    kinds = set(map(type, values))
+    if not kinds <= _SCALAR_SET:
+        return _walk(items)
+    for kind in kinds:
+        same = values if len(kinds) == 1 else [value for value in values if type(value) is kind]
+        if kind is str:
+            if not _plain_text("".join(same)):
+                return False
+        elif kind is int:
+            if min(same) < _INT_LOW or max(same) >= _INT_HIGH:
+                return False
+        elif kind is float and not math.isfinite(sum(same)):
+            # Not finite: an infinity or NaN among them, or (taken as a doubt) a sum too large.
+            return False
+    return True
+
+
+def _walk(items: Sequence[Sequence[Any]]) -> bool:
+    """:func:`_plain` one container at a time, for args holding containers."""
     # (container, depth): the batch is depth 1 as the payload is, its args lists depth 2.
     stack: list[tuple[Any, int]] = [(items, 1)]
     scalars = _SCALARS

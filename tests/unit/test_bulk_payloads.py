@@ -152,3 +152,40 @@ def test_queued_results_equal_those_built_the_usual_way() -> None:
     assert built[0].queued and hash(built[1]) == hash(EnqueueResult(id="b", status="queued"))
     with pytest.raises(dataclasses.FrozenInstanceError):
         built[0].status = "duplicate"  # type: ignore[misc]
+
+
+def _many(odd: Any, kinds: str) -> list[Any]:
+    """500 args tuples of plain scalars (of ``kinds``: s str, i int, f float, b bool/None)
+    with ``odd`` as one value in the middle: the whole-call checks of one kind must find it."""
+    plain = {"s": "text é", "i": 7, "f": 0.5, "b": True}
+    items: list[Any] = [tuple(plain[k] for k in kinds) for _ in range(500)]
+    items[250] = (*items[250], odd)
+    return items
+
+
+@pytest.mark.parametrize("kinds", ["s", "i", "f", "sifb"])
+@pytest.mark.parametrize("odd", ["nul\x00", "\ud800", math.nan, math.inf, 2**64, -(2**63) - 1])
+def test_one_value_out_of_many_scalars_is_caught(kinds: str, odd: Any) -> None:
+    items = _many(odd, kinds)
+    assert not payloads._plain(items)
+    assert payloads.args_document(SERIALIZER, items) is None
+
+
+def test_positive_and_negative_infinity_together_are_caught() -> None:
+    # Their sum is NaN, not infinite: the float check must catch that too.
+    assert not payloads._plain([(math.inf,), (-math.inf,), (1.0,)])
+
+
+def test_finite_floats_whose_sum_overflows_take_the_general_way() -> None:
+    items = [(1e308,), (1e308,), (-1e308,)]
+    assert not payloads._plain(items)
+    texts = payloads.payload_texts(SERIALIZER, items, {})
+    assert [json.loads(text) for text in texts] == general(items, {})
+
+
+@pytest.mark.parametrize("kinds", ["s", "i", "f", "sifb"])
+def test_many_plain_scalars_store_what_the_general_way_stores(kinds: str) -> None:
+    items = [*_many(None, kinds), (), ("",), (-(2**63), 2**64 - 1)]
+    assert payloads._plain(items)
+    texts = payloads.payload_texts(SERIALIZER, items, {})
+    assert [json.loads(text) for text in texts] == general(items, {})

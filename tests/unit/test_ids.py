@@ -85,3 +85,20 @@ def test_the_random_part_differs_between_ids_of_one_instant(
         monkeypatch.setattr(ids, "_last", 0)
         tails.update(job_id[19:] for job_id in ids.new_ids(3))
     assert len(tails) == 600
+
+
+@pytest.mark.parametrize("count", [1, 31, 32, 33, 1000, 4097])
+def test_both_builders_write_the_same_ids_but_for_the_random_bits(count: int) -> None:
+    # Below ids._COLUMNS_FROM ids are written one at a time, from it a column at a time.
+    first = ids._reserve(count)
+    one_by_one, by_columns = ids._one_by_one(first, count), ids._by_columns(first, count)
+    assert [i[:19] for i in one_by_one] == [i[:19] for i in by_columns]
+    for job_id in by_columns:
+        parsed = uuid.UUID(job_id)
+        assert parsed.version == 7 and parsed.variant == uuid.RFC_4122 and str(parsed) == job_id
+    assert by_columns == sorted(by_columns) and len(set(by_columns)) == count
+
+
+def test_the_variant_digit_takes_each_of_its_four_values() -> None:
+    # Two random bits beside the variant's two: 8, 9, a and b all occur.
+    assert {job_id[19] for job_id in ids.new_ids(2000)} == set("89ab")
