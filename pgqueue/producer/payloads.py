@@ -92,19 +92,21 @@ def _plain(items: Sequence[Sequence[Any]]) -> bool:
         return False
     if not set(map(type, items)) <= _ARGS:
         return False
-    values = list(chain.from_iterable(items))
-    kinds = set(map(type, values))
+    values: list[Any] = list(chain.from_iterable(items))
+    kinds: set[type] = set(map(type, values))
     if not kinds <= _SCALAR_SET:
         return _walk(items)
-    for kind in kinds:
-        same = values if len(kinds) == 1 else [value for value in values if type(value) is kind]
-        if kind is str:
+    for scalar in kinds:
+        same: list[Any] = (
+            values if len(kinds) == 1 else [value for value in values if type(value) is scalar]
+        )
+        if scalar is str:
             if not _plain_text("".join(same)):
                 return False
-        elif kind is int:
+        elif scalar is int:
             if min(same) < _INT_LOW or max(same) >= _INT_HIGH:
                 return False
-        elif kind is float and not math.isfinite(sum(same)):
+        elif scalar is float and not math.isfinite(sum(same)):
             # Not finite: an infinity or NaN among them, or (taken as a doubt) a sum too large.
             return False
     return True
