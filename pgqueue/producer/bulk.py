@@ -46,6 +46,9 @@ CHUNK = 5000
 # Jobs per write of a COPY: small enough that the server writes the first rows of even a
 # 1,000-job call while the rest are built, large enough that a write's own cost is noise.
 COPY_CHUNK = 250
+# From this many jobs the results are built while the server inserts the rows (psycopg's
+# pipeline mode): they cost ~0.35 µs a job, the pipeline a fixed ~50 µs (measured, loaded).
+OVERLAP_FROM = 256
 
 
 def enqueue_fresh(
@@ -90,11 +93,26 @@ def enqueue_fresh(
         args = args_document(producer.serializer, items)
         if args is not None:
             shared_extra = serde.encode_document(producer.serializer, extra, "payload") or "{}"
+            built: list[list[EnqueueResult]] = []
+
+            def build() -> None:
+                # While the server inserts the rows (and at most once, whatever the retries).
+                if not built:
+                    built.append(_queued(ids))
+
             with database.translating():
                 if backend.enqueue_fresh_args(
-                    database.engine, shared, ids, args, shared_extra, clock, ENQUEUED_CHANNEL
+                    database.engine,
+                    shared,
+                    ids,
+                    args,
+                    shared_extra,
+                    clock,
+                    ENQUEUED_CHANNEL,
+                    meanwhile=build if len(ids) >= OVERLAP_FROM else None,
                 ):
-                    return _queued(ids)
+                    build()
+                    return built[0]
     if not small and hasattr(backend, "enqueue_copy"):
         serializer = producer.serializer
 

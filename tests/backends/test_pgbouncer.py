@@ -31,6 +31,7 @@ from pgqueue.maintenance.leadership import (
     LeaseRowLeadership,
     process_label,
 )
+from pgqueue.producer.bulk import OVERLAP_FROM
 
 
 @pytest.fixture
@@ -107,6 +108,37 @@ def test_producers_and_workers_share_a_transaction_pooler(pooled: pgqueue.Queue)
     expected += 6 * sum(n * n for n in range(10))
     assert sum(pooled.result(job_id) for job_id in ids) == expected
     assert worker.stats.failed == 0  # type: ignore[attr-defined]
+
+
+def test_large_bulk_calls_go_through_the_pooler(pooled: pgqueue.Queue) -> None:
+    # From OVERLAP_FROM jobs a call's statement is sent in psycopg's pipeline mode (the results
+    # are built while it runs): past the prepare threshold, from threads sharing fewer server
+    # connections than clients, every call commits all of its jobs.
+    @pooled.task(name="tasks.noop")
+    def noop(n: int) -> None:
+        pass
+
+    errors: list[BaseException] = []
+    ids: list[str] = []
+
+    def produce() -> None:
+        try:
+            for _ in range(7):
+                results = noop.enqueue_many([(n,) for n in range(OVERLAP_FROM)])
+                ids.extend(result.id for result in results)
+        except BaseException as exc:
+            errors.append(exc)
+
+    producers = [threading.Thread(target=produce) for _ in range(4)]
+    for thread in producers:
+        thread.start()
+    for thread in producers:
+        thread.join()
+    assert errors == []
+    assert len(set(ids)) == 4 * 7 * OVERLAP_FROM
+    with pooled.engine.connect() as conn:
+        count = conn.exec_driver_sql("SELECT count(*) FROM pgqueue_jobs").scalar()
+    assert count == len(ids)
 
 
 def test_a_stale_job_is_reaped_through_the_pooler(pooled: pgqueue.Queue) -> None:

@@ -45,13 +45,18 @@ def instant(value: Any) -> datetime:
     return value if isinstance(value, datetime) else datetime.fromisoformat(value)
 
 
-@pytest.fixture(autouse=True, params=["one statement", "copy"])
+@pytest.fixture(autouse=True, params=["one statement", "overlapped", "copy"])
 def path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     """Both ways of the fresh-id bulk call: up to a statement's worth of jobs, one autocommit
-    INSERT; past it (2 jobs here), COPY in several writes."""
+    INSERT (from OVERLAP_FROM jobs, 1 here, sent in psycopg's pipeline mode so the results are
+    built while the server inserts); past it (2 jobs here), COPY in several writes."""
     if request.param == "copy":
         monkeypatch.setattr(_bulk, "CHUNK", 2)
         monkeypatch.setattr(_bulk, "COPY_CHUNK", 2)
+    if request.param == "overlapped":
+        monkeypatch.setattr(_bulk, "OVERLAP_FROM", 1)
+    else:
+        monkeypatch.setattr(_bulk, "OVERLAP_FROM", 10**9)
     return str(request.param)
 
 
@@ -283,3 +288,31 @@ def test_an_autocommit_engine_gets_its_jobs_and_one_wake_up(db_url: str) -> None
     finally:
         queue.close()
         engine.dispose()
+
+
+@POSTGRES_ONLY
+def test_results_are_built_while_the_statement_runs_and_only_once(
+    queue: pgqueue.Queue, monkeypatch: pytest.MonkeyPatch, path: str
+) -> None:
+    from pgqueue.backends.postgres import prepared
+
+    running: list[bool] = [False]
+    built_during: list[bool] = []
+    real_run, real_queued = prepared.run_text_on_driver, _bulk._queued
+
+    def run(*args: Any, **kwargs: Any) -> Any:
+        running[0] = True
+        try:
+            return real_run(*args, **kwargs)
+        finally:
+            running[0] = False
+
+    def queued(ids: list[str]) -> Any:
+        built_during.append(running[0])
+        return real_queued(ids)
+
+    monkeypatch.setattr(prepared, "run_text_on_driver", run)
+    monkeypatch.setattr(_bulk, "_queued", queued)
+    results = queue.enqueue_many("t.any", [(n,) for n in range(4)])
+    assert [r.status for r in results] == ["queued"] * 4 and count_jobs(queue) == 4
+    assert built_during == [path == "overlapped"]

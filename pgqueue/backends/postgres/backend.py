@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import select as select_module
 import zlib
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from datetime import UTC, datetime
@@ -264,11 +264,13 @@ class PostgresBackend:
         extra: str,
         clock: Clock,
         channel: str,
+        meanwhile: Callable[[], object] | None = None,
     ) -> bool:
         """A small call of jobs with generated ids in one autocommit statement, its args as one
-        JSON array; False when nothing was written (see ``copy_enqueue.py``)."""
+        JSON array; False when nothing was written (see ``copy_enqueue.py``). ``meanwhile``
+        may run while the server executes it."""
         return copy_enqueue.insert_fresh_committed(
-            engine, shared, ids, args, extra, clock, self.channel(channel)
+            engine, shared, ids, args, extra, clock, self.channel(channel), meanwhile
         )
 
     def enqueue_fresh_committed(

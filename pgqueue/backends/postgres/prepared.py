@@ -146,9 +146,16 @@ def run_on_driver(engine: Engine, statement: Any, values: dict[str, Any]) -> lis
     return run_text_on_driver(engine, sql, {**defaults, **values})
 
 
-def run_text_on_driver(engine: Engine, sql: str, parameters: dict[str, Any]) -> list[Any]:
+def run_text_on_driver(
+    engine: Engine,
+    sql: str,
+    parameters: dict[str, Any],
+    meanwhile: Callable[[], object] | None = None,
+) -> list[Any]:
     """:func:`run_on_driver` for SQL the caller wrote out itself (in the driver's paramstyle):
-    the first column of each row it returns."""
+    the first column of each row it returns. ``meanwhile``, if given, runs once the statement
+    is sent and before its outcome is read (psycopg's pipeline mode: the server executes while
+    the caller works), so it must not fail; it runs whatever the statement's outcome."""
     try:
         pooled = engine.raw_connection()
     except engine.dialect.loaded_dbapi.Error as exc:
@@ -162,7 +169,12 @@ def run_text_on_driver(engine: Engine, sql: str, parameters: dict[str, Any]) -> 
     try:
         driver.autocommit = True
         cursor = driver.cursor()
-        cursor.execute(sql, parameters)
+        if meanwhile is None:
+            cursor.execute(sql, parameters)
+        else:
+            with driver.pipeline():
+                cursor.execute(sql, parameters)
+                meanwhile()
         ids = [row[0] for row in cursor.fetchall()]
     except BaseException as exc:
         lost = _discard_or_return(engine, pooled, driver, cursor, exc, was)
