@@ -4,7 +4,8 @@ args tuple, with ids pgqueue generates and no flow limits, in pgqueue's own tran
 Per job it makes only what differs between jobs, the id and the payload's checked JSON (one walk
 of the whole call, orjson for plain values: ``payloads.py``); everything the jobs share goes once
 per call. On PostgreSQL a call of up to ``CHUNK`` jobs is one autocommit ``INSERT`` of the args
-as one JSON array (``enqueue_fresh_args``), a larger one a ``COPY`` streamed ``COPY_CHUNK`` jobs
+as one JSON array (``enqueue_fresh_args``; from ``OVERLAP_FROM`` jobs the call's results are
+built while the server inserts the rows), a larger one a ``COPY`` streamed ``COPY_CHUNK`` jobs
 at a time while the next are built (``enqueue_copy``). The small call takes the ``ON CONFLICT``
 statement (``enqueue_fresh_committed``) when a value is not plain (each payload then checked
 and encoded on its own, the error naming it), and either does when a generated id meets an

@@ -234,8 +234,9 @@ def insert_fresh_committed(
     meanwhile: Callable[[], object] | None = None,
 ) -> bool:
     """One autocommit statement for a call too small to gain from ``COPY``'s extra round
-    trips: the jobs ``ids`` whose args arrays are the elements of the JSON array ``args`` (the
-    payload built by the server, ``extra``, a JSON object, merged in), and their wake-up. A
+    trips: the jobs ``ids`` whose args arrays are the elements of the JSON array ``args`` (each
+    payload built by the server: one template for the call, ``extra``, a JSON object, merged
+    into it, and the job's args set in it), and their wake-up. A
     plain ``INSERT`` (no ``ON CONFLICT``: measured 7.2 µs of server CPU per row at 1,000 rows a
     statement, against 9.3 for ``COPY`` in its transaction and 11.3 for the JSON-document
     ``INSERT … ON CONFLICT``). False when nothing was written because a generated id met an
