@@ -316,3 +316,24 @@ def test_results_are_built_while_the_statement_runs_and_only_once(
     results = queue.enqueue_many("t.any", [(n,) for n in range(4)])
     assert [r.status for r in results] == ["queued"] * 4 and count_jobs(queue) == 4
     assert built_during == [path == "overlapped"]
+
+
+@POSTGRES_ONLY
+def test_without_pipeline_mode_the_results_are_built_first(
+    queue: pgqueue.Queue, monkeypatch: pytest.MonkeyPatch, path: str
+) -> None:
+    # A psycopg on a libpq older than 14 has no pipeline mode: the call must work all the same.
+    monkeypatch.setattr(copy_enqueue, "_PIPELINE", False)
+    monkeypatch.setattr(_bulk, "OVERLAP_FROM", 1)
+    sent: list[Any] = []
+    real_run = copy_enqueue.prepared.run_text_on_driver
+
+    def run(*args: Any) -> Any:
+        sent.append(args)
+        return real_run(*args)
+
+    monkeypatch.setattr(copy_enqueue.prepared, "run_text_on_driver", run)
+    results = queue.enqueue_many("t.any", [(n,) for n in range(3)])
+    assert [r.status for r in results] == ["queued"] * 3 and count_jobs(queue) == 3
+    assert all(len(args) == 3 for args in sent)  # no meanwhile: no pipeline asked for
+    assert [queue.status(r.id).args for r in results] == [[0], [1], [2]]  # type: ignore[union-attr]

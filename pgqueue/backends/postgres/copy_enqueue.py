@@ -76,6 +76,9 @@ _FIELDS = struct.pack(">h", len(_COLUMNS))
 _LENGTH = struct.Struct(">i")
 _INT8 = struct.Struct(">q")
 _EPOCH = datetime(2000, 1, 1, tzinfo=UTC)
+# Pipeline mode needs libpq 14 or later (psycopg's binary wheels bundle one; a system libpq may
+# be older): without it the caller's work runs before the statement instead of beside it.
+_PIPELINE = psycopg.Pipeline.is_supported()
 
 
 def enqueue_copy(
@@ -256,6 +259,9 @@ def insert_fresh_committed(
     }
     schemas = engine.get_execution_options().get("schema_translate_map") or {}
     statement = _insert_text(schemas.get(JOBS.schema))
+    if meanwhile is not None and not _PIPELINE:
+        meanwhile()
+        meanwhile = None
 
     def attempt() -> bool:
         try:
