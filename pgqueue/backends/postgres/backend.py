@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import select as select_module
 import zlib
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -337,8 +338,16 @@ class PostgresBackend:
 
     def notify_many(self, connection: Connection, channel: str, payloads: Sequence[str]) -> None:
         if payloads:
-            connection.execute(
-                _NOTIFY_MANY, {"channel": self.channel(channel), "payloads": list(payloads)}
+            # Driver SQL (no compiled-cache look-up) with the payloads as one JSON text: a
+            # worker's turn sends one payload per job it finished.
+            sql, defaults = prepared.driver_sql(connection, _NOTIFY_MANY)
+            connection.exec_driver_sql(
+                sql,
+                {
+                    **defaults,
+                    "channel": self.channel(channel),
+                    "payloads": json.dumps(list(payloads)),
+                },
             )
 
     def complete(
@@ -352,10 +361,11 @@ class PostgresBackend:
             else pg_statements.job_complete_many(clock)
         )
         sql, defaults = prepared.driver_sql(connection, statement)
-        rows = connection.exec_driver_sql(
+        result = connection.exec_driver_sql(
             sql, {**defaults, "done": prepared.complete_document(jobs)}
         )
-        return {job_id: flag for job_id, flag in rows}
+        # fetchall: one call for the batch, not a fetchone per row.
+        return dict(result.fetchall())
 
     def session_connection(self, engine: Engine, label: str) -> Connection:
         return locks.open_session_connection(engine, label)

@@ -30,7 +30,6 @@ from sqlalchemy import (
     text,
     update,
 )
-from sqlalchemy.dialects import postgresql
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.sql.dml import ReturningInsert
 from sqlalchemy.sql.elements import TextClause
@@ -148,17 +147,15 @@ def job_complete_many(clock: Clock) -> Update:
     )
     # The batch's rows locked in id order first (LockRows runs above the sort), as an enqueue
     # locks the dependencies it attaches to (workflow/statements.py): an UPDATE alone would lock
-    # them in the order of the document, and the two could wait for each other (a deadlock).
-    ordered = (
-        func.jsonb_to_recordset(cast(bindparam("done", type_=Text), JSONB))
-        .table_valued(column("id", Text), column("lock_token", Text))
-        .render_derived(name="ordered", with_types=True)
-    )
+    # them in the order its join emits them, and the two could wait for each other (a
+    # deadlock). The lock carries each row's result on, so the document is parsed once and the
+    # UPDATE joins only the rows locked (already fenced: id, lock token and state, re-checked
+    # on the newest version by the lock itself).
     locked = (
-        select(JOBS.c.id)
+        select(JOBS.c.id, done.c.result)
         .where(
-            JOBS.c.id == ordered.c.id,
-            JOBS.c.lock_token == ordered.c.lock_token,
+            JOBS.c.id == done.c.id,
+            JOBS.c.lock_token == done.c.lock_token,
             JOBS.c.state == str(JobState.PROCESSING),
         )
         .order_by(JOBS.c.id)
@@ -167,15 +164,11 @@ def job_complete_many(clock: Clock) -> Update:
     )
     return (
         update(JOBS)
-        .where(
-            JOBS.c.id == locked.c.id,
-            JOBS.c.id == done.c.id,
-            JOBS.c.lock_token == done.c.lock_token,
-            JOBS.c.state == str(JobState.PROCESSING),
-        )
+        # Locked by this transaction: nobody can have changed the row since.
+        .where(JOBS.c.id == locked.c.id)
         .values(
             state=str(JobState.COMPLETED),
-            result=done.c.result,
+            result=locked.c.result,
             error=null(),
             lock_token=null(),
             locked_until=null(),
@@ -303,14 +296,16 @@ def notify() -> Select[Any]:
 
 
 def notify_many() -> Select[Any]:
-    """One wake-up per payload in one statement; run with ``channel`` and ``payloads`` (a list).
-    The server folds identical notifications of one transaction into one."""
+    """One wake-up per payload in one statement; run with ``channel`` and ``payloads``: a JSON
+    array of strings as text (one ``json.dumps`` in C, where a text[] parameter is quoted by
+    the driver element by element in Python). The server folds identical notifications of one
+    transaction into one."""
     return select(
         func.pg_notify(
             bindparam("channel", type_=Text),
-            func.unnest(bindparam("payloads", type_=postgresql.ARRAY(Text))).column_valued(
-                "payload"
-            ),
+            func.json_array_elements_text(
+                cast(bindparam("payloads", type_=Text), JSON)
+            ).column_valued("payload"),
         )
     )
 
