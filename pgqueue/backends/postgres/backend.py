@@ -97,6 +97,7 @@ class PostgresBackend:
     # Notifications wake waiters; their own re-read is a rarely needed safety net.
     wait_poll = (0.5, 5.0)
     single_writer = False
+    row_address: str | None = "ctid"
     vacuums_jobs = True
 
     def __init__(
