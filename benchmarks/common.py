@@ -31,6 +31,9 @@ from postgres_server import PostgresServer  # noqa: E402
 
 T = TypeVar("T")
 BACKENDS = ("postgresql", "sqlite")
+#: The benchmark server times its WAL flushes, so that a latency can be set beside what the
+#: disk took to make each commit durable (``wal_flushes``).
+SERVER_SETTINGS = ("track_wal_io_timing=on",)
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,7 +69,7 @@ class Databases:
         if self._server is None:
             # durable: fsync and synchronous_commit on, as on a real server; otherwise both off,
             # which shows what the commit's flush to disk costs.
-            self._server = PostgresServer(fast=not self.durable)
+            self._server = PostgresServer(fast=not self.durable, settings=SERVER_SETTINGS)
             self._server.start()
         return self._server
 
@@ -172,6 +175,37 @@ def scalar(queue: pgqueue.Queue, sql: str, **params: Any) -> Any:
 
 # The tests' polling helper, at a coarser step: benchmarks wait for processes, not rows.
 wait_until = functools.partial(conditions.wait_until, every=0.05)
+
+
+def wal_flushes(url: str) -> tuple[int, float]:
+    """The server's WAL flushes so far, and the milliseconds spent in them (``pg_stat_wal``,
+    timed with ``track_wal_io_timing``). A commit on a durable server waits for one: on a
+    machine whose disk takes milliseconds to flush, that is most of a one-job latency, and it is
+    the disk's figure, not the queue's.
+
+    A session hands its WAL statistics over at most once a second, and for sure when it ends, so
+    this waits until no other client session is connected: read it before the measured
+    processes start and after they have stopped."""
+    others = sa.text(
+        "SELECT count(*) FROM pg_stat_activity "
+        "WHERE backend_type = 'client backend' AND pid <> pg_backend_pid()"
+    )
+    with sa.create_engine(url, poolclass=sa.pool.NullPool).connect() as conn:
+        wait_until(
+            lambda: conn.execute(others).scalar_one() == 0,
+            timeout=60,
+            what="the server's other sessions to end",
+        )
+        count, milliseconds = conn.execute(
+            sa.text("SELECT wal_sync, wal_sync_time FROM pg_stat_wal")
+        ).one()
+    return int(count), float(milliseconds)
+
+
+def mean_flush(before: tuple[int, float], after: tuple[int, float]) -> float:
+    """Milliseconds per WAL flush between two :func:`wal_flushes` readings (0 if none)."""
+    count = after[0] - before[0]
+    return (after[1] - before[1]) / count if count else 0.0
 
 
 def percentile(values: Sequence[float], fraction: float) -> float:

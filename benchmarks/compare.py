@@ -37,8 +37,10 @@ from benchmarks.common import (
     Figure,
     Interference,
     instant,
+    mean_flush,
     percentile,
     stop,
+    wal_flushes,
 )
 from benchmarks.compare_plan import (
     DrainSize,
@@ -97,6 +99,8 @@ class Metric:
     label: str
     unit: str
     higher_is_better: bool
+    #: False for a figure of the machine rather than of the library: no ratio is printed.
+    compared: bool = True
 
 
 def metrics(sizes: Sizes) -> list[Metric]:
@@ -113,6 +117,9 @@ def metrics(sizes: Sizes) -> list[Metric]:
         Metric("single rate", "single enqueue, one call at a time", "jobs/s", True),
         Metric("pickup p50", "pickup p50 (from the enqueue call)", "ms", False),
         Metric("pickup p99", "pickup p99", "ms", False),
+        # The disk's, not a library's: no ratio. Two flushes (the enqueue's and the claim's
+        # commits) lie on every library's way from the call to the handler.
+        Metric("pickup flush", "WAL flush while picking up, mean", "ms", False, compared=False),
     ]
 
 
@@ -264,15 +271,18 @@ def _pickup_step(databases: Databases, samples: int) -> Step:
         log = databases.directory / f"pickup-{uuid.uuid4().hex[:8]}.log"
         log.touch()
         reader = _PickupLog(log)
+        flushes = wal_flushes(url)
         process = _worker(databases, library, url, {PICKUP_LOG: str(log)})
         try:
             # The first job waits for the worker to start; the warm-up ones are not counted.
             seconds = library.pickup(url, warm_up + samples, 0.02, reader.wait)[warm_up:]
         finally:
             stop([process])
+        flush = mean_flush(flushes, wal_flushes(url))
         return [
             ("pickup p50", percentile(seconds, 0.5) * 1000),
             ("pickup p99", percentile(seconds, 0.99) * 1000),
+            ("pickup flush", flush),
         ]
 
     return step
@@ -374,7 +384,7 @@ def side_by_side(figures: Sequence[Figure], sizes: Sizes) -> str:
                 f"{metric.label}, {name}, {_repeat(f)}: {f.partial}" for f in partial[name]
             ]
         rival_values = [medians[name] for name in rivals if name in medians]
-        if "pgqueue" in medians and rival_values:
+        if "pgqueue" in medians and rival_values and metric.compared:
             best = max(rival_values) if metric.higher_is_better else min(rival_values)
             cells.append(f"{medians['pgqueue'] / best:.2f}x" if best else "-")
         else:

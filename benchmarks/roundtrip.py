@@ -13,7 +13,16 @@ import os
 import time
 from functools import partial
 
-from benchmarks.common import Databases, Figure, latency_figures, opened, wait_until, workers
+from benchmarks.common import (
+    Databases,
+    Figure,
+    latency_figures,
+    mean_flush,
+    opened,
+    wait_until,
+    wal_flushes,
+    workers,
+)
 
 NAME = "roundtrip"
 WARM_UP = 5
@@ -28,6 +37,8 @@ def run(databases: Databases, backend: str, *, quick: bool) -> list[Figure]:
     from_call: list[float] = []
     from_commit: list[float] = []
     round_trips: list[float] = []
+    postgres = backend == "postgresql"
+    flushes = wal_flushes(url) if postgres else (0, 0.0)
     with workers(url, 1, log_dir=databases.directory), opened(url) as queue:
         for n in range(WARM_UP + samples):
             before = time.time()
@@ -44,8 +55,19 @@ def run(databases: Databases, backend: str, *, quick: bool) -> list[Figure]:
             queue.enqueue_and_wait("bench.started", timeout=60)
             if n >= WARM_UP:
                 round_trips.append(time.time() - before)
+    # Over the enqueue_and_wait samples too: each holds the same commits, and the flushes are
+    # the disk's, whichever sample they served.
+    flush = mean_flush(flushes, wal_flushes(url)) if postgres else 0.0
     settings = f"{samples} jobs one at a time, 1 idle worker (default settings)"
+    # Each job's way to its handler holds two commits (the enqueue's and the claim's), each
+    # waiting for its flush: set beside the pickup, the mean flush says how much was the disk.
+    flush_figures = (
+        [Figure("pickup WAL flush", backend, "mean", flush, "ms", settings, load)]
+        if postgres
+        else []
+    )
     return [
+        *flush_figures,
         *latency_figures("pickup latency", backend, from_call, settings, load),
         *latency_figures("pickup after commit", backend, from_commit, settings, load),
         *latency_figures("enqueue_and_wait", backend, round_trips, settings, load),

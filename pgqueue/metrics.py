@@ -24,7 +24,8 @@ stats``): ``pgqueue_jobs{queue,state}``, ``pgqueue_queue_depth{queue}``,
 ``pgqueue_oldest_waiting_seconds{queue}``, ``pgqueue_throughput_per_minute{queue}``,
 ``pgqueue_stalled_last_hour{queue}``, ``pgqueue_dead_letters_last_hour{queue}``,
 ``pgqueue_workers{queue}``, ``pgqueue_jobs_held{queue,task,limit}`` (due jobs a flow limit keeps
-waiting) and ``pgqueue_database_up``. :func:`serve` runs an HTTP endpoint with
+waiting), ``pgqueue_jobs_dead_rows`` (PostgreSQL: row versions of the jobs table not yet
+vacuumed, see docs/scaling.md) and ``pgqueue_database_up``. :func:`serve` runs an HTTP endpoint with
 both; ``pgqueue metrics --port 9400`` is that endpoint as a command.
 
 Counters live in the process that runs the jobs, so serve them from the worker processes
@@ -298,9 +299,10 @@ class QueueCollector:
         from pgqueue.operations import queue_stats
 
         families = self._families()
-        up, jobs, depth, oldest, throughput, stalled, dead, workers, held = families
+        up, jobs, depth, oldest, throughput, stalled, dead, workers, held, dead_rows = families
         try:
             stats = queue_stats(self.queue)
+            unvacuumed = self._dead_rows()
         except PgQueueError as exc:
             logger.warning("metrics: cannot read queue stats: %s", exc)
             up.add_metric([], 0)
@@ -318,7 +320,19 @@ class QueueCollector:
             for task, limits in s.held_back.items():
                 for limit, count in limits.items():
                     held.add_metric([s.queue, task, limit], count)
+        if unvacuumed is not None:
+            dead_rows.add_metric([], unvacuumed)
         return iter(families)
+
+    def _dead_rows(self) -> int | None:
+        # Where the backend vacuums (PostgreSQL): read from the server's statistics in memory,
+        # so a scrape touches no table. A figure that climbs during a drain and never comes back
+        # down says vacuum is not keeping up, and claims will slow (docs/scaling.md).
+        db = self.queue.db
+        if not db.backend.vacuums_jobs:
+            return None
+        with db.connect(write=False) as connection:
+            return db.backend.jobs_table_stats(connection).dead
 
     def _families(self) -> list[Any]:
         _prometheus()  # a clear error when the extra is missing
@@ -355,6 +369,10 @@ class QueueCollector:
                 "pgqueue_jobs_held",
                 "Due jobs a flow limit keeps waiting (limit: concurrency or rate).",
                 labels=["queue", "task", "limit"],
+            ),
+            gauge(
+                "pgqueue_jobs_dead_rows",
+                "Row versions of the jobs table not yet vacuumed (PostgreSQL's statistics).",
             ),
         ]
 

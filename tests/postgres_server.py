@@ -20,7 +20,7 @@ import shutil
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -159,8 +159,10 @@ def _write_wrapper(path: Path, prefix: list[str], binary: str) -> str:
 class PostgresServer:
     """One throwaway PostgreSQL server; a context manager (starts on enter)."""
 
-    def __init__(self, *, fast: bool = True) -> None:
+    def __init__(self, *, fast: bool = True, settings: Sequence[str] = ()) -> None:
         self.fast = fast
+        #: More ``name=value`` server settings (no spaces), e.g. ``track_wal_io_timing=on``.
+        self.settings = tuple(settings)
         self._root_dir: str | None = None
         self._server: Any = None  # testing.postgresql.Postgresql (untyped library)
         self._bins: _Binaries | None = None
@@ -308,6 +310,7 @@ class PostgresServer:
         options = ["logging_collector=off", "max_connections=200"]
         if self.fast:
             options.extend(_FAST_OPTIONS)
+        options.extend(self.settings)
         return " ".join(["-h", HOST, *(f"-c {o}" for o in options)])
 
     def _prepare_root_dir(self, root_dir: Path, as_root: bool) -> tuple[str, str]:

@@ -10,11 +10,11 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
+from cli_support import run_cli as run
 from conftest import count_jobs
 
 import pgqueue
 from pgqueue import JobState
-from pgqueue.cli import main
 from pgqueue.schema import JOBS, WORKERS
 
 NOW = datetime.now(UTC)
@@ -31,17 +31,6 @@ def _now() -> None:
     global NOW, LONG_AGO
     NOW = datetime.now(UTC)
     LONG_AGO = NOW - timedelta(days=30)
-
-
-def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    """Run ``pgqueue argv`` in-process; returns (exit code, stdout, stderr)."""
-    try:
-        code = main(list(argv))
-    except SystemExit as exc:  # argparse usage errors
-        code = int(exc.code or 0)
-    out, err = capsys.readouterr()
-    assert "Traceback" not in err
-    return code, out, err
 
 
 def run_json(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, Any]:

@@ -2,20 +2,18 @@
 
 from __future__ import annotations
 
-import importlib
 import json
 import re
-import sys
-import uuid
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from types import ModuleType
 
 import pytest
+from cli_support import app_modules
+from cli_support import run_cli as run
 
 import pgqueue
-from pgqueue.cli import main
 
 APP = """
 from datetime import timedelta
@@ -39,32 +37,10 @@ def sync(region: str) -> None: ...
 @pytest.fixture
 def make_app(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> Iterator[Callable[[str, str], ModuleType]]:
+) -> Iterator[Callable[..., ModuleType]]:
     """Write an application module that declares a Queue on ``url`` and import it."""
-    made: list[ModuleType] = []
-
-    def make(url: str, source: str = APP) -> ModuleType:
-        name = f"periodic_app_{uuid.uuid4().hex[:8]}"
-        (tmp_path / f"{name}.py").write_text(source.format(url=url))
-        monkeypatch.syspath_prepend(str(tmp_path))
-        module = importlib.import_module(name)
-        monkeypatch.setitem(sys.modules, name, module)
-        made.append(module)
-        return module
-
-    yield make
-    for module in made:
-        module.queue.close()
-
-
-def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    try:
-        code = main(list(argv))
-    except SystemExit as exc:
-        code = int(exc.code or 0)
-    out, err = capsys.readouterr()
-    assert "Traceback" not in err
-    return code, out, err
+    with app_modules(tmp_path, monkeypatch, APP, "periodic_app") as make:
+        yield make
 
 
 def test_schedules_lists_next_fire_times_and_last_fired(

@@ -3,21 +3,19 @@ without the embedded reaper (and so without its vacuum)."""
 
 from __future__ import annotations
 
-import importlib
 import re
-import sys
-import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import ModuleType
 
 import pytest
 import sqlalchemy as sa
+from cli_support import app_modules
+from cli_support import run_cli as run
 from conditions import wait_until
 from conftest import POSTGRES_ONLY, SQLITE_ONLY
 
 import pgqueue
-from pgqueue.cli import main
 
 APP = """
 import pgqueue
@@ -33,31 +31,9 @@ def noop() -> None: ...
 @pytest.fixture
 def make_app(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> Iterator[Callable[[str], ModuleType]]:
-    made: list[ModuleType] = []
-
-    def make(url: str) -> ModuleType:
-        name = f"vacuum_app_{uuid.uuid4().hex[:8]}"
-        (tmp_path / f"{name}.py").write_text(APP.format(url=url))
-        monkeypatch.syspath_prepend(str(tmp_path))
-        module = importlib.import_module(name)
-        monkeypatch.setitem(sys.modules, name, module)
-        made.append(module)
-        return module
-
-    yield make
-    for module in made:
-        module.queue.close()
-
-
-def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    try:
-        code = main(list(argv))
-    except SystemExit as exc:
-        code = int(exc.code or 0)
-    out, err = capsys.readouterr()
-    assert "Traceback" not in err
-    return code, out, err
+) -> Iterator[Callable[..., ModuleType]]:
+    with app_modules(tmp_path, monkeypatch, APP, "vacuum_app") as make:
+        yield make
 
 
 def _vacuum_count(queue: pgqueue.Queue) -> int:

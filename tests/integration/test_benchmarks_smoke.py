@@ -35,6 +35,9 @@ def test_quick_benchmark_run(tmp_path: Path) -> None:
         for benchmark in ("enqueue", "drain", "pickup", "enqueue_and_wait", "recovery", "claim"):
             assert (benchmark, backend) in seen
     assert ("connections", "postgresql") in seen  # per worker process: PostgreSQL only
+    # Beside the pickup, what the server's WAL flushes took meanwhile (PostgreSQL only).
+    flushes = [f for f in report["figures"] if f["benchmark"] == "pickup WAL flush"]
+    assert [f["backend"] for f in flushes] == ["postgresql"]
     assert all(math.isfinite(f["value"]) and f["value"] > 0 for f in report["figures"])
 
 
@@ -74,10 +77,16 @@ def test_quick_comparison_run(tmp_path: Path) -> None:
         "compare bulk one call",
         "compare single p50",
         "compare pickup p50",
+        "compare pickup flush",
     ):
         assert {(benchmark, library) for library in libraries} <= measured
     assert all(math.isfinite(f["value"]) and f["value"] > 0 for f in report["figures"])
     assert "| pickup p50 (from the enqueue call) (ms) |" in report["comparison"]
+    # The disk's figure, measured in each library's run, gets no ratio.
+    flush_row = next(
+        line for line in report["comparison"].splitlines() if "WAL flush while picking up" in line
+    )
+    assert flush_row.endswith("| - |")
     assert "pgqueue / best rival" in done.stdout
     assert "compare: estimated " in done.stderr and "drains 300 x2, 600 x1" in done.stderr
     runs = [(f["benchmark"], f["metric"]) for f in report["figures"]]

@@ -12,6 +12,7 @@ import urllib.request
 from datetime import timedelta
 from pathlib import Path
 
+import pytest
 from conditions import wait_until
 from prometheus_client import CollectorRegistry
 
@@ -19,6 +20,7 @@ import pgqueue
 import pgqueue.metrics
 import pgqueue.testing
 from pgqueue.config import utc_now
+from pgqueue.metrics import QueueCollector
 
 
 def scrape(url: str) -> dict[str, float]:
@@ -189,3 +191,23 @@ def test_worker_command_serves_its_counters(
         child.wait(timeout=30)
         if child.stderr is not None:
             child.stderr.close()
+
+
+def test_dead_rows_gauge_reads_the_jobs_tables_statistics(
+    queue: pgqueue.Queue, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """PostgreSQL: the jobs table's unvacuumed row versions, as the vacuum service reads them;
+    SQLite, which keeps no such count, has the family without a sample."""
+    backend = queue.db.backend
+    if backend.vacuums_jobs:
+        # What the statistics say at any moment depends on when the server last flushed them;
+        # the gauge must carry whatever the backend's reading says.
+        real = backend.jobs_table_stats
+        monkeypatch.setattr(
+            backend, "jobs_table_stats", lambda conn: real(conn)._replace(dead=1234)
+        )
+    families = {family.name: family for family in QueueCollector(queue).collect()}
+    dead_rows = families["pgqueue_jobs_dead_rows"]
+    expected = [1234.0] if backend.vacuums_jobs else []
+    assert [sample.value for sample in dead_rows.samples] == expected
+    assert families["pgqueue_database_up"].samples[0].value == 1
