@@ -20,6 +20,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
+from conftest import POSTGRES_ONLY
 
 import pgqueue
 import pgqueue.testing
@@ -156,3 +157,63 @@ def _state(queue: pgqueue.Queue, job_id: str) -> JobState:
     status = queue.status(job_id)
     assert status is not None
     return status.state
+
+
+@POSTGRES_ONLY
+def test_a_completion_waiting_on_an_enqueue_that_attaches_a_dependent_is_stored(
+    db_url: str,
+) -> None:
+    """PostgreSQL: the completion updates rows by their address (ctid), which misses a row
+    whose locked version an enqueue committed while the completion waited for it. The
+    backend then stores those by id: the outcome is kept (not taken for a lost lease), and the
+    write reads the flag that enqueue set, so the dependent is looked up."""
+    from conditions import wait_until
+    from conftest import claim_jobs
+
+    from pgqueue.backends.base import Completion
+
+    queue = pgqueue.Queue(db_url, allow_unknown_tasks=True)
+    try:
+        parent = queue.enqueue("t").id
+        token = claim_jobs(queue)[parent]
+        outcome: list[Any] = []
+        with queue.engine.connect() as enqueuing:
+            enqueuing.begin()
+            # Locks the parent and sets its has_dependents flag: a new row version, committed
+            # only after the completion below has taken its snapshot and waits for the lock.
+            child = queue.enqueue("t", depends_on=[parent], connection=enqueuing).id
+            completing = queue.engine.connect()
+            pid = completing.exec_driver_sql("SELECT pg_backend_pid()").scalar()
+            completing.rollback()
+
+            def complete() -> None:
+                with completing.begin():
+                    outcome.append(
+                        queue.backend.complete(
+                            completing,
+                            [Completion(parent, token, '"ok"', 60)],
+                            queue.backend.clock(),
+                        )
+                    )
+
+            thread = threading.Thread(target=complete)
+            thread.start()
+            with queue.engine.connect() as watcher:
+                wait_until(
+                    lambda: (
+                        watcher.exec_driver_sql(
+                            "SELECT wait_event_type FROM pg_stat_activity WHERE pid = %s",
+                            (pid,),
+                        ).scalar()
+                        == "Lock"
+                    ),
+                    "the completion waiting for the enqueue's lock",
+                )
+            enqueuing.commit()
+            thread.join(30)
+            completing.close()
+        assert outcome == [{parent: True}]
+        assert _state(queue, parent) is JobState.COMPLETED
+        assert _state(queue, child) is JobState.WAITING  # released by settle, not by complete
+    finally:
+        queue.close()

@@ -356,10 +356,27 @@ class PostgresBackend:
     ) -> dict[str, bool]:
         if not jobs:
             return {}
+        done = self._complete(connection, jobs, clock, self.row_address)
+        if len(done) < len(jobs):
+            # By address, a row whose locked version committed after the statement's snapshot
+            # was missed (see job_complete_many): by id, with a new snapshot, for those only.
+            # Still locked by this transaction, so this waits for nobody; ids that lost their
+            # lease stay missing.
+            missing = [job for job in jobs if job.id not in done]
+            done.update(self._complete(connection, missing, clock, None))
+        return done
+
+    def _complete(
+        self,
+        connection: Connection,
+        jobs: Sequence[Completion],
+        clock: Clock,
+        row_address: str | None,
+    ) -> dict[str, bool]:
         statement = (
-            prepared.complete_on_database_clock()
+            prepared.complete_on_database_clock(row_address)
             if clock.fixed is None
-            else pg_statements.job_complete_many(clock)
+            else pg_statements.job_complete_many(clock, row_address)
         )
         sql, defaults = prepared.driver_sql(connection, statement)
         result = connection.exec_driver_sql(

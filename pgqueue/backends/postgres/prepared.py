@@ -48,9 +48,9 @@ def enqueue_notify_on_database_clock(channel: str) -> Any:
 
 
 @functools.cache
-def complete_on_database_clock() -> Any:
+def complete_on_database_clock(row_address: str | None = None) -> Any:
     # Built once, like the enqueue: a busy worker completes a batch every turn.
-    return pg_statements.job_complete_many(Clock(None))
+    return pg_statements.job_complete_many(Clock(None), row_address)
 
 
 DRIVER_SQL: weakref.WeakKeyDictionary[Any, dict[Any, tuple[str, dict[str, Any]]]] = (

@@ -131,9 +131,16 @@ def job_enqueue_notify(insert: Any, clock: Clock, channel: str) -> Select[tuple[
 _ONE_SECOND: ColumnElement[Any] = literal_column("INTERVAL '1 second'")
 
 
-def job_complete_many(clock: Clock) -> Update:
+def job_complete_many(clock: Clock, row_address: str | None = None) -> Update:
     """PostgreSQL: store many handlers' results in one fenced UPDATE; returns the ids that were
     still ours (an id missing from the result lost its lease).
+
+    ``row_address`` (``ctid``): the UPDATE fetches each locked row by its address instead of
+    descending the primary key again. It then misses a row whose locked version was written by
+    a transaction that committed after this statement's snapshot (an enqueue attaching a
+    dependent, see workflow/statements.py): that version is invisible to the UPDATE's scan.
+    The row stays locked by this transaction, so the caller runs the statement without
+    ``row_address`` for the ids missing from the result (a new snapshot sees that version).
 
     Run with ``done``: one JSON array of ``{"id", "lock_token", "result"}`` objects (``result``
     null for none). One document keeps the SQL text the same for every batch size, so it is
@@ -151,8 +158,9 @@ def job_complete_many(clock: Clock) -> Update:
     # deadlock). The lock carries each row's result on, so the document is parsed once and the
     # UPDATE joins only the rows locked (already fenced: id, lock token and state, re-checked
     # on the newest version by the lock itself).
+    key = JOBS.c.id if row_address is None else literal_column(row_address).label("address")
     locked = (
-        select(JOBS.c.id, done.c.result)
+        select(key, done.c.result)
         .where(
             JOBS.c.id == done.c.id,
             JOBS.c.lock_token == done.c.lock_token,
@@ -165,7 +173,11 @@ def job_complete_many(clock: Clock) -> Update:
     return (
         update(JOBS)
         # Locked by this transaction: nobody can have changed the row since.
-        .where(JOBS.c.id == locked.c.id)
+        .where(
+            JOBS.c.id == locked.c.id
+            if row_address is None
+            else literal_column(f"{JOBS.name}.{row_address}") == locked.c.address
+        )
         .values(
             state=str(JobState.COMPLETED),
             result=locked.c.result,
