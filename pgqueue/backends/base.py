@@ -118,6 +118,10 @@ class Backend(Protocol):
     #: True when the database takes one writer at a time (SQLite): writers in parallel only
     #: queue for its lock, so a bulk writer should not split its work.
     single_writer: bool
+    #: The column that addresses a row version physically (PostgreSQL's ``ctid``), for a
+    #: worker's claim to update the rows it locked without a second index look-up; None where
+    #: there is none to rely on.
+    row_address: str | None
 
     def supports_jdbc(self, url: URL) -> bool:
         """Whether a JVM's JDBC driver can read the database ``url`` names (PostgreSQL over the

@@ -81,7 +81,8 @@ class Executor:
             decoded = self.queue.serializer.decode(payload)
             args, kwargs = list(decoded["args"]), dict(decoded["kwargs"])
             carrier = decoded.get(tracing.TRACE_KEY)
-            job.carrier = carrier if isinstance(carrier, Mapping) else None
+            # Most payloads carry no trace context: no ABC isinstance check for them.
+            job.carrier = carrier if carrier is not None and isinstance(carrier, Mapping) else None
             previous = bool(decoded.get(results.PREVIOUS_RESULT_KEY))
         except Exception as exc:
             return job.failure(exc)

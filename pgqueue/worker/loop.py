@@ -41,10 +41,15 @@ __all__ = ["WorkerLoop"]
 logger = logging.getLogger("pgqueue.worker")
 
 
-@dataclass(frozen=True, slots=True)
 class _Done:
-    job: Claimed
-    outcome: Outcome
+    """A handler's outcome, posted to the inbox (one per job: a plain class, whose
+    construction costs a fraction of a frozen dataclass's)."""
+
+    __slots__ = ("job", "outcome")
+
+    def __init__(self, job: Claimed, outcome: Outcome) -> None:
+        self.job = job
+        self.outcome = outcome
 
 
 @dataclass(frozen=True, slots=True)
@@ -302,33 +307,40 @@ class WorkerLoop:
 
     def _dispatch(self, rows: Sequence[Any], lock_token: str) -> None:
         # UPDATE … RETURNING gives no order; start the most urgent first.
-        rows = sorted(rows, key=lambda row: (-row["priority"], row["run_at"], row["id"]))
+        rows = sorted(rows, key=_urgency)
         self.ledger.count("claimed", len(rows))
+        # Per job, everything below runs once per claimed row on the loop thread: look-ups
+        # hoisted out of the loop.
+        queue, worker_id = self.queue, self.id
+        transaction_class = queue.job_transaction_class or JobTransaction
+        tasks = queue.tasks
+        start_at = self.store.start_at
+        add, launch, decide = self.ledger.add, self.executor.launch, self.ledger.decide
         for row in rows:
+            job_id, result_ttl = row["id"], row["result_ttl"]
             job = Claimed(
-                row["id"],
+                job_id,
                 JobContext(
-                    id=row["id"],
+                    id=job_id,
                     task=row["task"],
                     queue=row["queue"],
                     attempts=row["attempts"],
                     max_attempts=row["max_attempts"],
-                    worker_id=self.id,
+                    worker_id=worker_id,
                     created_at=row["created_at"],
-                    source=self.queue,
-                    job_transaction=(self.queue.job_transaction_class or JobTransaction)(
-                        self.queue, row["id"], lock_token, row["result_ttl"]
-                    ),
+                    source=queue,
+                    job_transaction=transaction_class(queue, job_id, lock_token, result_ttl),
                 ),
                 lock_token,
-                row["result_ttl"],
-                self.queue.tasks.get(row["task"]),
+                result_ttl,
+                tasks.get(row["task"]),
             )
-            job.not_before = self.store.start_at.pop(job.id, None)
-            self.ledger.add(job)
-            failure = self.executor.launch(job, row["payload"])
+            if start_at:
+                job.not_before = start_at.pop(job_id, None)
+            add(job)
+            failure = launch(job, row["payload"])
             if failure is not None:
-                self.ledger.decide(job, failure)
+                decide(job, failure)
         self.executor.flush()
 
     # -- the end -------------------------------------------------------------------------------
@@ -380,6 +392,10 @@ class WorkerLoop:
             self.services.stop()
         except Exception:
             logger.exception("stopping maintenance failed worker_id=%s", self.id)
+
+
+def _urgency(row: Any) -> tuple[int, Any, str]:
+    return (-row["priority"], row["run_at"], row["id"])
 
 
 def _committed_itself(job: Claimed) -> bool:

@@ -4,6 +4,7 @@ sort the whole backlog on every claim)."""
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import pytest
@@ -123,5 +124,91 @@ def test_the_work_connection_settings_never_reach_the_pool(pg_server: Any) -> No
                 assert other.exec_driver_sql("SHOW enable_bitmapscan").scalar() == "on"
                 timeout = other.exec_driver_sql("SHOW idle_in_transaction_session_timeout")
                 assert timeout.scalar() == "0"
+    finally:
+        queue.close()
+
+
+def _claim_by_address(queue: pgqueue.Queue, limit: int, token: str = "t") -> Any:
+    return statements.job_claim(
+        worker_id="w",
+        lock_token=token,
+        limit=limit,
+        lease=30,
+        queues=None,
+        clock=queue.backend.clock(),
+        row_address=queue.backend.row_address,
+    )
+
+
+def test_the_workers_claim_updates_the_rows_it_locked_by_their_address(pg_server: Any) -> None:
+    # The worker's claim (JobStore passes Backend.row_address): the index walk picks and locks
+    # the rows, the UPDATE fetches each by its ctid (no second descent of the primary key, and
+    # never a scan of the table).
+    queue = pgqueue.Queue(pg_server.create_database("claim_ctid"), allow_unknown_tasks=True)
+    try:
+        queue.migrate()
+        queue.enqueue_many("tasks.noop", [()] * 20_000)
+        assert queue.backend.row_address == "ctid"
+        conn = queue.engine.connect()
+        try:
+            queue.backend.prepare_work_connection(conn, lease=30)
+            with conn.begin():
+                plan = _plan(conn, _claim_by_address(queue, 200))
+            assert "Index Scan using ix_pgqueue_jobs_claim" in plan, plan
+            assert "Tid Scan" in plan, plan
+            assert "Seq Scan" not in plan and "Sort" not in plan, plan
+        finally:
+            conn.close()
+    finally:
+        queue.close()
+
+
+def test_claimers_by_row_address_take_every_job_once(pg_server: Any) -> None:
+    queue = pgqueue.Queue(pg_server.create_database("claim_ctid_race"), allow_unknown_tasks=True)
+    jobs = 1_000
+    try:
+        queue.migrate()
+        ids = {r.id for r in queue.enqueue_many("tasks.noop", [()] * jobs)}
+        taken: list[list[str]] = []
+        errors: list[BaseException] = []
+        start = threading.Barrier(4)
+
+        def claimer(n: int) -> None:
+            mine: list[str] = []
+            try:
+                conn = queue.engine.connect()
+                try:
+                    queue.backend.prepare_work_connection(conn, lease=30)
+                    start.wait(10)
+                    while True:
+                        with conn.begin():
+                            rows = queue.backend.claim(
+                                conn,
+                                _claim_by_address(queue, 25),
+                                {statements.CLAIM_LIMIT: 25, statements.CLAIM_LOCK_TOKEN: f"t{n}"},
+                            )
+                        if not rows:
+                            break
+                        assert all(row["lock_token"] == f"t{n}" for row in rows)
+                        mine += [row["id"] for row in rows]
+                finally:
+                    conn.close()
+            except BaseException as exc:
+                errors.append(exc)
+            taken.append(mine)
+
+        threads = [threading.Thread(target=claimer, args=(n,)) for n in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(60)
+        assert errors == []
+        every = [job_id for mine in taken for job_id in mine]
+        assert len(every) == jobs and set(every) == ids  # each once, none left
+        with queue.engine.connect() as conn:
+            states = conn.exec_driver_sql(
+                "SELECT state, count(*), min(attempts), max(attempts) FROM pgqueue_jobs GROUP BY 1"
+            ).all()
+        assert [tuple(row) for row in states] == [("processing", jobs, 1, 1)]
     finally:
         queue.close()

@@ -19,6 +19,9 @@ import uuid
 from datetime import UTC, datetime
 from typing import Any
 
+import pytest
+from conftest import POSTGRES_ONLY
+
 import pgqueue
 import pgqueue.testing
 from pgqueue.execution import JobContext, Outcome
@@ -44,7 +47,12 @@ def _claimed(job_id: str, token: str) -> Claimed:
     return Claimed(job_id, context, token, 60, None)
 
 
-def test_enqueues_with_dependents_and_batch_completions_never_deadlock(db_url: str) -> None:
+# Without failures the batch is completions only: one statement, whose own lock takes the rows
+# in id order (PostgreSQL); with failures the batch locks them all first (_lock_in_order).
+@pytest.mark.parametrize("with_failures", [True, False], ids=["mixed", "completions"])
+def test_enqueues_with_dependents_and_batch_completions_never_deadlock(
+    db_url: str, with_failures: bool
+) -> None:
     from conftest import claim_jobs
 
     queue = pgqueue.Queue(db_url, allow_unknown_tasks=True)
@@ -67,7 +75,9 @@ def test_enqueues_with_dependents_and_batch_completions_never_deadlock(db_url: s
             }
             order = parents[:]
             rng.shuffle(order)
-            failed = {order[2], order[5]} if round_ % 2 else {order[3]}
+            failed = (
+                ({order[2], order[5]} if round_ % 2 else {order[3]}) if with_failures else set()
+            )
             pending = [
                 (
                     _claimed(job_id, tokens[job_id]),
@@ -131,7 +141,7 @@ def test_enqueues_with_dependents_and_batch_completions_never_deadlock(db_url: s
                 assert _state(queue, job_id) is expected, (round_, job_id)
             all_waiting_cancelled = all(parent in failed for parent in waiting.values())
             for job_id, (policy, _) in dependents.items():
-                if policy == "cancel":
+                if policy == "cancel" and failed:
                     expected = JobState.CANCELLED
                 elif all_waiting_cancelled:
                     expected = JobState.QUEUED
@@ -147,3 +157,63 @@ def _state(queue: pgqueue.Queue, job_id: str) -> JobState:
     status = queue.status(job_id)
     assert status is not None
     return status.state
+
+
+@POSTGRES_ONLY
+def test_a_completion_waiting_on_an_enqueue_that_attaches_a_dependent_is_stored(
+    db_url: str,
+) -> None:
+    """PostgreSQL: the completion updates rows by their address (ctid), which misses a row
+    whose locked version an enqueue committed while the completion waited for it. The
+    backend then stores those by id: the outcome is kept (not taken for a lost lease), and the
+    write reads the flag that enqueue set, so the dependent is looked up."""
+    from conditions import wait_until
+    from conftest import claim_jobs
+
+    from pgqueue.backends.base import Completion
+
+    queue = pgqueue.Queue(db_url, allow_unknown_tasks=True)
+    try:
+        parent = queue.enqueue("t").id
+        token = claim_jobs(queue)[parent]
+        outcome: list[Any] = []
+        with queue.engine.connect() as enqueuing:
+            enqueuing.begin()
+            # Locks the parent and sets its has_dependents flag: a new row version, committed
+            # only after the completion below has taken its snapshot and waits for the lock.
+            child = queue.enqueue("t", depends_on=[parent], connection=enqueuing).id
+            completing = queue.engine.connect()
+            pid = completing.exec_driver_sql("SELECT pg_backend_pid()").scalar()
+            completing.rollback()
+
+            def complete() -> None:
+                with completing.begin():
+                    outcome.append(
+                        queue.backend.complete(
+                            completing,
+                            [Completion(parent, token, '"ok"', 60)],
+                            queue.backend.clock(),
+                        )
+                    )
+
+            thread = threading.Thread(target=complete)
+            thread.start()
+            with queue.engine.connect() as watcher:
+                wait_until(
+                    lambda: (
+                        watcher.exec_driver_sql(
+                            "SELECT wait_event_type FROM pg_stat_activity WHERE pid = %s",
+                            (pid,),
+                        ).scalar()
+                        == "Lock"
+                    ),
+                    "the completion waiting for the enqueue's lock",
+                )
+            enqueuing.commit()
+            thread.join(30)
+            completing.close()
+        assert outcome == [{parent: True}]
+        assert _state(queue, parent) is JobState.COMPLETED
+        assert _state(queue, child) is JobState.WAITING  # released by settle, not by complete
+    finally:
+        queue.close()

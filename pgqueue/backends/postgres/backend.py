@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import select as select_module
 import zlib
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -96,6 +97,7 @@ class PostgresBackend:
     # Notifications wake waiters; their own re-read is a rarely needed safety net.
     wait_poll = (0.5, 5.0)
     single_writer = False
+    row_address: str | None = "ctid"
     vacuums_jobs = True
 
     def __init__(
@@ -339,8 +341,16 @@ class PostgresBackend:
 
     def notify_many(self, connection: Connection, channel: str, payloads: Sequence[str]) -> None:
         if payloads:
-            connection.execute(
-                _NOTIFY_MANY, {"channel": self.channel(channel), "payloads": list(payloads)}
+            # Driver SQL (no compiled-cache look-up) with the payloads as one JSON text: a
+            # worker's turn sends one payload per job it finished.
+            sql, defaults = prepared.driver_sql(connection, _NOTIFY_MANY)
+            connection.exec_driver_sql(
+                sql,
+                {
+                    **defaults,
+                    "channel": self.channel(channel),
+                    "payloads": json.dumps(list(payloads)),
+                },
             )
 
     def complete(
@@ -348,16 +358,34 @@ class PostgresBackend:
     ) -> dict[str, bool]:
         if not jobs:
             return {}
+        done = self._complete(connection, jobs, clock, self.row_address)
+        if len(done) < len(jobs):
+            # By address, a row whose locked version committed after the statement's snapshot
+            # was missed (see job_complete_many): by id, with a new snapshot, for those only.
+            # Still locked by this transaction, so this waits for nobody; ids that lost their
+            # lease stay missing.
+            missing = [job for job in jobs if job.id not in done]
+            done.update(self._complete(connection, missing, clock, None))
+        return done
+
+    def _complete(
+        self,
+        connection: Connection,
+        jobs: Sequence[Completion],
+        clock: Clock,
+        row_address: str | None,
+    ) -> dict[str, bool]:
         statement = (
-            prepared.complete_on_database_clock()
+            prepared.complete_on_database_clock(row_address)
             if clock.fixed is None
-            else pg_statements.job_complete_many(clock)
+            else pg_statements.job_complete_many(clock, row_address)
         )
         sql, defaults = prepared.driver_sql(connection, statement)
-        rows = connection.exec_driver_sql(
+        result = connection.exec_driver_sql(
             sql, {**defaults, "done": prepared.complete_document(jobs)}
         )
-        return {job_id: flag for job_id, flag in rows}
+        # fetchall: one call for the batch, not a fetchone per row.
+        return dict(result.fetchall())
 
     def session_connection(self, engine: Engine, label: str) -> Connection:
         return locks.open_session_connection(engine, label)

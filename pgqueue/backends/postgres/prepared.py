@@ -9,6 +9,7 @@ import json
 import logging
 import weakref
 from collections.abc import Callable, Mapping, Sequence
+from json.encoder import encode_basestring_ascii
 from typing import Any, TypeVar
 
 from sqlalchemy import Connection, Engine
@@ -47,9 +48,9 @@ def enqueue_notify_on_database_clock(channel: str) -> Any:
 
 
 @functools.cache
-def complete_on_database_clock() -> Any:
+def complete_on_database_clock(row_address: str | None = None) -> Any:
     # Built once, like the enqueue: a busy worker completes a batch every turn.
-    return pg_statements.job_complete_many(Clock(None))
+    return pg_statements.job_complete_many(Clock(None), row_address)
 
 
 DRIVER_SQL: weakref.WeakKeyDictionary[Any, dict[Any, tuple[str, dict[str, Any]]]] = (
@@ -231,16 +232,18 @@ def _discard_or_return(
 def complete_document(jobs: Sequence[Completion]) -> str:
     """The JSON document of ``job_complete_many``: each result's text is spliced in as
     it is, so a result is never encoded twice (only ids and tokens, flat strings, are)."""
-    dumps = json.dumps
-    return (
-        "["
-        + ",".join(
-            f'{{"id":{dumps(job.id)},"lock_token":{dumps(job.lock_token)},'
-            f'"result":{"null" if job.result is None else job.result}}}'
-            for job in jobs
-        )
-        + "]"
-    )
+    # The json module's own C string encoder (what json.dumps runs for a str, without its
+    # per-call set-up); a batch's jobs mostly share one lock token, quoted once.
+    quote = encode_basestring_ascii
+    tokens: dict[str, str] = {}
+    parts = []
+    for job in jobs:
+        token = tokens.get(job.lock_token)
+        if token is None:
+            token = tokens[job.lock_token] = quote(job.lock_token)
+        result = "null" if job.result is None else job.result
+        parts.append(f'{{"id":{quote(job.id)},"lock_token":{token},"result":{result}}}')
+    return "[" + ",".join(parts) + "]"
 
 
 def enqueue_document(rows: list[dict[str, Any]]) -> str:

@@ -30,7 +30,6 @@ from sqlalchemy import (
     text,
     update,
 )
-from sqlalchemy.dialects import postgresql
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.sql.dml import ReturningInsert
 from sqlalchemy.sql.elements import TextClause
@@ -132,9 +131,16 @@ def job_enqueue_notify(insert: Any, clock: Clock, channel: str) -> Select[tuple[
 _ONE_SECOND: ColumnElement[Any] = literal_column("INTERVAL '1 second'")
 
 
-def job_complete_many(clock: Clock) -> Update:
+def job_complete_many(clock: Clock, row_address: str | None = None) -> Update:
     """PostgreSQL: store many handlers' results in one fenced UPDATE; returns the ids that were
     still ours (an id missing from the result lost its lease).
+
+    ``row_address`` (``ctid``): the UPDATE fetches each locked row by its address instead of
+    descending the primary key again. It then misses a row whose locked version was written by
+    a transaction that committed after this statement's snapshot (an enqueue attaching a
+    dependent, see workflow/statements.py): that version is invisible to the UPDATE's scan.
+    The row stays locked by this transaction, so the caller runs the statement without
+    ``row_address`` for the ids missing from the result (a new snapshot sees that version).
 
     Run with ``done``: one JSON array of ``{"id", "lock_token", "result"}`` objects (``result``
     null for none). One document keeps the SQL text the same for every batch size, so it is
@@ -148,17 +154,16 @@ def job_complete_many(clock: Clock) -> Update:
     )
     # The batch's rows locked in id order first (LockRows runs above the sort), as an enqueue
     # locks the dependencies it attaches to (workflow/statements.py): an UPDATE alone would lock
-    # them in the order of the document, and the two could wait for each other (a deadlock).
-    ordered = (
-        func.jsonb_to_recordset(cast(bindparam("done", type_=Text), JSONB))
-        .table_valued(column("id", Text), column("lock_token", Text))
-        .render_derived(name="ordered", with_types=True)
-    )
+    # them in the order its join emits them, and the two could wait for each other (a
+    # deadlock). The lock carries each row's result on, so the document is parsed once and the
+    # UPDATE joins only the rows locked (already fenced: id, lock token and state, re-checked
+    # on the newest version by the lock itself).
+    key = JOBS.c.id if row_address is None else literal_column(row_address).label("address")
     locked = (
-        select(JOBS.c.id)
+        select(key, done.c.result)
         .where(
-            JOBS.c.id == ordered.c.id,
-            JOBS.c.lock_token == ordered.c.lock_token,
+            JOBS.c.id == done.c.id,
+            JOBS.c.lock_token == done.c.lock_token,
             JOBS.c.state == str(JobState.PROCESSING),
         )
         .order_by(JOBS.c.id)
@@ -167,15 +172,15 @@ def job_complete_many(clock: Clock) -> Update:
     )
     return (
         update(JOBS)
+        # Locked by this transaction: nobody can have changed the row since.
         .where(
-            JOBS.c.id == locked.c.id,
-            JOBS.c.id == done.c.id,
-            JOBS.c.lock_token == done.c.lock_token,
-            JOBS.c.state == str(JobState.PROCESSING),
+            JOBS.c.id == locked.c.id
+            if row_address is None
+            else literal_column(f"{JOBS.name}.{row_address}") == locked.c.address
         )
         .values(
             state=str(JobState.COMPLETED),
-            result=done.c.result,
+            result=locked.c.result,
             error=null(),
             lock_token=null(),
             locked_until=null(),
@@ -303,14 +308,16 @@ def notify() -> Select[Any]:
 
 
 def notify_many() -> Select[Any]:
-    """One wake-up per payload in one statement; run with ``channel`` and ``payloads`` (a list).
-    The server folds identical notifications of one transaction into one."""
+    """One wake-up per payload in one statement; run with ``channel`` and ``payloads``: a JSON
+    array of strings as text (one ``json.dumps`` in C, where a text[] parameter is quoted by
+    the driver element by element in Python). The server folds identical notifications of one
+    transaction into one."""
     return select(
         func.pg_notify(
             bindparam("channel", type_=Text),
-            func.unnest(bindparam("payloads", type_=postgresql.ARRAY(Text))).column_valued(
-                "payload"
-            ),
+            func.json_array_elements_text(
+                cast(bindparam("payloads", type_=Text), JSON)
+            ).column_valued("payload"),
         )
     )
 

@@ -49,6 +49,7 @@ class SQLiteBackend:
 
     name = "sqlite"
     single_writer = True
+    row_address: str | None = None
     vacuums_jobs = False
     supports_notify = False
     events_in_table = True

@@ -129,12 +129,45 @@ def test_notify_and_notify_many_deliver_on_commit(queue: pgqueue.Queue) -> None:
         conn.commit()
         conn.execute(pg.notify(), {"channel": "pgqueue_conformance", "payload": "one"})
         conn.execute(
-            pg.notify_many(), {"channel": "pgqueue_conformance", "payloads": ["two", "two", "3"]}
+            pg.notify_many(),
+            {"channel": "pgqueue_conformance", "payloads": json.dumps(["two", "two", "3"])},
         )
         conn.commit()
         driver = conn.connection.driver_connection
         heard = [n.payload for n in driver.notifies(timeout=1, stop_after=3)]  # type: ignore[union-attr]
     assert heard == ["one", "two", "3"]  # identical ones of a transaction are folded
+
+
+# Job ids are free text: every character JSON escapes, a comma and braces (an array literal's
+# syntax), and text beyond ASCII.
+ODD_IDS = ['quote"d', "back\\slash", "a,b", "{x}", "caf\u00e9 \u2603", "tab\tnew\nline"]
+
+
+def test_notify_many_carries_any_payload_text_unchanged(queue: pgqueue.Queue) -> None:
+    with queue.engine.connect() as conn:
+        conn.exec_driver_sql("LISTEN pgqueue_conformance")
+        conn.commit()
+        queue.backend.notify_many(conn, "pgqueue_conformance", ODD_IDS)
+        conn.commit()
+        driver = conn.connection.driver_connection
+        heard = [n.payload for n in driver.notifies(timeout=1, stop_after=len(ODD_IDS))]  # type: ignore[union-attr]
+    assert heard == ODD_IDS
+
+
+def test_complete_stores_results_of_any_ids_and_tokens(queue: pgqueue.Queue) -> None:
+    from pgqueue.backends.base import Completion
+
+    enqueue(queue, *(job_row(job_id) for job_id in ODD_IDS), job_row("lost"))
+    tokens = {row["id"]: row["lock_token"] for row in claim(queue)}
+    jobs = [Completion(job_id, tokens[job_id], f"[{n}]", 60) for n, job_id in enumerate(ODD_IDS)]
+    jobs.append(Completion("lost", "not its token", None, 60))
+    with queue.engine.begin() as conn:
+        done = queue.backend.complete(conn, jobs, queue.backend.clock())
+    assert done == dict.fromkeys(ODD_IDS, False)
+    for n, job_id in enumerate(ODD_IDS):
+        assert row_of(queue, job_id).result == [n]
+        assert state_of(queue, job_id) is JobState.COMPLETED
+    assert state_of(queue, "lost") is JobState.PROCESSING
 
 
 def test_leaders_holding_locks_names_only_granted_leader_sessions(
