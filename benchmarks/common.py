@@ -179,13 +179,25 @@ wait_until = functools.partial(conditions.wait_until, every=0.05)
 
 def wal_flushes(url: str) -> tuple[int, float]:
     """The server's WAL flushes so far, and the milliseconds spent in them (``pg_stat_wal``,
-    timed with ``track_wal_io_timing``). A commit on a durable server waits for one: on a
-    machine whose disk takes milliseconds to flush, that is most of a one-job latency, and it is
-    the disk's figure, not the queue's.
+    timed with ``track_wal_io_timing``). Read it before the measured processes start; then
+    :func:`mean_flush`."""
+    with sa.create_engine(url, poolclass=sa.pool.NullPool).connect() as conn:
+        count, milliseconds = conn.execute(
+            sa.text("SELECT wal_sync, wal_sync_time FROM pg_stat_wal")
+        ).one()
+    return int(count), float(milliseconds)
 
-    A session hands its WAL statistics over at most once a second, and for sure when it ends, so
-    this waits until no other client session is connected: read it before the measured
-    processes start and after they have stopped."""
+
+def mean_flush(url: str, before: tuple[int, float]) -> float | None:
+    """Milliseconds per WAL flush since ``before`` (a :func:`wal_flushes` reading), once the
+    measured processes have stopped; None when the server counted none (``--no-durability``:
+    nothing is flushed). A commit on a durable server waits for one: on a machine whose disk
+    takes milliseconds to flush, that is most of a one-job latency, and it is the disk's
+    figure, not the queue's.
+
+    A session hands its WAL statistics over at most once a second, and for sure as it ends,
+    which may be a moment after it has left ``pg_stat_activity``: this waits for the sessions
+    to end and then a little for their figures."""
     others = sa.text(
         "SELECT count(*) FROM pg_stat_activity "
         "WHERE backend_type = 'client backend' AND pid <> pg_backend_pid()"
@@ -196,16 +208,13 @@ def wal_flushes(url: str) -> tuple[int, float]:
             timeout=60,
             what="the server's other sessions to end",
         )
-        count, milliseconds = conn.execute(
-            sa.text("SELECT wal_sync, wal_sync_time FROM pg_stat_wal")
-        ).one()
-    return int(count), float(milliseconds)
-
-
-def mean_flush(before: tuple[int, float], after: tuple[int, float]) -> float:
-    """Milliseconds per WAL flush between two :func:`wal_flushes` readings (0 if none)."""
+    deadline = time.monotonic() + 5
+    after = wal_flushes(url)
+    while after[0] == before[0] and time.monotonic() < deadline:
+        time.sleep(0.1)
+        after = wal_flushes(url)
     count = after[0] - before[0]
-    return (after[1] - before[1]) / count if count else 0.0
+    return (after[1] - before[1]) / count if count else None
 
 
 def percentile(values: Sequence[float], fraction: float) -> float:

@@ -278,11 +278,11 @@ def _pickup_step(databases: Databases, samples: int) -> Step:
             seconds = library.pickup(url, warm_up + samples, 0.02, reader.wait)[warm_up:]
         finally:
             stop([process])
-        flush = mean_flush(flushes, wal_flushes(url))
+        flush = mean_flush(url, flushes)
         return [
             ("pickup p50", percentile(seconds, 0.5) * 1000),
             ("pickup p99", percentile(seconds, 0.99) * 1000),
-            ("pickup flush", flush),
+            *([("pickup flush", flush)] if flush is not None else []),
         ]
 
     return step

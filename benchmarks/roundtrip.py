@@ -57,13 +57,13 @@ def run(databases: Databases, backend: str, *, quick: bool) -> list[Figure]:
                 round_trips.append(time.time() - before)
     # Over the enqueue_and_wait samples too: each holds the same commits, and the flushes are
     # the disk's, whichever sample they served.
-    flush = mean_flush(flushes, wal_flushes(url)) if postgres else 0.0
+    flush = mean_flush(url, flushes) if postgres else None
     settings = f"{samples} jobs one at a time, 1 idle worker (default settings)"
     # Each job's way to its handler holds two commits (the enqueue's and the claim's), each
     # waiting for its flush: set beside the pickup, the mean flush says how much was the disk.
     flush_figures = (
         [Figure("pickup WAL flush", backend, "mean", flush, "ms", settings, load)]
-        if postgres
+        if flush is not None
         else []
     )
     return [
