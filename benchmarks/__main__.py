@@ -39,7 +39,7 @@ from benchmarks import (
     roundtrip,
     scale,
 )
-from benchmarks.common import BACKENDS, Databases, Figure, Interference
+from benchmarks.common import BACKENDS, Databases, Figure, Interference, cpu_speed
 
 BENCHMARKS = {
     module.NAME: module
@@ -139,6 +139,7 @@ def main(argv: list[str] | None = None) -> int:
             scale.SCALE[key] = getattr(args, f"scale_{key}")
     started = datetime.now(UTC)
     load_before = os.getloadavg()
+    speed_before = cpu_speed()
     figures: list[Figure] = []
     comparison = ""
     notes: list[str] = []
@@ -173,6 +174,9 @@ def main(argv: list[str] | None = None) -> int:
         "finished": datetime.now(UTC).isoformat(timespec="seconds"),
         "load_before": [round(x, 2) for x in load_before],
         "load_after": [round(x, 2) for x in os.getloadavg()],
+        # The same loop's milliseconds before and after: a run on a slower minute of the host
+        # is not a regression (see benchmarks.common.cpu_speed).
+        "cpu_speed_ms": [round(speed_before, 2), round(cpu_speed(), 2)],
         "machine": machine(postgres),
         "quick": args.quick,
         "durable": not args.no_durability,
@@ -190,7 +194,11 @@ def main(argv: list[str] | None = None) -> int:
     for note in notes:
         print(f"note: {note}", file=sys.stderr)
     Path(args.json).write_text(json.dumps(report, indent=2) + "\n")
-    print(f"\nJSON: {args.json}   machine: {report['machine']}", file=sys.stderr)
+    print(
+        f"\nJSON: {args.json}   machine: {report['machine']}   "
+        f"cpu speed (ms for a fixed loop, before/after): {report['cpu_speed_ms']}",
+        file=sys.stderr,
+    )
     return 0
 
 

@@ -217,6 +217,43 @@ def mean_flush(url: str, before: tuple[int, float]) -> float | None:
     return (after[1] - before[1]) / count if count else None
 
 
+def cpu_speed() -> float:
+    """Milliseconds one fixed piece of pure Python takes here (the best of 5): the figures of a
+    run are only comparable with another's at the same speed. On a virtual machine the same
+    loop can take a third longer from one minute to the next (neighbours on the host), which
+    neither the load average nor ``others`` shows."""
+    import timeit
+
+    return min(timeit.repeat("sum(range(1_000_000))", number=10, repeat=5)) / 10 * 1000
+
+
+def paced_round_trip(url: str, every: float, samples: int = 200) -> float:
+    """p50 milliseconds of the cheapest durable write: a one-row autocommit ``INSERT`` on a raw
+    psycopg connection (no pool, no pgqueue), one every ``every`` seconds, as pickup's enqueues
+    are paced. A one-job pickup holds at least two such commits (the enqueue's and the claim's)
+    and two wake-ups of processes that were idle meanwhile; on a virtual machine whose idle
+    cores are put to sleep, a wake-up costs far more than the statement (measured here: a
+    ``SELECT 1`` takes 0.03 ms back to back, 0.45 ms after 20 ms idle), so this is the floor
+    under every library's pickup on the machine it runs on."""
+    import psycopg
+
+    conninfo = sa.engine.make_url(url).set(drivername="postgresql").render_as_string(False)
+    seconds = []
+    # A plain table: a temporary one is not WAL-logged, so its commits would not flush.
+    table = f"pgqueue_bench_floor_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(conninfo, autocommit=True) as conn:
+        conn.execute(f"CREATE TABLE {table} (v integer)")
+        try:
+            for _ in range(samples):
+                started = time.perf_counter()
+                conn.execute(f"INSERT INTO {table} VALUES (1)")
+                seconds.append(time.perf_counter() - started)
+                time.sleep(max(every - (time.perf_counter() - started), 0))
+        finally:
+            conn.execute(f"DROP TABLE {table}")
+    return percentile(seconds, 0.5) * 1000
+
+
 def percentile(values: Sequence[float], fraction: float) -> float:
     """The ``fraction`` quantile (nearest rank) of ``values``."""
     ordered = sorted(values)

@@ -38,6 +38,7 @@ from benchmarks.common import (
     Interference,
     instant,
     mean_flush,
+    paced_round_trip,
     percentile,
     stop,
     wal_flushes,
@@ -120,6 +121,13 @@ def metrics(sizes: Sizes) -> list[Metric]:
         # The disk's, not a library's: no ratio. Two flushes (the enqueue's and the claim's
         # commits) lie on every library's way from the call to the handler.
         Metric("pickup flush", "WAL flush while picking up, mean", "ms", False, compared=False),
+        Metric(
+            "pickup floor",
+            "raw durable INSERT paced as pickup, p50 (the machine's floor)",
+            "ms",
+            False,
+            compared=False,
+        ),
     ]
 
 
@@ -264,6 +272,10 @@ def _single_step(count: int) -> Step:
     return step
 
 
+#: Seconds between two pickup samples: one job at a time to an idle worker.
+PACE = 0.02
+
+
 def _pickup_step(databases: Databases, samples: int) -> Step:
     warm_up = 5
 
@@ -271,11 +283,14 @@ def _pickup_step(databases: Databases, samples: int) -> Step:
         log = databases.directory / f"pickup-{uuid.uuid4().hex[:8]}.log"
         log.touch()
         reader = _PickupLog(log)
+        # Measured beside each library's pickup, as its enqueues are paced: two of these and
+        # two wake-ups are the least a pickup can take on this machine at this minute.
+        floor = paced_round_trip(url, PACE, samples=min(samples, 200))
         flushes = wal_flushes(url)
         process = _worker(databases, library, url, {PICKUP_LOG: str(log)})
         try:
             # The first job waits for the worker to start; the warm-up ones are not counted.
-            seconds = library.pickup(url, warm_up + samples, 0.02, reader.wait)[warm_up:]
+            seconds = library.pickup(url, warm_up + samples, PACE, reader.wait)[warm_up:]
         finally:
             stop([process])
         flush = mean_flush(url, flushes)
@@ -283,6 +298,7 @@ def _pickup_step(databases: Databases, samples: int) -> Step:
             ("pickup p50", percentile(seconds, 0.5) * 1000),
             ("pickup p99", percentile(seconds, 0.99) * 1000),
             *([("pickup flush", flush)] if flush is not None else []),
+            ("pickup floor", floor),
         ]
 
     return step

@@ -19,6 +19,7 @@ from benchmarks.common import (
     latency_figures,
     mean_flush,
     opened,
+    paced_round_trip,
     wait_until,
     wal_flushes,
     workers,
@@ -38,6 +39,8 @@ def run(databases: Databases, backend: str, *, quick: bool) -> list[Figure]:
     from_commit: list[float] = []
     round_trips: list[float] = []
     postgres = backend == "postgresql"
+    # Paced as the pickup samples below are (one enqueue, then the wait, then the next).
+    floor = paced_round_trip(url, 0.005, samples=min(samples, 200)) if postgres else None
     flushes = wal_flushes(url) if postgres else (0, 0.0)
     with workers(url, 1, log_dir=databases.directory), opened(url) as queue:
         for n in range(WARM_UP + samples):
@@ -61,11 +64,14 @@ def run(databases: Databases, backend: str, *, quick: bool) -> list[Figure]:
     settings = f"{samples} jobs one at a time, 1 idle worker (default settings)"
     # Each job's way to its handler holds two commits (the enqueue's and the claim's), each
     # waiting for its flush: set beside the pickup, the mean flush says how much was the disk.
-    flush_figures = (
-        [Figure("pickup WAL flush", backend, "mean", flush, "ms", settings, load)]
-        if flush is not None
-        else []
-    )
+    flush_figures = [
+        Figure(name, backend, metric, value, "ms", settings, load)
+        for name, metric, value in (
+            ("pickup WAL flush", "mean", flush),
+            ("pickup floor", "raw durable INSERT p50", floor),
+        )
+        if value is not None
+    ]
     return [
         *flush_figures,
         *latency_figures("pickup latency", backend, from_call, settings, load),

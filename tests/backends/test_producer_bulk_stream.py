@@ -8,6 +8,7 @@ from conftest import count_jobs
 
 import pgqueue
 from pgqueue.backends.postgres import backend as postgres
+from pgqueue.backends.postgres import enqueue_verbs
 from pgqueue.backends.sqlite import backend as sqlite
 from pgqueue.producer import bulk as _bulk
 
@@ -15,7 +16,7 @@ from pgqueue.producer import bulk as _bulk
 @pytest.fixture(autouse=True)
 def small_chunks(monkeypatch: pytest.MonkeyPatch) -> None:
     # Several chunks, and so the overlapped path, without enqueueing thousands of jobs.
-    monkeypatch.setattr(postgres, "ENQUEUE_CHUNK", 10)
+    monkeypatch.setattr(enqueue_verbs, "ENQUEUE_CHUNK", 10)
     monkeypatch.setattr(sqlite, "ENQUEUE_CHUNK", 10)
     # The args-only bulk path (pgqueue/producer/bulk.py): chunks of 10, and past 20 jobs the streamed
     # transaction instead of the one statement that commits itself.

@@ -13,7 +13,7 @@ from sqlalchemy import event
 
 import pgqueue
 from pgqueue.backends.postgres import backend as postgres
-from pgqueue.backends.postgres import prepared
+from pgqueue.backends.postgres import enqueue_verbs, prepared
 from pgqueue.notifications import ENQUEUED_CHANNEL
 
 pytestmark = [
@@ -96,11 +96,11 @@ def test_the_enqueue_retries_once_when_the_loss_shows_on_its_statement(
 
 
 # The one-job enqueue has two one-statement ways: a job with an id the caller chose takes the
-# INSERT ... ON CONFLICT statement (through postgres._run_autocommit); a job whose id pgqueue
+# INSERT ... ON CONFLICT statement (through enqueue_verbs._run_autocommit); a job whose id pgqueue
 # generates, the plain INSERT of copy_enqueue (through prepared.run_text_on_driver). Each
 # retries once on a lost connection, and only then.
 ONE_STATEMENT_WAYS = [
-    pytest.param(postgres, "_run_autocommit", {"id": "chosen"}, id="chosen-id"),
+    pytest.param(enqueue_verbs, "_run_autocommit", {"id": "chosen"}, id="chosen-id"),
     pytest.param(prepared, "run_text_on_driver", {}, id="generated-id"),
 ]
 

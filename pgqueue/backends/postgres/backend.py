@@ -5,15 +5,13 @@ from __future__ import annotations
 import json
 import select as select_module
 import zlib
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy import Connection, Engine, Table, event
-from sqlalchemy.dialects import postgresql
+from sqlalchemy import Connection, Engine, event
 from sqlalchemy.engine import URL
 from sqlalchemy.exc import DBAPIError, DisconnectionError, OperationalError
 
@@ -22,11 +20,11 @@ from pgqueue.backends.base import (
     Completion,
     JobsTableStats,
     VacuumOutcome,
-    iter_chunks,
     split_holder,
 )
-from pgqueue.backends.postgres import bulk, copy_enqueue, documents, locks, prepared, vacuum
+from pgqueue.backends.postgres import documents, locks, prepared, vacuum
 from pgqueue.backends.postgres import statements as pg_statements
+from pgqueue.backends.postgres.enqueue_verbs import EnqueueVerbs
 from pgqueue.backends.postgres.listener import Listener
 from pgqueue.config import check_name
 from pgqueue.errors import BackendError, ConfigError, SchemaMissingError
@@ -34,9 +32,6 @@ from pgqueue.errors import BackendError, ConfigError, SchemaMissingError
 __all__ = ["PostgresBackend"]
 
 
-# Jobs per INSERT: round trips stop mattering well before this, and one statement's JSON
-# document stays a few megabytes.
-ENQUEUE_CHUNK = 5000
 # A worker's work connection idle inside a transaction this many leases is ended by the server
 # (prepare_work_connection), never sooner than the floor (ms).
 IDLE_IN_TRANSACTION_LEASES = 3
@@ -82,7 +77,7 @@ def _check_idle_connection(dbapi_connection: Any, _record: Any, _proxy: Any) -> 
 _REFUSED_VALUE_CLASSES = ("22", "54")
 
 
-class PostgresBackend:
+class PostgresBackend(EnqueueVerbs):
     """The production backend.
 
     ``schema`` holds pgqueue's tables (None: the first schema on the ``search_path``).
@@ -119,8 +114,6 @@ class PostgresBackend:
         self.pooler = pooler
         self.supports_notify = self.session_locks = pooler is None or sessions
         self._suffix = "" if schema is None else f"_{zlib.crc32(schema.encode()):08x}"
-
-    committed_enqueue_limit = ENQUEUE_CHUNK
 
     def create_engine(self, url: Any, **options: Any) -> Engine:
         # No pre-ping by default: it is a round trip per checkout, a third of a one-job enqueue.
@@ -168,121 +161,6 @@ class PostgresBackend:
 
     def clock(self, now: datetime | None = None) -> Clock:
         return Clock(now)
-
-    def insert(self, table: Table) -> Any:
-        return postgresql.insert(table)
-
-    def enqueue_rows(
-        self, connection: Connection, rows: Iterable[dict[str, Any]], clock: Clock
-    ) -> list[str]:
-        statement = (
-            prepared.enqueue_on_database_clock()
-            if clock.fixed is None
-            else pg_statements.job_enqueue_many(self.insert, clock)
-        )
-
-        def send(jobs: str) -> list[str]:
-            return list(connection.scalars(statement, {"jobs": jobs}))
-
-        chunks = iter_chunks(rows, ENQUEUE_CHUNK)
-        first = next(chunks, None)
-        if first is None:
-            return []
-        if len(first) < ENQUEUE_CHUNK:
-            return send(prepared.enqueue_document(first))
-        # Maybe more chunks: while the server inserts one, this thread builds the next (and the
-        # caller's iterator its rows), so the database and Python overlap instead of taking
-        # turns. One statement at a time is in flight on the connection, sent from one helper
-        # thread; an exception from either side ends the call once that statement is back.
-        queued: list[str] = []
-        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="pgqueue-enqueue") as pool:
-            running = pool.submit(send, prepared.enqueue_document(first))
-            for chunk in chunks:
-                jobs = prepared.enqueue_document(chunk)
-                queued.extend(running.result())
-                running = pool.submit(send, jobs)
-            queued.extend(running.result())
-        return queued
-
-    def enqueue_committed(
-        self, engine: Engine, rows: Sequence[dict[str, Any]], clock: Clock, channel: str
-    ) -> list[str]:
-        channel = self.channel(channel)
-        statement = (
-            prepared.enqueue_notify_on_database_clock(channel)
-            if clock.fixed is None
-            else pg_statements.job_enqueue_notify(self.insert, clock, channel)
-        )
-        jobs = prepared.enqueue_document(list(rows))
-        # Should a first try have been applied after all, the same ids make the second a no-op.
-        return prepared.once_more_if_lost(lambda: _run_autocommit(engine, statement, jobs))
-
-    def enqueue_fresh(
-        self,
-        connection: Connection,
-        shared: Mapping[str, Any],
-        documents: Iterable[str],
-        clock: Clock,
-    ) -> list[str]:
-        """Jobs of one task with generated ids (see ``backends/postgres/bulk.py``)."""
-        return bulk.enqueue_fresh(connection, shared, documents, clock)
-
-    def enqueue_columns(
-        self,
-        connection: Connection,
-        shared: Mapping[str, Any],
-        ids: list[str],
-        args: list[str],
-        kwargs: Mapping[str, str],
-        clock: Clock,
-        *,
-        priorities: list[int | None] | None = None,
-        run_ats: list[datetime | None] | None = None,
-    ) -> list[str]:
-        """Jobs of one task given as columns, chosen ids, each job's own priority and due time
-        when given (see ``backends/postgres/bulk.py``)."""
-        return bulk.enqueue_columns(
-            connection, shared, ids, args, kwargs, clock, priorities=priorities, run_ats=run_ats
-        )
-
-    def enqueue_copy(
-        self,
-        engine: Engine,
-        shared: Mapping[str, Any],
-        chunks: Iterable[tuple[Sequence[str], Sequence[bytes]]],
-        clock: Clock,
-        channel: str,
-    ) -> int | None:
-        """Jobs with generated ids by ``COPY``, committed with their wake-up; None when nothing
-        was written and they must take :meth:`enqueue_fresh` (see ``copy_enqueue.py``)."""
-        return copy_enqueue.enqueue_copy(engine, shared, chunks, clock, self.channel(channel))
-
-    def enqueue_fresh_args(
-        self,
-        engine: Engine,
-        shared: Mapping[str, Any],
-        ids: Sequence[str],
-        args: str,
-        extra: str,
-        clock: Clock,
-        channel: str,
-        meanwhile: Callable[[], object] | None = None,
-    ) -> bool:
-        """A small call of jobs with generated ids in one autocommit statement, its args as one
-        JSON array; False when nothing was written (see ``copy_enqueue.py``). ``meanwhile``
-        may run while the server executes it."""
-        return copy_enqueue.insert_fresh_committed(
-            engine, shared, ids, args, extra, clock, self.channel(channel), meanwhile
-        )
-
-    def enqueue_fresh_committed(
-        self, engine: Engine, shared: Mapping[str, Any], document: str, clock: Clock, channel: str
-    ) -> list[str]:
-        """:meth:`enqueue_fresh` as one statement that commits itself with its wake-up."""
-        channel = self.channel(channel)
-        return prepared.once_more_if_lost(
-            lambda: bulk.enqueue_fresh_committed(engine, shared, document, clock, channel)
-        )
 
     def claim(self, connection: Connection, statement: Any, values: dict[str, Any]) -> list[Any]:
         # The claim must walk the claim index in order and stop after LIMIT rows. Without
@@ -495,9 +373,3 @@ class PostgresBackend:
         if sqlstate == _UNDEFINED_TABLE and "pgqueue_" in str(error.orig):
             return SchemaMissingError()
         return BackendError(f"PostgreSQL error: {str(error.orig).strip()}")
-
-
-# Driver SQL of the worker's hot statements, by statement (see PostgresBackend.claim). Weak:
-# a statement built per call (a fixed clock) goes with its last use.
-def _run_autocommit(engine: Engine, statement: Any, jobs: str) -> list[str]:
-    return prepared.run_autocommit(engine, statement, {"jobs": jobs})
