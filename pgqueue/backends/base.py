@@ -118,9 +118,11 @@ class Backend(Protocol):
     #: True when the database takes one writer at a time (SQLite): writers in parallel only
     #: queue for its lock, so a bulk writer should not split its work.
     single_writer: bool
-    #: The column that addresses a row version physically (PostgreSQL's ``ctid``), for a
-    #: worker's claim to update the rows it locked without a second index look-up; None where
-    #: there is none to rely on.
+    #: The column that addresses a row version physically (PostgreSQL's ``ctid``), for the
+    #: completion of a worker's batch to update the rows it locked without a second index
+    #: look-up; None where there is none to rely on. (Not the claim: a claim by address misses a
+    #: row version committed after its snapshot, and the worker would take the short batch for
+    #: a drained queue.)
     row_address: str | None
 
     def supports_jdbc(self, url: URL) -> bool:

@@ -75,17 +75,9 @@ def job_claim(
     queues: Sequence[str] | None,
     clock: Clock,
     ids: Sequence[str] | None = None,
-    row_address: str | None = None,
 ) -> Update:
     """Claim up to ``limit`` due jobs, highest priority first, then oldest ``run_at``, then id
     (only among ``ids`` if given: ``pgqueue.testing.run_job``).
-
-    ``row_address``: the database's physical row address column (``Backend.row_address``,
-    PostgreSQL's ``ctid``): the UPDATE then fetches each picked row straight by its address
-    instead of descending the primary key again. The address is the version the lock took,
-    and the lock keeps it from moving until the claim commits; a row another transaction
-    updated after this statement's snapshot is locked but not claimed (the UPDATE does not
-    see that version), which only leaves it queued for the next claim.
 
     The CTE is an optimisation fence as well as the lock: PostgreSQL evaluates it once, locking
     exactly the rows it returns and skipping rows another claimer holds, instead of re-running a
@@ -106,23 +98,17 @@ def job_claim(
         # Jobs with flow limits have a claim of their own (pgqueue.limits); the same terms as
         # the claim indexes' predicate, so the planner can prove they cover this query.
         conditions += [JOBS.c.concurrency_key.is_(None), JOBS.c.rate_key.is_(None)]
-    key = JOBS.c.id if row_address is None else literal_column(row_address).label("address")
     picked = (
-        select(key)
+        select(JOBS.c.id)
         .where(*conditions)
         .order_by(JOBS.c.priority.desc(), JOBS.c.run_at, JOBS.c.id)
         .limit(bindparam(CLAIM_LIMIT, limit, type_=Integer))
         .with_for_update(skip_locked=True)
         .cte("picked")
     )
-    if row_address is None:
-        target: ColumnElement[bool] = JOBS.c.id.in_(select(picked.c.id))
-    else:
-        # Qualified: ``picked`` has a column of that name too.
-        target = literal_column(f"{JOBS.name}.{row_address}") == picked.c.address
     return (
         update(JOBS)
-        .where(target)
+        .where(JOBS.c.id.in_(select(picked.c.id)))
         .values(
             state=str(JobState.PROCESSING),
             locked_by=worker_id,

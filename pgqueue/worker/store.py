@@ -174,7 +174,6 @@ class JobStore:
                 lease=self.lease,
                 queues=self.queues,
                 clock=clock,
-                row_address=self.backend.row_address,
             ),
         )
         values = {statements.CLAIM_LIMIT: limit, statements.CLAIM_LOCK_TOKEN: lock_token}

@@ -128,43 +128,10 @@ def test_the_work_connection_settings_never_reach_the_pool(pg_server: Any) -> No
         queue.close()
 
 
-def _claim_by_address(queue: pgqueue.Queue, limit: int, token: str = "t") -> Any:
-    return statements.job_claim(
-        worker_id="w",
-        lock_token=token,
-        limit=limit,
-        lease=30,
-        queues=None,
-        clock=queue.backend.clock(),
-        row_address=queue.backend.row_address,
-    )
-
-
-def test_the_workers_claim_updates_the_rows_it_locked_by_their_address(pg_server: Any) -> None:
-    # The worker's claim (JobStore passes Backend.row_address): the index walk picks and locks
-    # the rows, the UPDATE fetches each by its ctid (no second descent of the primary key, and
-    # never a scan of the table).
-    queue = pgqueue.Queue(pg_server.create_database("claim_ctid"), allow_unknown_tasks=True)
-    try:
-        queue.migrate()
-        queue.enqueue_many("tasks.noop", [()] * 20_000)
-        assert queue.backend.row_address == "ctid"
-        conn = queue.engine.connect()
-        try:
-            queue.backend.prepare_work_connection(conn, lease=30)
-            with conn.begin():
-                plan = _plan(conn, _claim_by_address(queue, 200))
-            assert "Index Scan using ix_pgqueue_jobs_claim" in plan, plan
-            assert "Tid Scan" in plan, plan
-            assert "Seq Scan" not in plan and "Sort" not in plan, plan
-        finally:
-            conn.close()
-    finally:
-        queue.close()
-
-
-def test_claimers_by_row_address_take_every_job_once(pg_server: Any) -> None:
-    queue = pgqueue.Queue(pg_server.create_database("claim_ctid_race"), allow_unknown_tasks=True)
+def test_concurrent_claimers_take_every_job_once(pg_server: Any) -> None:
+    # Four work connections claiming at once, each in its own transactions: SKIP LOCKED hands
+    # every job to exactly one of them, and none is left behind.
+    queue = pgqueue.Queue(pg_server.create_database("claim_race"), allow_unknown_tasks=True)
     jobs = 1_000
     try:
         queue.migrate()
@@ -184,7 +151,7 @@ def test_claimers_by_row_address_take_every_job_once(pg_server: Any) -> None:
                         with conn.begin():
                             rows = queue.backend.claim(
                                 conn,
-                                _claim_by_address(queue, 25),
+                                _claim(queue, 25),
                                 {statements.CLAIM_LIMIT: 25, statements.CLAIM_LOCK_TOKEN: f"t{n}"},
                             )
                         if not rows:
