@@ -177,14 +177,28 @@ def scalar(queue: pgqueue.Queue, sql: str, **params: Any) -> Any:
 wait_until = functools.partial(conditions.wait_until, every=0.05)
 
 
+def conninfo(url: str) -> str:
+    """A libpq URL from a SQLAlchemy one (``postgresql+psycopg://`` → ``postgresql://``)."""
+    return sa.engine.make_url(url).set(drivername="postgresql").render_as_string(False)
+
+
+_FLUSHES = sa.text("SELECT wal_sync, wal_sync_time FROM pg_stat_wal")
+_OTHER_SESSIONS = sa.text(
+    "SELECT count(*) FROM pg_stat_activity "
+    "WHERE backend_type = 'client backend' AND pid <> pg_backend_pid()"
+)
+
+
 def wal_flushes(url: str) -> tuple[int, float]:
     """The server's WAL flushes so far, and the milliseconds spent in them (``pg_stat_wal``,
     timed with ``track_wal_io_timing``). Read it before the measured processes start; then
     :func:`mean_flush`."""
     with sa.create_engine(url, poolclass=sa.pool.NullPool).connect() as conn:
-        count, milliseconds = conn.execute(
-            sa.text("SELECT wal_sync, wal_sync_time FROM pg_stat_wal")
-        ).one()
+        return _flushes(conn)
+
+
+def _flushes(conn: sa.Connection) -> tuple[int, float]:
+    count, milliseconds = conn.execute(_FLUSHES).one()
     return int(count), float(milliseconds)
 
 
@@ -198,21 +212,26 @@ def mean_flush(url: str, before: tuple[int, float]) -> float | None:
     A session hands its WAL statistics over at most once a second, and for sure as it ends,
     which may be a moment after it has left ``pg_stat_activity``: this waits for the sessions
     to end and then a little for their figures."""
-    others = sa.text(
-        "SELECT count(*) FROM pg_stat_activity "
-        "WHERE backend_type = 'client backend' AND pid <> pg_backend_pid()"
-    )
-    with sa.create_engine(url, poolclass=sa.pool.NullPool).connect() as conn:
+    engine = sa.create_engine(url, poolclass=sa.pool.NullPool)
+
+    def reading() -> tuple[int, float]:
+        # A connection of its own: within a transaction a session keeps seeing the statistics
+        # of its first look (stats_fetch_consistency).
+        with engine.connect() as conn:
+            return _flushes(conn)
+
+    with engine.connect() as conn:
         wait_until(
-            lambda: conn.execute(others).scalar_one() == 0,
+            lambda: conn.execute(_OTHER_SESSIONS).scalar_one() == 0,
             timeout=60,
             what="the server's other sessions to end",
         )
+    after = reading()
     deadline = time.monotonic() + 5
-    after = wal_flushes(url)
     while after[0] == before[0] and time.monotonic() < deadline:
         time.sleep(0.1)
-        after = wal_flushes(url)
+        after = reading()
+    engine.dispose()
     count = after[0] - before[0]
     return (after[1] - before[1]) / count if count else None
 
@@ -237,11 +256,10 @@ def paced_round_trip(url: str, every: float, samples: int = 200) -> float:
     under every library's pickup on the machine it runs on."""
     import psycopg
 
-    conninfo = sa.engine.make_url(url).set(drivername="postgresql").render_as_string(False)
     seconds = []
     # A plain table: a temporary one is not WAL-logged, so its commits would not flush.
     table = f"pgqueue_bench_floor_{uuid.uuid4().hex[:8]}"
-    with psycopg.connect(conninfo, autocommit=True) as conn:
+    with psycopg.connect(conninfo(url), autocommit=True) as conn:
         conn.execute(f"CREATE TABLE {table} (v integer)")
         try:
             for _ in range(samples):

@@ -26,6 +26,8 @@ from typing import Any, TypeVar
 
 import sqlalchemy as sa
 
+from benchmarks.common import conninfo
+
 T = TypeVar("T")
 
 PICKUP_LOG = "PGQUEUE_BENCH_PICKUP_LOG"
@@ -35,11 +37,6 @@ PICKUP_LOG = "PGQUEUE_BENCH_PICKUP_LOG"
 PGQUEUE_CONCURRENCY = 200
 PGQUEUER_BATCH = 100
 PROCRASTINATE_CONCURRENCY = 50
-
-
-def conninfo(url: str) -> str:
-    """A libpq URL from a SQLAlchemy one (``postgresql+psycopg://`` → ``postgresql://``)."""
-    return sa.engine.make_url(url).set(drivername="postgresql").render_as_string(False)
 
 
 def record_pickup(sample: object) -> None:

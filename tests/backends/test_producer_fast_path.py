@@ -29,9 +29,9 @@ def driver_runs(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     runs: list[str] = []
     real = prepared.run_text_on_driver
 
-    def spy(engine: sa.Engine, sql: str, parameters: dict[str, Any]) -> list[Any]:
+    def spy(engine: sa.Engine, sql: str, parameters: dict[str, Any], *rest: Any) -> list[Any]:
         runs.append(sql)
-        return real(engine, sql, parameters)
+        return real(engine, sql, parameters, *rest)
 
     monkeypatch.setattr(prepared, "run_text_on_driver", spy)
     return runs

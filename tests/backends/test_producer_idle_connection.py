@@ -115,7 +115,7 @@ def test_a_second_loss_in_a_row_is_an_error(
 ) -> None:
     calls: list[object] = []
 
-    def lost(engine: sa.Engine, statement: object, values: object) -> list[str]:
+    def lost(engine: sa.Engine, statement: object, values: object, *rest: object) -> list[str]:
         calls.append(values)
         raise sa.exc.OperationalError(
             "INSERT", {}, Exception("server closed the connection"), connection_invalidated=True
@@ -138,7 +138,7 @@ def test_other_errors_are_not_retried(
 ) -> None:
     calls: list[object] = []
 
-    def refused(engine: sa.Engine, statement: object, values: object) -> list[str]:
+    def refused(engine: sa.Engine, statement: object, values: object, *rest: object) -> list[str]:
         calls.append(values)
         raise sa.exc.OperationalError("INSERT", {}, Exception("disk full"))
 

@@ -267,10 +267,7 @@ def insert_fresh_committed(
         try:
             if prepared.unobserved(engine):
                 # A one-job enqueue comes this way: past SQLAlchemy's Connection, as there.
-                if meanwhile is None:
-                    prepared.run_text_on_driver(engine, statement, values)
-                else:
-                    prepared.run_text_on_driver(engine, statement, values, meanwhile)
+                prepared.run_text_on_driver(engine, statement, values, meanwhile)
                 return True
             if meanwhile is not None:
                 meanwhile()
