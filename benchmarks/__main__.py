@@ -34,7 +34,9 @@ from benchmarks import (
     dashboard,
     drain,
     enqueue,
+    fleet,
     history,
+    pressure,
     recovery,
     roundtrip,
     scale,
@@ -43,10 +45,22 @@ from benchmarks.common import BACKENDS, Databases, Figure, Interference, cpu_spe
 
 BENCHMARKS = {
     module.NAME: module
-    for module in (enqueue, drain, roundtrip, recovery, history, dashboard, connections, scale)
+    for module in (
+        enqueue,
+        drain,
+        roundtrip,
+        recovery,
+        history,
+        dashboard,
+        connections,
+        scale,
+        fleet,
+        pressure,
+    )
 }
-#: Run only when named with --only: scale writes millions of rows (a quarter of an hour).
-ON_DEMAND = {scale.NAME}
+#: Run only when named with --only: scale writes millions of rows (a quarter of an hour), fleet
+#: starts hundreds of worker processes, pressure pins the xmin horizon for minutes.
+ON_DEMAND = {scale.NAME, fleet.NAME, pressure.NAME}
 
 
 def main(argv: list[str] | None = None) -> int:

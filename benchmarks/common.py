@@ -320,8 +320,11 @@ def server_pids(databases: Databases, backend: str) -> list[int]:
     if backend != "postgresql":
         return []
     postmaster = databases.server.pid
-    if postmaster is None:
-        return []
+    return [] if postmaster is None else process_tree(postmaster)
+
+
+def process_tree(postmaster: int) -> list[int]:
+    """A PostgreSQL postmaster and its children (the server's processes)."""
     children = []
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:

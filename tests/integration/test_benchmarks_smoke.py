@@ -157,3 +157,28 @@ def test_a_drain_over_its_budget_is_stopped_and_marked_partial(tmp_path: Path) -
         "\\* a partial drain: stopped at its time budget (0.5 s from the workers' start)" in table
     )
     assert "- drain, 20,000-job backlog, pgqueue, repeat 1: stopped after" in table
+
+
+@pytest.mark.slow
+def test_quick_fleet_and_pressure_runs(tmp_path: Path) -> None:
+    """The on-demand benchmarks of the production conditions: an idle fleet answering lone jobs,
+    and the queue while the xmin horizon is pinned (every phase reported, for both shapes)."""
+    require_postgres()
+    output = tmp_path / "results.json"
+    done = subprocess.run(
+        [sys.executable, "-m", "benchmarks", "--quick", "--only", "fleet,pressure",
+         "--backend", "postgresql", "--json", str(output)],
+        cwd=ROOT, capture_output=True, text=True, timeout=400,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    figures = json.loads(output.read_text())["figures"]
+    fleet = {f["metric"] for f in figures if f["benchmark"] == "fleet"}
+    assert {"direct: claim statements per lone job", "direct: pickup p50"} <= fleet
+    pressure = {f["metric"] for f in figures if f["benchmark"] == "pressure"}
+    for shape in ("fixed rate", "ceiling"):
+        for phase in ("clean", "idle-in-transaction", "recovery 1", "readers", "recovery 2"):
+            assert f"{shape}, {phase}: completions" in pressure
+            assert f"{shape}, {phase}: dead tuples peak" in pressure
+        assert f"{shape}, recovery 1: back to 90 % of clean rate" in pressure
+    rates = [f["value"] for f in figures if f["metric"].endswith(": completions")]
+    assert all(rate > 0 for rate in rates)
