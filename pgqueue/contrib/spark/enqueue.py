@@ -71,6 +71,7 @@ def enqueue_dataframe(
     task: Task[..., Any] | str,
     *,
     url: str,
+    schema: str | None = None,
     id_col: str | None = None,
     args_cols: Sequence[str] | None = None,
     kwargs_cols: Sequence[str] | Mapping[str, str] | None = None,
@@ -85,6 +86,8 @@ def enqueue_dataframe(
     ``task`` is a task from ``@queue.task`` (its queue, priority, attempts and result TTL apply,
     and the columns are checked against its signature) or a task name (the defaults of a plain
     ``Queue`` apply). ``url`` is the queue's database; executors connect to it themselves.
+    ``schema`` is the PostgreSQL schema holding pgqueue's tables (as ``Queue(schema=...)``);
+    None takes the task's queue's schema, or the connection's default for a task name.
 
     Columns: ``args_cols`` become positional arguments in order; ``kwargs_cols`` keyword
     arguments named like the columns, or a mapping ``{argument: column}``. With neither, every
@@ -115,10 +118,13 @@ def enqueue_dataframe(
         )
         print(report)   # EnqueueReport(queued=1200, duplicate=0, completed=0)
     """
+    if schema is None and isinstance(task, Task):
+        schema = task.queue.schema
     plan = make_plan(
         df,
         task,
         url=url,
+        queue_schema=schema,
         id_col=id_col,
         args_cols=args_cols,
         kwargs_cols=kwargs_cols,
@@ -129,7 +135,8 @@ def enqueue_dataframe(
     )
     if partitions is not None:
         partitions = config.check_int("partitions", partitions, low=1, high=100_000)
-    probe = Queue(plan.url, allow_unknown_tasks=True)
+    # The schema is checked here too (a bad name raises ConfigError before Spark starts).
+    probe = Queue(plan.url, allow_unknown_tasks=True, schema=plan.schema)
     try:
         # A missing or unmigrated database fails here, on the driver, before Spark starts.
         probe.status("pgqueue-spark-probe")

@@ -58,6 +58,7 @@ def read_jobs(
     spark: SparkSession,
     url: str,
     *,
+    schema: str | None = None,
     queues: Sequence[str] | None = None,
     states: Sequence[str | JobState] | None = None,
     since: datetime | None = None,
@@ -74,6 +75,10 @@ def read_jobs(
     ``run_seconds`` (``finished_at - started_at``). ``started_at`` is the last attempt's start, so
     for a retried job the wait includes the earlier attempts and the run is the last attempt's.
 
+    ``url`` may be a read replica's (a hot standby): the reads are plain SELECTs, so an analytics
+    job never competes with the workers on the primary. ``schema`` is the PostgreSQL schema
+    holding pgqueue's tables (as ``Queue(schema=...)``; None: the connection's default).
+
     Filters: ``queues``, ``states``, and ``since <= created_at < until`` (aware datetimes).
     ``partitions`` ranges of ``created_at`` are read in parallel (default: the cluster's
     parallelism, at most 8). ``source`` picks JDBC (PostgreSQL with the driver jar on Spark's
@@ -87,6 +92,7 @@ def read_jobs(
         jobs.groupBy("state").count().show()
     """
     resolved = resolve_url(url)
+    Queue(resolved, schema=schema).close()  # a bad schema name raises ConfigError here
     filters = _Filters.checked(queues, states, since, until)
     if partitions is None:
         partitions = max(1, min(spark.sparkContext.defaultParallelism, _DEFAULT_PARTITIONS))
@@ -102,11 +108,11 @@ def read_jobs(
             "path: start Spark with spark.jars=/usr/share/java/postgresql.jar (Debian package "
             "libpostgresql-jdbc-java) or spark.jars.packages=org.postgresql:postgresql:42.7.4"
         )
-    span = _created_span(resolved, filters)
+    span = _created_span(resolved, schema, filters)
     if source == "jdbc" or (source == "auto" and jdbc_possible and _jdbc_driver_loaded(spark)):
-        jobs = _read_jdbc(spark, resolved, filters, span, partitions)
+        jobs = _read_jdbc(spark, resolved, schema, filters, span, partitions)
     else:
-        jobs = _read_python(spark, resolved, filters, span, partitions)
+        jobs = _read_python(spark, resolved, schema, filters, span, partitions)
     return jobs.withColumns(
         {
             "wait_seconds": _seconds_between("created_at", "started_at"),
@@ -181,9 +187,11 @@ def _aware(name: str, value: object) -> datetime:
     return value.astimezone(UTC)
 
 
-def _created_span(url: URL, filters: _Filters) -> tuple[datetime, datetime] | None:
+def _created_span(
+    url: URL, schema: str | None, filters: _Filters
+) -> tuple[datetime, datetime] | None:
     """The first and last ``created_at`` to read, or None when nothing matches."""
-    queue = Queue(url, allow_unknown_tasks=True)
+    queue = Queue(url, allow_unknown_tasks=True, schema=schema)
     try:
         with queue.connect(write=False) as connection:
             statement = statements.job_history_span(**filters.statement_options())
@@ -221,11 +229,13 @@ def _jdbc_driver_loaded(spark: SparkSession) -> bool:
 def _read_jdbc(
     spark: SparkSession,
     url: URL,
+    schema: str | None,
     filters: _Filters,
     span: tuple[datetime, datetime] | None,
     partitions: int,
 ) -> DataFrame:
-    history = statements.job_history().compile(dialect=postgresql.dialect())  # type: ignore[no-untyped-call]
+    dialect = postgresql.dialect()  # type: ignore[no-untyped-call]
+    history = statements.job_history().compile(dialect=dialect)
     reader = (
         spark.read.format("jdbc")
         .option("url", f"jdbc:postgresql://{url.host}:{url.port or 5432}/{url.database or ''}")
@@ -235,6 +245,12 @@ def _read_jdbc(
     )
     for key, value in url.query.items():  # e.g. sslmode: libpq and pgjdbc share most names
         reader = reader.option(key, value if isinstance(value, str) else value[-1])
+    if schema is not None:
+        # The query names the table unqualified: every JDBC session (the one resolving the
+        # result's columns too) starts with the schema as its search_path. pgjdbc sends the value
+        # as the search_path startup parameter, which the server parses as identifiers: quoted.
+        quoted = dialect.identifier_preparer.quote_identifier(schema)
+        reader = reader.option("currentSchema", quoted)
     if url.username:
         reader = reader.option("user", url.username)
     if url.password is not None:
@@ -281,6 +297,7 @@ class _CreatedRange(InputPartition):
 def _read_python(
     spark: SparkSession,
     url: URL,
+    schema: str | None,
     filters: _Filters,
     span: tuple[datetime, datetime] | None,
     partitions: int,
@@ -291,6 +308,7 @@ def _read_python(
         spark.read.format(_SOURCE_NAME)
         .option("url", url.set(password=None).render_as_string(hide_password=False))
         .option("password", "" if url.password is None else str(url.password))
+        .option("schema", "" if schema is None else schema)
         .option("filters", filters.to_json())
         .option("boundaries", json.dumps(boundaries))
         .load()
@@ -299,7 +317,7 @@ def _read_python(
 
 class JobHistorySource(DataSource):
     """The Python data source behind :func:`read_jobs` when JDBC is not used (format
-    ``pgqueue_jobs``; options ``url``, ``password``, ``filters``, ``boundaries``)."""
+    ``pgqueue_jobs``; options ``url``, ``password``, ``schema``, ``filters``, ``boundaries``)."""
 
     @classmethod
     def name(cls) -> str:
@@ -318,6 +336,7 @@ class _JobHistoryReader(DataSourceReader):
         if options.get("password"):
             url = url.set(password=options["password"])
         self.url = url.render_as_string(hide_password=False)
+        self.schema = options.get("schema") or None
         self.filters = _Filters.from_json(options["filters"])
         self.boundaries = [datetime.fromisoformat(b) for b in json.loads(options["boundaries"])]
 
@@ -330,7 +349,7 @@ class _JobHistoryReader(DataSourceReader):
         options = self.filters.statement_options()
         options["since"] = _later(options["since"], partition.since)
         options["until"] = _earlier(options["until"], partition.until)
-        queue = executor_queue(self.url)
+        queue = executor_queue(self.url, self.schema)
         with queue.connect(write=False) as connection:
             rows = connection.execution_options(yield_per=_JDBC_FETCH_SIZE).execute(
                 statements.job_history(**options)

@@ -39,6 +39,7 @@ class Plan:
     """Everything an executor needs, as plain data: no Queue, no engine, no Spark objects."""
 
     url: str = field(repr=False)  # carries the password
+    schema: str | None
     task: str
     options: dict[str, Any]
     args: tuple[str, ...]
@@ -66,6 +67,7 @@ def make_plan(
     task: Task[..., Any] | str,
     *,
     url: str,
+    queue_schema: str | None = None,
     id_col: str | None,
     args_cols: Sequence[str] | None,
     kwargs_cols: Sequence[str] | Mapping[str, str] | None,
@@ -128,6 +130,7 @@ def make_plan(
         _check_signature(task, args, [argument for argument, _ in kwargs])
     return Plan(
         url=resolved.render_as_string(hide_password=False),
+        schema=queue_schema,
         task=name,
         options=options,
         args=args,

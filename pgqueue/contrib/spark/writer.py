@@ -68,7 +68,7 @@ def write_partition(plan: Plan, batches: Iterator[pa.RecordBatch]) -> Iterator[p
     Every shape of DataFrame goes column by column to ``Queue.enqueue_batch`` (ids from
     ``id_col`` or derived per row, per-row priorities and due times as their own columns): no
     per-row dict or JobSpec is built here."""
-    queue = executor_queue(plan.url)
+    queue = executor_queue(plan.url, plan.schema)
     counts = dict.fromkeys(COUNTS, 0)
     with queue.connect() as connection:
         for batch in batches:
