@@ -77,8 +77,8 @@ class ConnectionProvider:
 class Database:
     """A Queue's database: its engines, backend and clock, connections and error translation.
 
-    ``url_or_engine``, ``engine_options``, ``schema``, ``pooler`` and ``session_url`` are the
-    Queue's (see :class:`~pgqueue.Queue`).
+    ``url_or_engine``, ``engine_options``, ``schema``, ``pooler``, ``session_url`` and
+    ``read_url`` are the Queue's (see :class:`~pgqueue.Queue`).
 
     Example::
 
@@ -95,9 +95,11 @@ class Database:
         schema: str | None = None,
         pooler: str | None = None,
         session_url: str | URL | None = None,
+        read_url: str | URL | None = None,
         connections: ConnectionProvider | None = None,
     ) -> None:
         direct = None if session_url is None else resolve_url(session_url)
+        replica = None if read_url is None else resolve_url(read_url)
         if isinstance(url_or_engine, Engine):
             if engine_options:
                 raise ConfigError("engine_options apply only when pgqueue creates the engine")
@@ -125,6 +127,12 @@ class Database:
             )
         elif self.backend.session_locks:
             self.session_engine = self.engine
+        #: The engine of reads that may lag a little (``read_url``'s, else :attr:`engine`):
+        #: statistics, listings, the dashboard, metrics. Never the claim, enqueue or completion.
+        self.read_engine: Engine = self.engine
+        if replica is not None:
+            _check_replica(url, replica, self.backend)
+            self.read_engine = self._in_schema(self.backend.create_engine(replica))
         self.connections = connections or ConnectionProvider()
         self._listener: WakeUps | None = None
         self._listener_made = False
@@ -159,6 +167,16 @@ class Database:
         self.engine.dispose()
         if self.session_engine is not None and self.session_engine is not self.engine:
             self.session_engine.dispose()
+        if self.read_engine is not self.engine:
+            self.read_engine.dispose()
+
+    def replica_lag(self) -> float | None:
+        """Seconds the read replica's data is behind its primary (0 while it has replayed all
+        it received), or None without a ``read_url`` (or where the backend cannot say)."""
+        if self.read_engine is self.engine:
+            return None
+        with self.connect(replica=True) as conn:
+            return self.backend.replica_lag(conn)
 
     # -- errors --------------------------------------------------------------------------------
 
@@ -185,12 +203,14 @@ class Database:
         connection: Connection | None = None,
         session: Any = None,
         write: bool = True,
+        replica: bool = False,
     ) -> Iterator[Connection]:
         """A connection for pgqueue's statements, translating driver errors.
 
         With ``connection`` or ``session`` the caller's transaction is used and never committed;
         without, the transaction the :class:`ConnectionProvider` lends when one is open;
-        otherwise a short transaction is opened and committed here.
+        otherwise a short transaction is opened and committed here. ``replica=True`` (reads
+        only) opens that one on the read replica when there is one (``read_url``).
         """
         try:
             lent = None
@@ -206,6 +226,9 @@ class Database:
                 borrowed = session.connection()
                 with self.schema_on(borrowed):
                     yield borrowed
+            elif replica:
+                with self.backend.begin(self.read_engine, write=False) as conn:
+                    yield conn
             else:
                 with self.backend.begin(self.engine, write=write) as conn:
                     yield conn
@@ -248,6 +271,15 @@ def translate(backend: Backend, error: BaseException) -> BaseException:
     if type(translated) is BackendError and backend.unreachable(error):
         return TransientBackendError(str(translated))
     return translated
+
+
+def _check_replica(url: URL, replica: URL, backend: Backend) -> None:
+    if not same_database_kind(url, replica):
+        raise ConfigError("read_url must name the same kind of database as the URL")
+    if backend.single_writer:
+        raise ConfigError(
+            f"read_url applies only to a database server with replicas, not to {url.drivername}"
+        )
 
 
 def _backend(url: URL, schema: str | None, pooler: str | None, direct: URL | None) -> Backend:

@@ -299,10 +299,11 @@ class QueueCollector:
         from pgqueue.operations import queue_stats
 
         families = self._families()
-        up, jobs, depth, oldest, throughput, stalled, dead, workers, held, dead_rows = families
+        up, jobs, depth, oldest, throughput, stalled, dead, workers, held, dead_rows, lag = families
         try:
-            stats = queue_stats(self.queue)
+            stats = queue_stats(self.queue)  # on the read replica, when there is one
             unvacuumed = self._dead_rows()
+            replica_lag = self.queue.db.replica_lag()
         except PgQueueError as exc:
             logger.warning("metrics: cannot read queue stats: %s", exc)
             up.add_metric([], 0)
@@ -322,6 +323,8 @@ class QueueCollector:
                     held.add_metric([s.queue, task, limit], count)
         if unvacuumed is not None:
             dead_rows.add_metric([], unvacuumed)
+        if replica_lag is not None:
+            lag.add_metric([], replica_lag)
         return iter(families)
 
     def _dead_rows(self) -> int | None:
@@ -373,6 +376,10 @@ class QueueCollector:
             gauge(
                 "pgqueue_jobs_dead_rows",
                 "Row versions of the jobs table not yet vacuumed (PostgreSQL's statistics).",
+            ),
+            gauge(
+                "pgqueue_replica_lag_seconds",
+                "How far the read replica (read_url) is behind the primary; absent without one.",
             ),
         ]
 

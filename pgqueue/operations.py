@@ -110,7 +110,7 @@ def queue_stats(
     counts: dict[str, dict[str, int]] = defaultdict(lambda: dict.fromkeys(map(str, JobState), 0))
     finished_recent: dict[str, int] = defaultdict(int)
     dead_letters: dict[str, int] = defaultdict(int)
-    with queue.db.connect(write=False) as conn:
+    with queue.db.connect(replica=True) as conn:
         current: datetime = conn.scalar(statements.clock_read(clock))
         for name, state, count in conn.execute(statements.job_counts()):
             counts[name][state] = int(count)
@@ -178,7 +178,7 @@ def list_jobs(
         limit=limit,
         clock=queue.db.backend.clock(),
     )
-    with queue.db.connect(write=False) as conn:
+    with queue.db.connect(replica=True) as conn:
         rows = conn.execute(statement).mappings().all()
     return [status_from_row(queue.serializer, row) for row in rows]
 
@@ -209,7 +209,7 @@ def count_jobs(
     if queue_name is not None:
         queue_name = config.check_name("queue_name", queue_name)
     statement = statements.job_count(state=states, queue=queue_name)
-    with queue.db.connect(write=False) as conn:
+    with queue.db.connect(replica=True) as conn:
         return int(conn.scalar(statement) or 0)
 
 
@@ -263,7 +263,7 @@ def count_purgeable(
     finished = check_finished_state(state)
     older_than = config.check_positive_seconds("older_than", older_than, allow_zero=True)
     statement = statements.job_prunable_count(finished, older_than, queue.db.backend.clock(now))
-    with queue.db.connect(write=False) as conn:
+    with queue.db.connect(write=False) as conn:  # decides a purge: the primary's rows
         return int(conn.scalar(statement) or 0)
 
 
@@ -289,7 +289,7 @@ def count_kept_by_ttl(
     finished = check_finished_state(state)
     older_than = config.check_positive_seconds("older_than", older_than, allow_zero=True)
     statement = statements.job_ttl_kept(finished, older_than, queue.db.backend.clock(now))
-    with queue.db.connect(write=False) as conn:
+    with queue.db.connect(replica=True) as conn:
         count, first = conn.execute(statement).one()
     return KeptByTTL(int(count or 0), first)
 
@@ -352,7 +352,7 @@ def schedule_states(queue: Queue, names: Sequence[str]) -> dict[str, ScheduleSta
     """
     if not names:
         return {}
-    with queue.db.connect(write=False) as conn:
+    with queue.db.connect(replica=True) as conn:
         rows = conn.execute(statements.schedule_states(list(names)))
         return {
             row.name: ScheduleState(row.name, row.checked_through, row.last_fire_at) for row in rows

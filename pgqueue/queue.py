@@ -61,6 +61,11 @@ class Queue(TaskDeclarations):
     polls, elects leaders by lease rows and finds dead workers by their leases alone (see
     docs/operations.md).
 
+    ``read_url`` names a read replica (a streaming standby) of the same database: statistics,
+    job listings, the dashboard, metrics and ``pgqueue stats/jobs/top`` read there, so that
+    operators' and analysts' reads never load the primary; claims, enqueues, completions,
+    ``status()`` and results stay on the primary (see docs/operations.md, "Read replicas").
+
     ``connections`` (a :class:`ConnectionProvider`) lends pgqueue the transaction a framework has
     open on this thread (as ``pgqueue.contrib.django`` does for ``transaction.atomic()``): calls
     without ``connection=``/``session=`` join it there, and ``enqueue_and_wait`` is refused.
@@ -73,6 +78,9 @@ class Queue(TaskDeclarations):
             "postgresql://app@pgbouncer:6432/app",
             pooler="transaction",
             session_url="postgresql://app@db:5432/app",
+        )
+        replicated = pgqueue.Queue(
+            "postgresql://app@db-primary/app", read_url="postgresql://app@db-replica/app"
         )
 
         @queue.task()
@@ -99,6 +107,7 @@ class Queue(TaskDeclarations):
         schema: str | None = None,
         pooler: str | None = None,
         session_url: str | URL | None = None,
+        read_url: str | URL | None = None,
         connections: ConnectionProvider | None = None,
     ) -> None:
         self.result_ttl = config.check_result_ttl(result_ttl)
@@ -117,6 +126,7 @@ class Queue(TaskDeclarations):
             schema=schema,
             pooler=pooler,
             session_url=session_url,
+            read_url=read_url,
             connections=connections,
         )
         self.tasks: dict[str, Task[Any, Any]] = {}
@@ -495,17 +505,21 @@ class Queue(TaskDeclarations):
         connection: Connection | None = None,
         session: Any = None,
         write: bool = True,
+        replica: bool = False,
     ) -> Iterator[Connection]:
         """A connection for pgqueue's statements, translating driver errors.
 
         With ``connection`` or ``session`` the caller's transaction is used and never committed;
         otherwise the transaction the ``connections`` provider lends, if one is open, else a
-        short transaction opened and committed here.
+        short transaction opened and committed here. ``replica=True`` (reads that may lag a
+        little) opens that one on the read replica, when the Queue has a ``read_url``.
 
         Example::
 
             with queue.connect(write=False) as conn:
                 conn.execute(sqlalchemy.text("select 1"))
         """
-        with self.db.connect(connection=connection, session=session, write=write) as conn:
+        with self.db.connect(
+            connection=connection, session=session, write=write, replica=replica
+        ) as conn:
             yield conn

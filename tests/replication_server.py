@@ -184,6 +184,11 @@ class ReplicatedPair:
         )
 
     @property
+    def primary_url(self) -> str:
+        """The first primary alone (before any failover)."""
+        return f"postgresql+psycopg://{SERVER_USER}@{HOST}:{self.primary_port}/{DBNAME}"
+
+    @property
     def standby_url(self) -> str:
         return f"postgresql+psycopg://{SERVER_USER}@{HOST}:{self.standby_port}/{DBNAME}"
 

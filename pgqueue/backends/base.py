@@ -300,6 +300,11 @@ class Backend(Protocol):
         """Who leads each maintenance role now: ``(role, holder, lease end or None)``."""
         ...
 
+    def replica_lag(self, connection: Connection) -> float | None:
+        """On a read replica's ``connection``: seconds its data is behind the primary (0 while it
+        has replayed everything it received); None on a primary or where there are no replicas."""
+        ...
+
     def translate(self, error: DBAPIError) -> Exception:
         """Map a driver error to the pgqueue error tree (the caller raises it ``from`` error)."""
         ...

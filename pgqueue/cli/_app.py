@@ -81,6 +81,7 @@ def queue_from_args(args: argparse.Namespace, *, create: bool = False) -> Queue:
         schema=args.schema or environ("PGQUEUE_SCHEMA") or None,
         pooler=args.pooler or environ("PGQUEUE_POOLER") or None,
         session_url=args.session_url or environ("PGQUEUE_SESSION_URL") or None,
+        read_url=args.read_url or environ("PGQUEUE_READ_URL") or None,
     )
     # main() closes it when the command ends (pooled connections, the LISTEN thread).
     args.opened_queues = [*getattr(args, "opened_queues", []), queue]
@@ -108,7 +109,7 @@ def check_database(queue: Queue) -> None:
 def module_queue(args: argparse.Namespace) -> Queue:
     """The Queue named by the MODULE[:ATTR] argument; ``--url`` is refused, since the Queue
     already names its database."""
-    for option in ("url", "schema", "pooler", "session_url"):
+    for option in ("url", "schema", "pooler", "session_url", "read_url"):
         if getattr(args, option, None) is not None:
             flag = "--" + option.replace("_", "-")
             raise PgQueueError(
@@ -167,6 +168,12 @@ def _add_database_options(parser: argparse.ArgumentParser) -> None:
         help="with --pooler transaction: a direct PostgreSQL URL for LISTEN and locks "
         "(default: $PGQUEUE_SESSION_URL; none: poll, lease-row leadership)",
     )
+    parser.add_argument(
+        "--read-url",
+        default=None,
+        help="a read replica of --url's database: stats, jobs, top, the dashboard and metrics "
+        "read there (default: $PGQUEUE_READ_URL; none: the primary)",
+    )
 
 
 def _bind_queue(parser: argparse.ArgumentParser, queue: Queue) -> None:
@@ -176,7 +183,9 @@ def _bind_queue(parser: argparse.ArgumentParser, queue: Queue) -> None:
         if action.dest == "queue" and not action.option_strings:
             action.nargs = "?"
             action.help = argparse.SUPPRESS
-    parser.set_defaults(queue=queue, url=None, schema=None, pooler=None, session_url=None)
+    parser.set_defaults(
+        queue=queue, url=None, schema=None, pooler=None, session_url=None, read_url=None
+    )
 
 
 def command_help() -> dict[str, str]:

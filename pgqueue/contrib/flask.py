@@ -27,10 +27,11 @@ Example::
     db.session.commit()
 
 Without ``db`` the queue's database is ``app.config["PGQUEUE_URL"]`` (else ``$PGQUEUE_URL``, else
-``sqlite:///pgqueue.db``). ``app.config["PGQUEUE_SCHEMA"]``, ``["PGQUEUE_POOLER"]`` and
-``["PGQUEUE_SESSION_URL"]`` give the Queue's ``schema``, ``pooler`` and ``session_url`` (keyword
-arguments to ``PgQueue`` win). Workers: ``flask --app shop pgqueue worker`` (the same options as the
-``pgqueue`` command, ``--burst`` included); ``flask pgqueue migrate`` creates the tables.
+``sqlite:///pgqueue.db``). ``app.config["PGQUEUE_SCHEMA"]``, ``["PGQUEUE_POOLER"]``,
+``["PGQUEUE_SESSION_URL"]`` and ``["PGQUEUE_READ_URL"]`` give the Queue's ``schema``, ``pooler``,
+``session_url`` and ``read_url`` (keyword arguments to ``PgQueue`` win). Workers:
+``flask --app shop pgqueue worker`` (the same options as the ``pgqueue`` command, ``--burst``
+included); ``flask pgqueue migrate`` creates the tables.
 
 One PgQueue may serve several apps (app factories, tests): each app gets its own Queue on its own
 database, and ``pgq.queue`` / ``task.enqueue`` use the current app's.
@@ -65,6 +66,7 @@ _CONFIG_KEYS = {
     "schema": "PGQUEUE_SCHEMA",
     "pooler": "PGQUEUE_POOLER",
     "session_url": "PGQUEUE_SESSION_URL",
+    "read_url": "PGQUEUE_READ_URL",
 }
 
 

@@ -182,9 +182,17 @@ class Dashboard:
             message=request.arg("message"),
             url=lambda path, **params: _url(request.root, path, params),
             database=self.queue.engine.url.render_as_string(hide_password=True),
+            replica_lag=self._replica_lag(),
             **context,
         )
         return Response(HTTPStatus.OK, html.encode())
+
+    def _replica_lag(self) -> float | None:
+        # The pages read from the read replica (read_url) when there is one: say how stale.
+        try:
+            return self.queue.db.replica_lag()
+        except PgQueueError:
+            return None  # the page's own reads report an unreachable replica
 
     def _error(self, request: Request, status: int, message: str) -> Response:
         response = self._page(request, "error.html", status=status, error=message, active="")

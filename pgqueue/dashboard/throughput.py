@@ -11,7 +11,7 @@ minutes are recounted in the background once they are older than the TTL.
 Example::
 
     throughput = Throughput(queue)
-    with queue.connect(write=False) as conn:
+    with queue.connect(replica=True) as conn:
         minutes, pending = throughput.minutes(conn, start, now)
 """
 
@@ -170,7 +170,7 @@ class Throughput:
                         self._thread = None
                         self._idle.set()
                         return
-                with self.queue.connect(write=False) as conn:
+                with self.queue.connect(replica=True) as conn:
                     self._count(conn, wanted, None)
         except Exception:
             # A database that went away (or a test that dropped it): the next page load asks again.

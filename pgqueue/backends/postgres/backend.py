@@ -368,6 +368,10 @@ class PostgresBackend(EnqueueVerbs):
             leaders.extend((role, holder, None) for role in roles.split(","))
         return leaders
 
+    def replica_lag(self, connection: Connection) -> float | None:
+        lag = connection.execute(pg_statements.replica_lag()).scalar()
+        return None if lag is None else float(lag)
+
     def translate(self, error: DBAPIError) -> Exception:
         sqlstate = getattr(error.orig, "sqlstate", None)
         if sqlstate == _UNDEFINED_TABLE and "pgqueue_" in str(error.orig):

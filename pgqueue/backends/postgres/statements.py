@@ -345,3 +345,15 @@ _PG_NAMESPACE = table("pg_namespace", column("nspname"), schema="pg_catalog")
 def schema_exists(name: str) -> Select[Any]:
     """True when the schema ``name`` exists (no row when it does not)."""
     return select(literal(True)).where(_PG_NAMESPACE.c.nspname == name)
+
+
+def replica_lag() -> TextClause:
+    """On a standby: how far its data is behind, in seconds; None on a primary. A standby that
+    has replayed all the WAL it received is 0 behind, however long ago the primary last wrote
+    (``now() - pg_last_xact_replay_timestamp()`` alone would grow on an idle primary)."""
+    return text(
+        "SELECT CASE WHEN NOT pg_is_in_recovery() THEN NULL"
+        " WHEN pg_last_wal_receive_lsn() = pg_last_wal_replay_lsn() THEN 0.0"
+        " ELSE greatest(extract(epoch FROM now() - pg_last_xact_replay_timestamp()), 0)::float8"
+        " END"
+    )

@@ -266,6 +266,9 @@ class SQLiteBackend:
     def leaders(self, connection: Connection, now: datetime) -> list[tuple[str, str, Any]]:
         return [tuple(row) for row in connection.execute(statements.leader_current(now))]
 
+    def replica_lag(self, connection: Connection) -> float | None:
+        return None  # one file, no replicas
+
     def translate(self, error: DBAPIError) -> Exception:
         message = str(error.orig)
         if "no such table: pgqueue_" in message:

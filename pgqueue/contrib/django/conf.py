@@ -10,6 +10,7 @@ Example (settings.py)::
         "SCHEMA": None,               # PostgreSQL schema of pgqueue's tables (None: search_path)
         "POOLER": None,               # "transaction" when DATABASES goes through pgbouncer so
         "SESSION_URL": None,          # ... and a direct URL for LISTEN and locks (optional)
+        "READ_URL": None,             # a read replica for the dashboard, stats, metrics (optional)
         "WORKER": {"concurrency": 4}, # defaults for `manage.py pgqueue worker` (its option names)
         "DASHBOARD": {"READ_ONLY": False},  # the web dashboard (pgqueue.contrib.django.dashboard)
     }
@@ -34,6 +35,7 @@ DEFAULTS: dict[str, Any] = {
     "SCHEMA": None,
     "POOLER": None,
     "SESSION_URL": None,
+    "READ_URL": None,
     "WORKER": {},
     "DASHBOARD": {},
 }

@@ -259,6 +259,7 @@ def get_queue(database: str | None = None) -> DjangoQueue:
                 schema=settings["SCHEMA"],
                 pooler=settings["POOLER"],
                 session_url=settings["SESSION_URL"],
+                read_url=settings["READ_URL"],
             )
             _QUEUES[alias] = queue
         return queue

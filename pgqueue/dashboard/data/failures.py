@@ -51,7 +51,7 @@ def read_failures(queue: Queue, *, cap: int = GROUP_CAP) -> tuple[list[FailureGr
         [(g.error_type, g.count) for g in groups if g.state == "failed"]
     """
     groups: list[FailureGroup] = []
-    with queue.connect(write=False) as conn:
+    with queue.connect(replica=True) as conn:
         for state in (JobState.FAILED, JobState.FAILING):
             for row in conn.execute(queries.failed_groups(state, cap)).mappings():
                 groups.append(
@@ -100,7 +100,7 @@ def read_attempt_errors(queue: Queue, job_id: str) -> list[AttemptError]:
 
         errors = read_attempt_errors(queue, "job-1")
     """
-    with queue.connect(write=False) as conn:
+    with queue.connect(replica=True) as conn:
         row = conn.execute(queries.job_errors(job_id)).first()
     if row is None:
         return []

@@ -76,7 +76,7 @@ def read_jobs(
     chosen = set(states) or set(JobState)
     before = decode_cursor(cursor) if cursor else None
     rows: list[tuple[datetime, str, Any]] = []
-    with queue.connect(write=False) as conn:
+    with queue.connect(replica=True) as conn:
         current = read_now(queue, conn, now)
         for segment in queries.SEGMENTS:
             picked = [s for s in segment.states if s in chosen]

@@ -208,7 +208,7 @@ def read_overview(
         overview = read_overview(queue)
         sum(q.due for q in overview.queues)
     """
-    with queue.connect(write=False) as conn:
+    with queue.connect(replica=True) as conn:
         current = read_now(queue, conn, now)
         queues: dict[str, QueueRow] = {}
         tasks: dict[tuple[str, str], TaskRow] = {}

@@ -44,7 +44,7 @@ def read_schedules(queue: Queue, *, now: datetime | None = None) -> list[Schedul
 
         [(s.name, s.next_fire) for s in read_schedules(queue)]
     """
-    with queue.connect(write=False) as conn:
+    with queue.connect(replica=True) as conn:
         current = read_now(queue, conn, now)
         stored = {row["name"]: row for row in conn.execute(queries.schedule_rows()).mappings()}
     rows = []
