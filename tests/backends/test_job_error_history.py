@@ -100,6 +100,15 @@ def test_history_goes_with_the_job_and_restarts_on_requeue(queue: pgqueue.Queue)
         "attempt 1 of d failed",
         "attempt 2 of d failed",
     ]
+    errors = read_attempt_errors(queue, job.id)
+    assert [(e.attempt, e.after_retry) for e in errors] == [(1, False), (1, True)]
+    dashboard = Dashboard(queue)
+    try:
+        page = page_text(dashboard.handle(request("GET", f"/jobs/{job.id}")).body)
+    finally:
+        dashboard.close()
+    assert page.count("Retried by hand") == 1
+    assert page.index("attempt 1 of d") < page.index("Retried by hand") < page.index("attempt 2")
     # Enqueueing a new job under a failed id starts a new job: a new history.
     queue.enqueue("flaky", args=["d"], id="hist-d")
     assert read_attempt_errors(queue, job.id) == []
