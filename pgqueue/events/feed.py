@@ -201,6 +201,8 @@ class NotifyFeed(Feed):
         engine = queue.session_engine
         if engine is None:  # transaction pooling without a session_url: checked by the caller
             raise RuntimeError("events need a session connection")
+        # Its LISTEN connection is made by psycopg directly, past the engine's own check.
+        queue.db.check_session()
         self._engine = engine
         self._channel = queue.backend.channel(statements.CHANNEL)
         self._woken, self._wake = socket.socketpair()

@@ -195,6 +195,14 @@ class PostgresBackend(EnqueueVerbs):
         # Transaction pooling without a session of its own: no LISTEN to be had.
         return Listener(engine, channel=self.channel) if self.supports_notify else None
 
+    def database_identity(self, connection: Connection) -> tuple[Any, ...]:
+        database, cluster, current_schema = connection.execute(
+            pg_statements.database_identity()
+        ).one()
+        # With a schema, both engines qualify pgqueue's tables with it alike; without, the
+        # search_path decides where they are, and it may differ between two roles or poolers.
+        return (database, cluster, self.schema if self.schema is not None else current_schema)
+
     def session(self, engine: Engine, label: str) -> Listener | None:
         # A session of its own (a service or presence made outside a worker), named ``label``.
         return Listener(engine, channel=self.channel, label=label) if self.session_locks else None

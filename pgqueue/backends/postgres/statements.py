@@ -345,3 +345,15 @@ _PG_NAMESPACE = table("pg_namespace", column("nspname"), schema="pg_catalog")
 def schema_exists(name: str) -> Select[Any]:
     """True when the schema ``name`` exists (no row when it does not)."""
     return select(literal(True)).where(_PG_NAMESPACE.c.nspname == name)
+
+
+def database_identity() -> TextClause:
+    """Which database a connection reaches: its name, the cluster's system identifier (None
+    where the role may not read ``pg_control_system()``) and the schema unqualified names
+    resolve to. A pooler in between does not change them: they are the server's."""
+    return text(
+        "SELECT current_database(), "
+        "CASE WHEN has_function_privilege('pg_catalog.pg_control_system()', 'EXECUTE') "
+        "THEN (SELECT CAST(system_identifier AS text) FROM pg_catalog.pg_control_system()) "
+        "END, coalesce(current_schema(), '')"
+    )

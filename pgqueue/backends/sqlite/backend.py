@@ -263,6 +263,10 @@ class SQLiteBackend:
         # A file has no outages; a busy database is already waited out by the busy timeout.
         return False
 
+    def database_identity(self, connection: Connection) -> tuple[Any, ...]:
+        rows = connection.exec_driver_sql("PRAGMA database_list").all()
+        return tuple(row[2] for row in rows if row[1] == "main")
+
     def leaders(self, connection: Connection, now: datetime) -> list[tuple[str, str, Any]]:
         return [tuple(row) for row in connection.execute(statements.leader_current(now))]
 
