@@ -62,7 +62,7 @@ def _demo(args: argparse.Namespace) -> int:
     logging.getLogger("pgqueue").addHandler(quiet)
     # Kept after the tour: the commands it prints must find the dead letter where it is.
     folder = None if args.url else Path(tempfile.mkdtemp(prefix="pgqueue-demo-"))
-    url = args.url or f"sqlite:///{folder / 'demo.db'}"
+    url = args.url if folder is None else f"sqlite:///{folder / 'demo.db'}"
     try:
         queue = Queue(url)
         try:

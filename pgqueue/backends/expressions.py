@@ -48,7 +48,7 @@ class BoundedAppend(FunctionElement[Any]):
         super().__init__(history, entry, attempt, at, literal_column(str(keep)))
 
 
-def _parts(element: BoundedAppend, compiler: SQLCompiler, **kw: Any) -> list[str]:
+def _parts(element: FunctionElement[Any], compiler: SQLCompiler, **kw: Any) -> list[str]:
     return [compiler.process(clause, **kw) for clause in element.clauses]
 
 

@@ -66,9 +66,7 @@ def _migrate(args: argparse.Namespace) -> int:
             queue.engine, args.downgrade, schema=queue.schema, force=args.force
         )
         if args.json:
-            print_json(
-                {"url": where, "downgraded_to": args.downgrade, **_revisions(done)}
-            )
+            print_json({"url": where, "downgraded_to": args.downgrade, **_revisions(done)})
         else:
             print(f"pgqueue schema {done} on {where}")
         return EXIT_OK

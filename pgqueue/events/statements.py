@@ -23,6 +23,7 @@ from typing import Any
 from sqlalchemy import ColumnElement, Delete, Select, delete, func, literal, select
 
 from pgqueue.backends.expressions import DatabaseNow
+from pgqueue.backends.identifiers import quote_identifier
 from pgqueue.backends.types import UTCDateTime
 from pgqueue.schema import EVENT_LISTENERS, EVENTS
 
@@ -107,10 +108,8 @@ _PG_UPDATED = f"""
 
 
 def _qualified(schema: str | None, name: str) -> str:
-    if schema is None:
-        return name
-    quoted = schema.replace('"', '""')
-    return f'"{quoted}".{name}'
+    # The DDL runs through text() (op.execute), which escapes "%" for the driver itself.
+    return name if schema is None else f"{quote_identifier(schema)}.{name}"
 
 
 def postgres_ddl(schema: str | None, channel: str) -> list[str]:

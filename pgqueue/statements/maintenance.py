@@ -271,7 +271,9 @@ def job_reap(
     extended since it was read is left alone; None (crash detection) releases on the fence alone.
     Running it twice is harmless: the first run clears the lock token the second one matches on.
     """
-    statement = job_fail(job_id, lock_token, error, retry_in=retry_in, clock=clock).values(stall_count=JOBS.c.stall_count + 1)
+    statement = job_fail(job_id, lock_token, error, retry_in=retry_in, clock=clock).values(
+        stall_count=JOBS.c.stall_count + 1
+    )
     if grace is not None:
         statement = statement.where(_lease_lapsed(grace, clock))
     return statement

@@ -111,7 +111,9 @@ def read_attempt_errors(queue: Queue, job_id: str) -> list[AttemptError]:
     return attempt_errors(history, latest, attempts)
 
 
-def attempt_errors(history: Any, latest: Any = None, attempts: int | None = None) -> list[AttemptError]:
+def attempt_errors(
+    history: Any, latest: Any = None, attempts: int | None = None
+) -> list[AttemptError]:
     """The stored ``errors`` history of a job (its ``error`` and ``attempts`` for a row from
     before the history was kept) as :class:`AttemptError`, oldest first, each retry marked.
 
