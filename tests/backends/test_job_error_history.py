@@ -207,3 +207,28 @@ def test_a_dead_letter_stored_with_a_ttl_by_an_earlier_version_keeps_its_error(
     status = queue.status(job.id)
     assert status is not None and status.error is not None
     assert len(read_attempt_errors(queue, job.id)) == 1
+
+
+def test_a_job_the_reaper_dead_letters_keeps_its_error_too(queue: pgqueue.Queue) -> None:
+    queue.task(name="flaky", max_attempts=1, result_ttl=60)(flaky)
+    job = queue.enqueue("flaky", args=["h"], id="hist-h")
+    start = datetime.now(UTC)
+    with queue.connect() as conn:
+        conn.execute(
+            statements.job_claim(
+                worker_id="gone",
+                lock_token="t",
+                limit=1,
+                lease=1,
+                queues=None,
+                clock=queue.backend.clock(start),
+                ids=[job.id],
+            )
+        )
+    Reaper(queue, crash_detection=False).run_once(now=start + timedelta(minutes=1))
+    assert queue.status(job.id).state is JobState.FAILED  # type: ignore[union-attr]
+    Pruner(queue).run_once(now=start + timedelta(days=1))
+    status = queue.status(job.id)
+    assert status is not None and status.error is not None
+    assert status.error["type"] == STALLED_ERROR_TYPE
+    assert [e.type for e in read_attempt_errors(queue, job.id)] == [STALLED_ERROR_TYPE]
