@@ -16,7 +16,7 @@ from contextlib import AbstractContextManager, contextmanager
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, Engine
+from sqlalchemy import Connection, Engine, event
 from sqlalchemy.engine import URL
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.pool import NullPool
@@ -120,13 +120,20 @@ class Database:
         #: The engine for connections that hold a session: LISTEN, leader and liveness locks
         #: (``session_url``'s, else :attr:`engine`; None when there is none to be had).
         self.session_engine: Engine | None = None
+        # Whether session_url was found to reach url's database (None: not checked yet).
+        self._session_ok: bool | None = None
+        self._session_refusal: ConfigError | None = None
+        self._session_check = threading.RLock()
         if direct is not None:
             # Each such connection is long-lived and detached from any pool.
-            self.session_engine = self._in_schema(
-                self.backend.create_engine(direct, poolclass=NullPool)
-            )
+            session_engine = self.backend.create_engine(direct, poolclass=NullPool)
+            # Every session connection is checked until one check has passed: whichever thread
+            # opens the first (a LISTEN, a leader's lock, a waiter) cannot miss it.
+            event.listen(session_engine, "engine_connect", self._on_session_connect)
+            self.session_engine = self._in_schema(session_engine)
         elif self.backend.session_locks:
             self.session_engine = self.engine
+            self._session_ok = True
         #: The engine of reads that may lag a little (``read_url``'s, else :attr:`engine`):
         #: statistics, listings, the dashboard, metrics. Never the claim, enqueue or completion.
         self.read_engine: Engine = self.engine
@@ -141,6 +148,64 @@ class Database:
     def clock(self, now: datetime | None = None) -> Clock:
         """The clock for one statement: ``now`` if given, else the database's notion of now."""
         return self.backend.clock(now)
+
+    # -- session_url --------------------------------------------------------------------------
+
+    def check_session(self, *, tolerate_unreachable: bool = False) -> None:
+        """With a ``session_url``: refuse with :class:`~pgqueue.ConfigError` when it reaches
+        another database than the URL (another database of the cluster, another cluster, or
+        pgqueue's tables in another schema): events, wake-ups and leadership would then go
+        there, silently. Checked once; a no-op without a ``session_url``.
+
+        With ``tolerate_unreachable`` a database that cannot be reached now leaves the check
+        to the first session connection (every one is checked until a check has passed).
+
+        Example::
+
+            queue.db.check_session()   # Worker.run() and services' start() call it
+        """
+        if self._session_ok or self.session_engine is None:
+            return
+        try:
+            with self.session_engine.connect() as session:
+                self._check_session_on(session)
+        except DBAPIError as exc:
+            translated = self.translate(exc)
+            if tolerate_unreachable and isinstance(translated, TransientBackendError):
+                return
+            raise translated from exc
+        except TransientBackendError:
+            if not tolerate_unreachable:
+                raise
+
+    def _on_session_connect(self, connection: Connection) -> None:
+        if not self._session_ok:
+            self._check_session_on(connection)
+
+    def _check_session_on(self, session: Connection) -> None:
+        with self._session_check:
+            if self._session_ok:
+                return
+            if self._session_refusal is not None:
+                raise self._session_refusal
+            try:
+                theirs = self.backend.database_identity(session)
+            finally:
+                session.rollback()
+            with self.backend.begin(self.engine, write=False) as conn:
+                ours = self.backend.database_identity(conn)
+            if _same_database(ours, theirs):
+                self._session_ok = True
+                return
+            assert self.session_engine is not None
+            self._session_refusal = ConfigError(
+                "session_url reaches another database than the URL: the URL reaches "
+                f"{_describe(ours)} ({_where(self.engine.url)}), session_url reaches "
+                f"{_describe(theirs)} ({_where(self.session_engine.url)}); events, wake-ups "
+                "and leadership would silently go there. Point session_url at the database "
+                "the URL's pooler connects to (same database, same server, same schema)"
+            )
+            raise self._session_refusal
 
     @property
     def listener(self) -> WakeUps | None:
@@ -271,6 +336,28 @@ def translate(backend: Backend, error: BaseException) -> BaseException:
     if type(translated) is BackendError and backend.unreachable(error):
         return TransientBackendError(str(translated))
     return translated
+
+
+def _same_database(ours: tuple[Any, ...], theirs: tuple[Any, ...]) -> bool:
+    # A part one side may not read (None) is not compared.
+    return len(ours) == len(theirs) and all(
+        a == b or a is None or b is None for a, b in zip(ours, theirs, strict=True)
+    )
+
+
+def _describe(identity: tuple[Any, ...]) -> str:
+    database, cluster, schema = (*identity, None, None, None)[:3]
+    parts = [f"database {database!r}"]
+    if cluster is not None:
+        parts.append(f"cluster {cluster}")
+    if schema is not None:
+        parts.append(f"schema {schema!r}")
+    return ", ".join(parts)
+
+
+def _where(url: URL) -> str:
+    # Host, port and database name only: never a password (nor a user) in a message.
+    return f"{url.host or 'localhost'}:{url.port or 5432}/{url.database or ''}"
 
 
 def _check_replica(url: URL, replica: URL, backend: Backend) -> None:

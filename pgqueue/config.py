@@ -156,6 +156,26 @@ def check_name(kind: str, value: object, *, max_length: int = MAX_NAME_LENGTH) -
     return value
 
 
+#: PostgreSQL truncates identifiers to NAMEDATALEN - 1 bytes: a longer schema name would
+#: silently name another schema.
+MAX_SCHEMA_BYTES = 63
+
+
+def check_schema(value: object) -> str:
+    """A schema name (``Queue(schema=...)``), the same rule on every database: non-empty text
+    (no NUL, no lone surrogate) of at most :data:`MAX_SCHEMA_BYTES` bytes of UTF-8. Anything
+    else is one identifier, used exactly as given: dots, quotes, ``%``, spaces, capitals and
+    non-ASCII letters included (``"Billing"`` is not ``billing``)."""
+    value = check_name("schema", value)
+    size = len(value.encode("utf-8"))
+    if size > MAX_SCHEMA_BYTES:
+        raise ConfigError(
+            f"schema must be at most {MAX_SCHEMA_BYTES} bytes in UTF-8 (PostgreSQL's identifier "
+            f"limit, beyond which it would name another schema), got {size} bytes: {value!r}"
+        )
+    return value
+
+
 def check_job_id(value: object) -> str:
     """A caller-chosen job id (the dedup key): at most :data:`MAX_ID_BYTES` bytes of UTF-8."""
     value = check_text("job id", value)

@@ -1,14 +1,16 @@
-"""``pgqueue demo``: the newcomer's tour, on a throwaway SQLite file.
+"""``pgqueue demo``: the newcomer's tour, on a SQLite file of its own.
 
 It enqueues a batch of jobs, runs two workers in this process, shows a job that keeps failing
 being retried on its backoff and then dead-lettered, and prints what happened. Nothing to set
-up and nothing left behind (unless ``--url`` points at a database of yours).
+up. The demo's database stays in a temporary folder afterwards (the tour ends with commands to
+try on it, and says how to delete it), unless ``--url`` points at a database of yours.
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
+import shlex
 import tempfile
 import time
 from collections import Counter
@@ -58,20 +60,34 @@ def _demo(args: argparse.Namespace) -> int:
     # only repeat it.
     quiet = logging.NullHandler()
     logging.getLogger("pgqueue").addHandler(quiet)
+    # Kept after the tour: the commands it prints must find the dead letter where it is.
+    folder = None if args.url else Path(tempfile.mkdtemp(prefix="pgqueue-demo-"))
+    url = args.url if folder is None else f"sqlite:///{folder / 'demo.db'}"
     try:
-        with tempfile.TemporaryDirectory(prefix="pgqueue-demo-") as directory:
-            queue = Queue(args.url or f"sqlite:///{Path(directory) / 'demo.db'}")
-            try:
-                tour(queue, max(args.jobs, 1))
-            finally:
-                queue.close()
+        queue = Queue(url)
+        try:
+            tour(queue, max(args.jobs, 1), url_option=_url_option(queue, given=args.url))
+        finally:
+            queue.close()
     finally:
         logging.getLogger("pgqueue").removeHandler(quiet)
+    if folder is not None:
+        print(f"\nThe demo's database stays in {folder} (delete it with `rm -r {folder}`).")
     return EXIT_OK
 
 
-def tour(queue: Queue, jobs: int) -> None:
-    """Run the tour on ``queue`` (a database pgqueue may create its tables in)."""
+def _url_option(queue: Queue, *, given: str | None) -> str:
+    """``--url ...`` for the commands the tour prints: the demo's own file, or the caller's URL
+    (its password left out: the reader has it)."""
+    url = queue.engine.url
+    if given is not None and url.password is not None:
+        return "--url <the URL you gave>"
+    return f"--url {shlex.quote(url.render_as_string(hide_password=False))}"
+
+
+def tour(queue: Queue, jobs: int, *, url_option: str = "") -> None:
+    """Run the tour on ``queue`` (a database pgqueue may create its tables in); ``url_option``
+    is what the commands it prints need to find that database."""
     database = queue.engine.url.render_as_string(hide_password=True)
     print(f"1. A queue in {database}; `queue.migrate()` creates its tables.")
     queue.migrate()
@@ -110,8 +126,14 @@ def tour(queue: Queue, jobs: int) -> None:
         f"4. {doomed.id!r} is dead-lettered: state {failed.state}, {failed.attempts} attempts, "
         f"error {failed.error['type']}: {failed.error['message']}"
     )
-    print(f"   (its traceback is stored too; `pgqueue retry {doomed.id}` would queue it again)")
-    print(f"5. Results are stored: demo.add(3, 3) = {queue.result(results[3].id)!r}.")
+    where = f" {url_option}" if url_option else ""
+    print(
+        f"   Its traceback is stored too: `pgqueue status {doomed.id}{where}` prints it, and "
+        f"`pgqueue retry {doomed.id}{where}` would queue it again."
+    )
+    if half:  # a small --jobs may leave no demo.add job
+        n = min(3, half - 1)
+        print(f"5. Results are stored: demo.add({n}, {n}) = {queue.result(results[n].id)!r}.")
     print("\nSummary:")
     _summary(queue, ids)
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 import io
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass
 from importlib.resources import files
 from typing import Any
 
@@ -45,6 +46,7 @@ __all__ = [
     "MIGRATION_LOCK_KEY",
     "TABLE_PREFIX",
     "VERSION_TABLE",
+    "Migration",
     "alembic_config",
     "downgrade",
     "downgrade_on",
@@ -67,6 +69,46 @@ MIGRATION_LOCK_KEY = leader_key(DEFAULT_LOCK_NAMESPACE, "pgqueue:migrate")
 _ALEMBIC = threading.Lock()
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Migration:
+    """What an upgrade or a downgrade did: the revision the database was at ``before`` and is at
+    ``after`` (None: no pgqueue tables), both read under the migration lock, so each of several
+    pods migrating at once reports what it did itself.
+
+    Example::
+
+        done = migrate.upgrade(engine)
+        print(done)           # "created at revision 0008_key_collation", "already at ...", ...
+        done.changed          # False when another pod got there first
+    """
+
+    before: str | None
+    after: str | None
+
+    @property
+    def changed(self) -> bool:
+        """Whether this call changed the database."""
+        return self.before != self.after
+
+    def __str__(self) -> str:
+        if not self.changed:
+            return "already at revision " + (self.after or "base (no pgqueue tables)")
+        if self.before is None:
+            return f"created at revision {self.after}"
+        if self.after is None:
+            return f"downgraded from revision {self.before} to base (pgqueue's tables removed)"
+        verb = "downgraded" if self._descends() else "upgraded"
+        return f"{verb} from revision {self.before} to {self.after}"
+
+    def _descends(self) -> bool:
+        from alembic.script import ScriptDirectory
+
+        script = ScriptDirectory.from_config(alembic_config())
+        assert self.before is not None and self.after is not None
+        below = {rev.revision for rev in script.iterate_revisions(self.before, "base")}
+        return self.after in below
+
+
 def alembic_config(**attributes: Any) -> Config:
     """An Alembic Config pointing at the packaged migrations (no alembic.ini needed)."""
     cfg = Config()
@@ -76,20 +118,21 @@ def alembic_config(**attributes: Any) -> Config:
     return cfg
 
 
-def upgrade(engine: Engine, revision: str = "head", *, schema: str | None = None) -> None:
+def upgrade(engine: Engine, revision: str = "head", *, schema: str | None = None) -> Migration:
     """Upgrade ``engine``'s database (pgqueue's tables in ``schema``) to ``revision``
-    (idempotent; safe to run from every process of a deploy at once, see the module docstring).
+    (idempotent; safe to run from every process of a deploy at once, see the module docstring);
+    returns what it did.
 
     Example::
 
-        migrate.upgrade(engine)
+        print(migrate.upgrade(engine))   # e.g. "upgraded from revision 0007 to 0008"
     """
-    _run(engine, command.upgrade, revision, schema)
+    return _run(engine, command.upgrade, revision, schema)
 
 
 def downgrade(
     engine: Engine, revision: str = "base", *, schema: str | None = None, force: bool = False
-) -> None:
+) -> Migration:
     """Downgrade ``engine``'s database (pgqueue's tables in ``schema``) to ``revision``.
 
     ``base`` (or a relative ``-N``) removes pgqueue's tables, and the jobs in them: so it refuses
@@ -103,7 +146,7 @@ def downgrade(
         migrate.downgrade(engine, force=True)   # drop them anyway
     """
     check = None if force or not _may_drop_jobs(revision) else _refuse_live_jobs
-    _run(engine, command.downgrade, revision, schema, check)
+    return _run(engine, command.downgrade, revision, schema, check)
 
 
 def upgrade_on(
@@ -231,7 +274,7 @@ def _run(
     revision: str,
     schema: str | None = None,
     check: Callable[[Backend, Connection], None] | None = None,
-) -> None:
+) -> Migration:
     backend = backend_for(resolve_url(engine.url), schema=schema)
     schema = backend.schema
     # An Engine made by the caller: SQLite's BEGIN IMMEDIATE, which serialises migrators, is
@@ -247,6 +290,17 @@ def _run(
                 connection.execution_options(schema_translate_map={None: schema})
             if check is not None:
                 check(backend, connection)
+            before = _current_revision(connection, schema)
             action(alembic_config(connection=connection, schema=schema), revision)
+            return Migration(before=before, after=_current_revision(connection, schema))
     except DBAPIError as exc:
         raise translate(backend, exc) from exc
+
+
+def _current_revision(connection: Connection, schema: str | None) -> str | None:
+    from alembic.migration import MigrationContext
+
+    context = MigrationContext.configure(
+        connection, opts={"version_table": VERSION_TABLE, "version_table_schema": schema}
+    )
+    return context.get_current_revision()

@@ -35,6 +35,7 @@ from pgqueue.waiting import Wait, Waiters, await_for, wait_for
 from pgqueue.workflow.status import WorkflowStatus, cancel_workflow, workflow_status
 
 if TYPE_CHECKING:
+    from pgqueue.migrate import Migration
     from pgqueue.worker.transaction import JobTransaction
 
 __all__ = ["ConnectionProvider", "Queue"]
@@ -487,16 +488,18 @@ class Queue(TaskDeclarations):
 
     # -- plumbing ------------------------------------------------------------------------------
 
-    def migrate(self) -> None:
-        """Create or upgrade pgqueue's tables to the latest revision (idempotent).
+    def migrate(self) -> Migration:
+        """Create or upgrade pgqueue's tables to the latest revision (idempotent); returns what
+        it did (:class:`pgqueue.migrate.Migration`: the revision before and after).
 
         Example::
 
             queue.migrate()
+            print(queue.migrate())   # "already at revision ..."
         """
         from pgqueue.migrate import upgrade
 
-        upgrade(self.engine, schema=self.schema)
+        return upgrade(self.engine, schema=self.schema)
 
     @contextmanager
     def connect(

@@ -77,7 +77,6 @@ def finish_next(
                     token,
                     error,
                     retry_in=retry_in,
-                    result_ttl=row["result_ttl"],
                     clock=clock,
                 )
             )

@@ -224,6 +224,13 @@ class Backend(Protocol):
         met a dropped connection, a lock timeout or a restart."""
         ...
 
+    def database_identity(self, connection: Connection) -> tuple[Any, ...]:
+        """What tells this database apart from every other one ``connection`` could reach
+        (PostgreSQL: database name, cluster id, the schema of pgqueue's tables; SQLite: the
+        file), for the check that ``session_url`` reaches the database ``url`` does. A part
+        the connection may not read is None, and not compared."""
+        ...
+
     def session(self, engine: Engine, label: str) -> Session | None:
         """A session of its own for ``engine``'s database, named ``label``: a connection outside
         the pool (started on first use) that holds session locks and can LISTEN; None where

@@ -12,9 +12,9 @@ from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.expression import FunctionElement
 
-from pgqueue.backends.types import Document
+from pgqueue.backends.types import Document, UTCDateTime
 
-__all__ = ["BoundedAppend"]
+__all__ = ["BoundedAppend", "DatabaseNow"]
 
 
 class BoundedAppend(FunctionElement[Any]):
@@ -48,7 +48,7 @@ class BoundedAppend(FunctionElement[Any]):
         super().__init__(history, entry, attempt, at, literal_column(str(keep)))
 
 
-def _parts(element: BoundedAppend, compiler: SQLCompiler, **kw: Any) -> list[str]:
+def _parts(element: FunctionElement[Any], compiler: SQLCompiler, **kw: Any) -> list[str]:
     return [compiler.process(clause, **kw) for clause in element.clauses]
 
 
@@ -80,3 +80,47 @@ def _sqlite(element: BoundedAppend, compiler: SQLCompiler, **kw: Any) -> str:
 @compiles(BoundedAppend)
 def _other(element: BoundedAppend, compiler: SQLCompiler, **kw: Any) -> str:
     raise NotImplementedError(f"BoundedAppend has no form for {compiler.dialect.name}")
+
+
+class DatabaseNow(FunctionElement[Any]):
+    """The database's own clock plus ``seconds``, whatever the clock of the host that sends the
+    statement: ``now()`` on PostgreSQL, SQLite's ``'now'`` (the clock of the host that has the
+    file) written as the naive UTC text pgqueue stores.
+
+    For values compared inside the database by the database's clock (a trigger's ``now()``):
+    computing them from the client's clock would let a skewed host register an instant that
+    the trigger finds already past, or far ahead. ``Clock`` serves the statements that take a
+    test's ``now=``; this one never does.
+
+    Example::
+
+        update(EVENT_LISTENERS).values(expires_at=DatabaseNow(30))
+    """
+
+    type = UTCDateTime()
+    inherit_cache = True
+    name = "pgqueue_database_now"
+
+    def __init__(self, seconds: float = 0) -> None:
+        if isinstance(seconds, bool) or not isinstance(seconds, int | float):
+            raise TypeError("seconds must be a number")
+        # A literal, part of the cache key: the offsets used are a handful of constants.
+        super().__init__(literal_column(repr(float(seconds))))
+
+
+@compiles(DatabaseNow, "postgresql")
+def _now_postgresql(element: DatabaseNow, compiler: SQLCompiler, **kw: Any) -> str:
+    (seconds,) = _parts(element, compiler, **kw)
+    return f"(now() + {seconds} * interval '1 second')"
+
+
+@compiles(DatabaseNow, "sqlite")
+def _now_sqlite(element: DatabaseNow, compiler: SQLCompiler, **kw: Any) -> str:
+    (seconds,) = _parts(element, compiler, **kw)
+    # The text shape of the triggers' own 'now' (events/statements.py) and of stored instants.
+    return f"strftime('%Y-%m-%d %H:%M:%f', 'now', '{float(seconds):+f} seconds')"
+
+
+@compiles(DatabaseNow)
+def _now_other(element: DatabaseNow, compiler: SQLCompiler, **kw: Any) -> str:
+    raise NotImplementedError(f"DatabaseNow has no form for {compiler.dialect.name}")

@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import argparse
 import os
+from typing import TYPE_CHECKING
 
 from pgqueue.cli._app import EXIT_OK, command, queue_from_args
 from pgqueue.cli._output import add_json_flag, print_json
 from pgqueue.errors import ConfigError
 from pgqueue.queue import Queue
+
+if TYPE_CHECKING:
+    from pgqueue.migrate import Migration
 
 
 def _add_migrate(parser: argparse.ArgumentParser) -> None:
@@ -58,15 +62,22 @@ def _migrate(args: argparse.Namespace) -> int:
     if queue.schema is not None:
         where += f" (schema {queue.schema})"
     if args.downgrade is not None:
-        migrate.downgrade(queue.engine, args.downgrade, schema=queue.schema, force=args.force)
+        done = migrate.downgrade(
+            queue.engine, args.downgrade, schema=queue.schema, force=args.force
+        )
         if args.json:
-            print_json({"url": where, "downgraded_to": args.downgrade})
+            print_json({"url": where, "downgraded_to": args.downgrade, **_revisions(done)})
         else:
-            print(f"pgqueue schema downgraded to {args.downgrade} on {where}")
+            print(f"pgqueue schema {done} on {where}")
         return EXIT_OK
-    queue.migrate()
+    done = queue.migrate()
     if args.json:
-        print_json({"url": where, "migrated": True})
+        print_json({"url": where, "migrated": True, **_revisions(done)})
     else:
-        print(f"pgqueue schema is up to date on {where}")
+        # What happened, not just where it ended: created, upgraded from X, or already there.
+        print(f"pgqueue schema {done} on {where}")
     return EXIT_OK
+
+
+def _revisions(done: Migration) -> dict[str, object]:
+    return {"before": done.before, "after": done.after, "changed": done.changed}

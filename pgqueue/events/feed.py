@@ -25,9 +25,10 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable, Sequence
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from pgqueue.backends.expressions import DatabaseNow
 from pgqueue.errors import BackendError, PgQueueError
 from pgqueue.events import statements
 from pgqueue.events.event import Event
@@ -160,16 +161,17 @@ class Feed:
     # -- registration ----------------------------------------------------------------------------
 
     def _register(self) -> None:
-        """Insert or renew this listener's row; drop those of listeners that died."""
-        now = datetime.now(UTC)
+        """Insert or renew this listener's row; drop those of listeners that died. The expiry
+        is the database's clock plus the TTL: the triggers that read it compare it with their
+        own clock, and this host's may be off by more than the TTL."""
         queue = self._queue
         with queue.connect() as conn:
-            conn.execute(statements.listeners_expired_delete(now))
+            conn.execute(statements.listeners_expired_delete())
             conn.execute(
                 statements.listener_upsert(
                     queue.backend.insert,
                     self.listener_id,
-                    now + timedelta(seconds=TTL_SECONDS),
+                    DatabaseNow(TTL_SECONDS),
                     self.position,
                 )
             )
@@ -199,6 +201,8 @@ class NotifyFeed(Feed):
         engine = queue.session_engine
         if engine is None:  # transaction pooling without a session_url: checked by the caller
             raise RuntimeError("events need a session connection")
+        # Its LISTEN connection is made by psycopg directly, past the engine's own check.
+        queue.db.check_session()
         self._engine = engine
         self._channel = queue.backend.channel(statements.CHANNEL)
         self._woken, self._wake = socket.socketpair()
@@ -415,7 +419,7 @@ class TableFeed(Feed):
     def _renew_and_prune(self) -> None:
         self._register()
         with self._queue.connect() as conn:
-            conn.execute(statements.events_prune(datetime.now(UTC)))
+            conn.execute(statements.events_prune())
 
     def _after_unregister(self, conn: Any) -> None:
-        conn.execute(statements.events_prune(datetime.now(UTC)))
+        conn.execute(statements.events_prune())

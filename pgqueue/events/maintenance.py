@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from contextlib import AbstractContextManager
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from sqlalchemy import Connection
@@ -22,8 +21,9 @@ def prune_events(
 ) -> int:
     """Delete expired listener registrations, then the events every live listener has read (all
     of them when none is left); returns the events deleted. Live listeners prune as they go: this
-    bounds what a crashed SQLite listener left behind. Real time, not a pruner's injected clock:
-    a listener's registration expires by the wall clock it renews on. ``connect`` opens the
+    bounds what a crashed SQLite listener left behind. The database's clock, not a pruner's
+    injected one nor this host's: a registration expires by the clock it was written with and
+    the triggers read it with. ``connect`` opens the
     transaction to run in (the pruner passes its leader session's, so a worker keeps to its two
     connections); the Database's by default.
 
@@ -31,7 +31,6 @@ def prune_events(
 
         prune_events(queue.db)
     """
-    now = datetime.now(UTC)
     with (connect or db.connect)() as conn:
-        conn.execute(statements.listeners_expired_delete(now))
-        return int(conn.execute(statements.events_prune(now)).rowcount or 0)
+        conn.execute(statements.listeners_expired_delete())
+        return int(conn.execute(statements.events_prune()).rowcount or 0)

@@ -20,8 +20,11 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Delete, Select, delete, func, select
+from sqlalchemy import ColumnElement, Delete, Select, delete, func, literal, select
 
+from pgqueue.backends.expressions import DatabaseNow
+from pgqueue.backends.identifiers import quote_identifier
+from pgqueue.backends.types import UTCDateTime
 from pgqueue.schema import EVENT_LISTENERS, EVENTS
 
 __all__ = [
@@ -105,10 +108,8 @@ _PG_UPDATED = f"""
 
 
 def _qualified(schema: str | None, name: str) -> str:
-    if schema is None:
-        return name
-    quoted = schema.replace('"', '""')
-    return f'"{quoted}".{name}'
+    # The DDL runs through text() (op.execute), which escapes "%" for the driver itself.
+    return name if schema is None else f"{quote_identifier(schema)}.{name}"
 
 
 def postgres_ddl(schema: str | None, channel: str) -> list[str]:
@@ -213,9 +214,12 @@ def sqlite_drop_ddl() -> list[str]:
 
 
 def listener_upsert(
-    insert: Any, listener_id: str, expires_at: datetime, position: int | None
+    insert: Any, listener_id: str, expires_at: datetime | ColumnElement[Any], position: int | None
 ) -> Any:
-    """Register a listener, or extend its registration (and record how far it has read)."""
+    """Register a listener, or extend its registration (and record how far it has read).
+
+    ``expires_at`` is ``DatabaseNow(ttl)`` in use: the triggers compare it with the database's
+    clock, so it must come from that clock, not from the listening host's."""
     statement = insert(EVENT_LISTENERS).values(
         id=listener_id, expires_at=expires_at, position=position
     )
@@ -233,9 +237,10 @@ def listener_delete(listener_id: str) -> Delete:
     return delete(EVENT_LISTENERS).where(EVENT_LISTENERS.c.id == listener_id)
 
 
-def listeners_expired_delete(now: datetime) -> Delete:
-    """Forget listeners that stopped renewing (a crashed process): emission stops with them."""
-    return delete(EVENT_LISTENERS).where(EVENT_LISTENERS.c.expires_at <= now)
+def listeners_expired_delete(now: datetime | None = None) -> Delete:
+    """Forget listeners that stopped renewing (a crashed process): emission stops with them.
+    Expired by the database's clock, the triggers' (``now`` only for tests)."""
+    return delete(EVENT_LISTENERS).where(EVENT_LISTENERS.c.expires_at <= _now(now))
 
 
 def newest_event() -> Select[Any]:
@@ -261,15 +266,20 @@ def events_after(position: int, *, limit: int) -> Select[Any]:
     )
 
 
-def events_prune(now: datetime) -> Delete:
-    """Delete the events every live listener has read (all of them when none is left)."""
+def events_prune(now: datetime | None = None) -> Delete:
+    """Delete the events every live listener has read (all of them when none is left); live by
+    the database's clock (``now`` only for tests)."""
     read_by_all = (
         select(func.min(func.coalesce(EVENT_LISTENERS.c.position, 0)))
-        .where(EVENT_LISTENERS.c.expires_at > now)
+        .where(EVENT_LISTENERS.c.expires_at > _now(now))
         .scalar_subquery()
     )
     newest = select(func.max(EVENTS.c.seq)).scalar_subquery()
     return delete(EVENTS).where(EVENTS.c.seq <= func.coalesce(read_by_all, newest))
+
+
+def _now(now: datetime | None) -> Any:
+    return DatabaseNow() if now is None else literal(now, UTCDateTime)
 
 
 def job_names(job_ids: Sequence[str]) -> Select[Any]:

@@ -2,9 +2,10 @@
 
 Each pass, in batches of ``batch_size`` rows, each batch its own short transaction:
 
-1. **Expired results.** A completed job's result, or a failed job's error, whose TTL
-   (``result_expires_at``) has passed is cleared. The row and its state stay: a completed job
-   still dedups as ``completed``, with result None.
+1. **Expired results.** A completed job's result whose TTL (``result_expires_at``) has passed
+   is cleared. The row and its state stay: a completed job still dedups as ``completed``, with
+   result None. A failed job (a dead letter) has no TTL: its error and the last attempts'
+   history stay as long as the row, that is for the failed retention.
 2. **Old finished jobs.** Jobs that finished ``completed``, ``failed`` or ``cancelled`` longer ago
    than that state's retention are deleted (a row whose result is still within its TTL waits for
    it). Retention ``None`` keeps a state's rows forever. After deletion an id is free again: an

@@ -315,7 +315,6 @@ class Reaper(MaintenanceService):
             row["lock_token"],
             error,
             retry_in=retry_in,
-            result_ttl=row["result_ttl"],
             grace=grace,
             clock=clock,
         )

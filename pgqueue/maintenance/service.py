@@ -149,6 +149,7 @@ class MaintenanceService(abc.ABC):
         with self._state_lock:
             if self._scheduler is not None or not self.interval:
                 return
+            self.db.check_session(tolerate_unreachable=True)
             self.leadership.join(self.lease_interval)
             scheduler = BackgroundScheduler(
                 timezone=UTC,

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from alembic import context
+from sqlalchemy.sql.elements import quoted_name
 
 from pgqueue.backends import resolve_url
 from pgqueue.migrate import VERSION_TABLE
@@ -20,6 +21,9 @@ config = context.config
 # A Queue's schema= (tables and version table there; the live connection maps the tables), or
 # `alembic -x schema=NAME` from a checkout.
 schema = config.attributes.get("schema") or context.get_x_argument(as_dictionary=True).get("schema")
+# One identifier, whatever it holds: Alembic splits a plain str schema on dots ("a.b" would be
+# database "a", schema "b") where the revisions pass it to op.add_column(schema=...) and the like.
+schema = quoted_name(schema, quote=True) if schema else None
 options: dict[str, Any] = {
     "target_metadata": METADATA,
     "version_table": VERSION_TABLE,
@@ -58,7 +62,9 @@ else:
         if backend.schema is not None:
             backend.ensure_schema(conn)
             conn.execution_options(schema_translate_map={None: backend.schema})
-        options["version_table_schema"] = backend.schema
+        options["version_table_schema"] = (
+            quoted_name(backend.schema, quote=True) if backend.schema else None
+        )
         context.configure(connection=conn, **options)
         with context.begin_transaction():
             context.run_migrations()

@@ -13,6 +13,7 @@ from sqlalchemy import (
     Select,
     Update,
     and_,
+    case,
     delete,
     exists,
     func,
@@ -67,6 +68,10 @@ def job_expire_results(limit: int, clock: Clock) -> Update:
     ``result_expires_at`` is cleared with them, which takes the row out of the expiry index so
     the next batch does not walk over it again. Rows another transaction holds are skipped and
     picked up next time.
+
+    A ``failed`` job keeps its error and history: a dead letter's traceback lives as long as the
+    job (its retention). Failures stored since then carry no expiry at all (``job_fail``); this
+    covers the rows a version before that dead-lettered with one.
     """
     expired = (
         select(JOBS.c.id)
@@ -79,12 +84,15 @@ def job_expire_results(limit: int, clock: Clock) -> Update:
         .where(JOBS.c.id.in_(expired))
         .values(
             result=null(),
-            error=null(),
-            errors=null(),
+            error=case((_DEAD_LETTER, JOBS.c.error), else_=null()),
+            errors=case((_DEAD_LETTER, JOBS.c.errors), else_=null()),
             result_expires_at=null(),
             updated_at=clock.now(),
         )
     )
+
+
+_DEAD_LETTER = JOBS.c.state == literal_column(f"'{JobState.FAILED}'")
 
 
 def _prunable(state: JobState, older_than: float, clock: Clock) -> list[ColumnElement[bool]]:
@@ -253,7 +261,6 @@ def job_reap(
     error: dict[str, Any],
     *,
     retry_in: float | None,
-    result_ttl: int,
     grace: float | None,
     clock: Clock,
 ) -> Update:
@@ -264,9 +271,9 @@ def job_reap(
     extended since it was read is left alone; None (crash detection) releases on the fence alone.
     Running it twice is harmless: the first run clears the lock token the second one matches on.
     """
-    statement = job_fail(
-        job_id, lock_token, error, retry_in=retry_in, result_ttl=result_ttl, clock=clock
-    ).values(stall_count=JOBS.c.stall_count + 1)
+    statement = job_fail(job_id, lock_token, error, retry_in=retry_in, clock=clock).values(
+        stall_count=JOBS.c.stall_count + 1
+    )
     if grace is not None:
         statement = statement.where(_lease_lapsed(grace, clock))
     return statement

@@ -79,12 +79,16 @@ def job_fail(
     error: dict[str, Any],
     *,
     retry_in: float | None,
-    result_ttl: int,
     clock: Clock,
 ) -> Update:
     """Record a failed attempt (fenced): ``failing`` due again in ``retry_in`` seconds, or, with
     ``retry_in`` None, ``failed`` for good (the dead-letter set). The error is also appended
-    to the job's ``errors`` history (the last ``KEPT_ERRORS`` attempts), in the same UPDATE."""
+    to the job's ``errors`` history (the last ``KEPT_ERRORS`` attempts), in the same UPDATE.
+
+    The job's ``result_ttl`` does not apply to a dead letter: its error and history are what an operator
+    reads the next morning, so they stay as long as the failed job itself (the pruner's failed
+    retention); ``result_expires_at`` is cleared, which also keeps the row out of the expiry
+    scan."""
     values: dict[str, Any] = {
         "error": literal(error, JOBS.c.error.type),
         "errors": BoundedAppend(
@@ -102,7 +106,7 @@ def job_fail(
         values.update(
             state=str(JobState.FAILED),
             finished_at=clock.now(),
-            result_expires_at=clock.after(result_ttl),
+            result_expires_at=null(),
         )
     else:
         values.update(state=str(JobState.FAILING), run_at=clock.after(retry_in))

@@ -19,6 +19,7 @@ from sqlalchemy import (
     delete,
     func,
     literal,
+    literal_column,
     select,
     update,
 )
@@ -59,10 +60,15 @@ __all__ = [
 def result_expired(clock: Clock) -> ColumnElement[bool]:
     """Whether a row's result and error have expired, by ``clock`` (the database's own on
     PostgreSQL): every reader hides an expired result, so every reader must agree on the time,
-    whatever the clock of the host that asks."""
+    whatever the clock of the host that asks. A ``failed`` job's error never expires before the
+    job itself is pruned (a row dead-lettered by an earlier version may still carry a TTL)."""
     return case(
         (
-            and_(JOBS.c.result_expires_at.is_not(None), JOBS.c.result_expires_at <= clock.now()),
+            and_(
+                JOBS.c.result_expires_at.is_not(None),
+                JOBS.c.result_expires_at <= clock.now(),
+                JOBS.c.state != literal_column(f"'{JobState.FAILED}'"),
+            ),
             True,
         ),
         else_=False,

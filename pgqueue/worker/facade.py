@@ -269,6 +269,9 @@ class Worker:
     def _start(self, *, burst: bool) -> None:
         if self._thread is not None:
             return
+        # A session_url reaching another database is refused here, not found out from a log
+        # line on a background thread (an unreachable database is ridden out as ever).
+        self.queue.db.check_session(tolerate_unreachable=True)
         self._loop.burst = burst
         self._thread = threading.Thread(target=self._main, name=f"pgqueue-worker-{self.id}")
         self._thread.daemon = True

@@ -373,7 +373,6 @@ class JobStore:
             job.lock_token,
             outcome.error,
             retry_in=outcome.retry_in if outcome.state is JobState.FAILING else None,
-            result_ttl=job.result_ttl,
             clock=clock,
         )
         row = conn.execute(statement).first()

@@ -353,3 +353,42 @@ def test_postgres_an_unreachable_server_raises_a_backend_error() -> None:
             queue.events()
     finally:
         queue.close()
+
+
+@pytest.mark.parametrize("skew", [timedelta(hours=-2), timedelta(hours=2)])
+def test_a_listener_on_a_host_with_a_skewed_clock_still_hears_every_event(
+    queue: pgqueue.Queue, monkeypatch: pytest.MonkeyPatch, skew: timedelta
+) -> None:
+    # Issue 25, item 15: the registration's expiry came from this host's clock while the
+    # triggers compare it with the database's: two hours behind, the listener heard nothing;
+    # ahead, a crashed listener would keep emission on for hours.
+    import datetime as real_datetime
+
+    import pgqueue.events.feed as feed
+    from pgqueue import config
+    from pgqueue.backends.sqlite import backend as sqlite
+
+    class SkewedDatetime(real_datetime.datetime):
+        @classmethod
+        def now(cls, tz: Any = None) -> Any:  # type: ignore[override]
+            return real_datetime.datetime.now(tz) + skew
+
+    real_now = config.utc_now
+    monkeypatch.setattr(config, "utc_now", lambda: real_now() + skew)
+    monkeypatch.setattr(sqlite, "utc_now", config.utc_now)
+    monkeypatch.setattr(feed, "datetime", SkewedDatetime)
+    queue.task(name="ev.skewed")(lambda: None)
+    with queue.events() as events:
+        job = queue.enqueue("ev.skewed")
+        drain(queue)
+        heard = by_job(collect(events, 3, timeout=15))
+        assert heard == {job.id: ENQUEUED + RUN}
+        with queue.engine.connect() as conn:
+            expires_at = conn.scalar(
+                sa.select(pgqueue.schema.EVENT_LISTENERS.c.expires_at).where(
+                    pgqueue.schema.EVENT_LISTENERS.c.id == events._feed.listener_id
+                )
+            )
+    # Registered by the database's clock: about the TTL from the real now (however long the
+    # test took since its last renewal), nowhere near the two hours of skew.
+    assert abs((expires_at - real_now()).total_seconds()) < feed.TTL_SECONDS + 120

@@ -7,11 +7,16 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 import pytest
+import sqlalchemy as sa
+from dashboard_support import page_text, request
 
 import pgqueue
 from pgqueue import schema, statements
+from pgqueue.cli import main
+from pgqueue.dashboard import Dashboard
 from pgqueue.dashboard.data import read_attempt_errors
 from pgqueue.job import JobState
+from pgqueue.maintenance.pruner import Pruner
 from pgqueue.maintenance.reaper import STALLED_ERROR_TYPE, Reaper
 from pgqueue.statements import outcomes
 from pgqueue.testing import run_job
@@ -95,6 +100,15 @@ def test_history_goes_with_the_job_and_restarts_on_requeue(queue: pgqueue.Queue)
         "attempt 1 of d failed",
         "attempt 2 of d failed",
     ]
+    errors = read_attempt_errors(queue, job.id)
+    assert [(e.attempt, e.after_retry) for e in errors] == [(1, False), (1, True)]
+    dashboard = Dashboard(queue)
+    try:
+        page = page_text(dashboard.handle(request("GET", f"/jobs/{job.id}")).body)
+    finally:
+        dashboard.close()
+    assert page.count("Retried by hand") == 1
+    assert page.index("attempt 1 of d") < page.index("Retried by hand") < page.index("attempt 2")
     # Enqueueing a new job under a failed id starts a new job: a new history.
     queue.enqueue("flaky", args=["d"], id="hist-d")
     assert read_attempt_errors(queue, job.id) == []
@@ -103,12 +117,118 @@ def test_history_goes_with_the_job_and_restarts_on_requeue(queue: pgqueue.Queue)
     assert read_attempt_errors(queue, job.id) == []
 
 
-def test_history_expires_with_the_result(queue: pgqueue.Queue) -> None:
-    queue.task(name="flaky", max_attempts=1, result_ttl=60)(flaky)
+def test_a_dead_letter_keeps_its_errors_past_the_result_ttl_until_it_is_pruned(
+    queue: pgqueue.Queue, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Issue 25, item 12: last night's dead letters kept their traceback only for result_ttl.
+    queue.task(name="flaky", max_attempts=2, result_ttl=60)(flaky)
+    queue.task(name="fine", result_ttl=60)(lambda: "done")
     job = queue.enqueue("flaky", args=["e"], id="hist-e")
+    for _ in range(2):
+        run_job(queue, job.id)
+    done = queue.enqueue("fine", id="done-e")
+    run_job(queue, done.id)
+    with queue.connect(write=False) as conn:
+        row = conn.execute(statements.job_get(job.id)).mappings().one()
+    assert row["result_expires_at"] is None  # no TTL on a dead letter
+
+    # The next morning: the pruner's pass (moved ten hours on) clears the completed job's result.
+    morning = datetime.now(UTC) + timedelta(hours=10)
+    counts = Pruner(queue).run_once(now=morning)
+    assert (counts.results_expired, counts.deleted) == (1, 0)
+    assert queue.result(done.id) is None
+
+    status = queue.status(job.id)
+    assert status is not None and status.state is JobState.FAILED
+    assert status.error is not None and status.error["message"] == "attempt 2 of e failed"
+    assert "flaky" in (status.error.get("traceback") or "")
+    assert [e.message for e in read_attempt_errors(queue, job.id)] == [
+        "attempt 1 of e failed",
+        "attempt 2 of e failed",
+    ]
+    url = queue.engine.url.render_as_string(hide_password=False)
+    assert main(["jobs", "--url", url, "--state", "failed"]) == 0
+    assert "ValueError: attempt 2 of e failed" in capsys.readouterr().out
+    dashboard = Dashboard(queue)
+    try:
+        page = dashboard.handle(request("GET", f"/jobs/{job.id}"))
+        assert page.status == 200
+        text = page_text(page.body)
+        assert "attempt 2 of e failed" in text and 'id="traceback"' in text
+        assert "No error is stored" not in text
+        failures = page_text(dashboard.handle(request("GET", "/failures")).body)
+        assert "ValueError" in failures and "(no error stored)" not in failures
+    finally:
+        dashboard.close()
+
+    # Kept as long as the failed job itself: the failed retention (7 days by default).
+    assert Pruner(queue).run_once(now=datetime.now(UTC) + timedelta(days=6)).failed == 0
+    assert queue.status(job.id).error is not None  # type: ignore[union-attr]
+    assert Pruner(queue).run_once(now=datetime.now(UTC) + timedelta(days=8)).failed == 1
+    assert queue.status(job.id) is None and read_attempt_errors(queue, job.id) == []
+
+
+def test_a_completed_jobs_history_expires_with_its_result(queue: pgqueue.Queue) -> None:
+    failed_once: set[str] = set()
+
+    def once(key: str) -> str:
+        if key not in failed_once:
+            failed_once.add(key)
+            raise ValueError("first attempt fails")
+        return key
+
+    queue.task(name="once", max_attempts=2, result_ttl=60)(once)
+    job = queue.enqueue("once", args=["f"], id="hist-f")
+    run_job(queue, job.id)
     run_job(queue, job.id)
     assert len(read_attempt_errors(queue, job.id)) == 1
     later = queue.backend.clock(datetime.now(UTC) + timedelta(hours=1))
     with queue.connect() as conn:
         conn.execute(statements.job_expire_results(100, later))
     assert read_attempt_errors(queue, job.id) == []
+    assert queue.result(job.id) is None
+
+
+def test_a_dead_letter_stored_with_a_ttl_by_an_earlier_version_keeps_its_error(
+    queue: pgqueue.Queue,
+) -> None:
+    queue.task(name="flaky", max_attempts=1)(flaky)
+    job = queue.enqueue("flaky", args=["g"], id="hist-g")
+    run_job(queue, job.id)
+    long_ago = datetime.now(UTC) - timedelta(hours=2)
+    with queue.connect() as conn:  # as versions before issue 25 stored it
+        conn.execute(
+            sa.update(schema.JOBS)
+            .where(schema.JOBS.c.id == job.id)
+            .values(result_expires_at=long_ago)
+        )
+    assert queue.status(job.id).error is not None  # type: ignore[union-attr]
+    assert Pruner(queue).run_once().results_expired == 1  # its expiry cleared, not its error
+    status = queue.status(job.id)
+    assert status is not None and status.error is not None
+    assert len(read_attempt_errors(queue, job.id)) == 1
+
+
+def test_a_job_the_reaper_dead_letters_keeps_its_error_too(queue: pgqueue.Queue) -> None:
+    queue.task(name="flaky", max_attempts=1, result_ttl=60)(flaky)
+    job = queue.enqueue("flaky", args=["h"], id="hist-h")
+    start = datetime.now(UTC)
+    with queue.connect() as conn:
+        conn.execute(
+            statements.job_claim(
+                worker_id="gone",
+                lock_token="t",
+                limit=1,
+                lease=1,
+                queues=None,
+                clock=queue.backend.clock(start),
+                ids=[job.id],
+            )
+        )
+    Reaper(queue, crash_detection=False).run_once(now=start + timedelta(minutes=1))
+    assert queue.status(job.id).state is JobState.FAILED  # type: ignore[union-attr]
+    Pruner(queue).run_once(now=start + timedelta(days=1))
+    status = queue.status(job.id)
+    assert status is not None and status.error is not None
+    assert status.error["type"] == STALLED_ERROR_TYPE
+    assert [e.type for e in read_attempt_errors(queue, job.id)] == [STALLED_ERROR_TYPE]

@@ -264,3 +264,23 @@ def test_crash_detection_needs_the_session_url(urls: tuple[str, str]) -> None:
     finally:
         with_session.close()
         without.close()
+
+
+def test_a_session_url_to_another_database_than_the_poolers_is_refused(
+    urls: tuple[str, str], pg_server: PostgresServer
+) -> None:
+    # Issue 25, item 14: through the pooler to one database, sessions straight to another.
+    _, through_bouncer = urls
+    other = pg_server.create_database(f"other_{uuid.uuid4().hex[:12]}")
+    queue = pgqueue.Queue(through_bouncer, pooler="transaction", session_url=other)
+    try:
+        with pytest.raises(ConfigError, match="session_url reaches another database"):
+            pgqueue.Worker(queue).run(burst=True)
+    finally:
+        queue.close()
+    direct, _ = urls
+    queue = pgqueue.Queue(through_bouncer, pooler="transaction", session_url=direct)
+    try:
+        queue.db.check_session()  # the pooler's own database, straight: accepted
+    finally:
+        queue.close()

@@ -204,7 +204,7 @@ def test_the_cli_takes_a_schema(url: str, capsys: pytest.CaptureFixture[str]) ->
     assert main(["migrate", "--sql", "--url", url, "--schema", "tenant_2"]) == 0
     script = capsys.readouterr().out
     assert 'CREATE SCHEMA IF NOT EXISTS "tenant_2"' in script
-    assert "CREATE TABLE tenant_2.pgqueue_alembic_version" in script
+    assert 'CREATE TABLE "tenant_2".pgqueue_alembic_version' in script
 
 
 def test_the_schema_comes_from_the_environment_too(

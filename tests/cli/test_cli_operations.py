@@ -340,7 +340,42 @@ def test_enqueue_bad_file_writes_nothing(
 def test_migrate_json(empty_url: str, capsys: pytest.CaptureFixture[str]) -> None:
     code, document = run_json(capsys, "migrate", "--url", empty_url)
     assert code == 0 and document["migrated"] is True
+    assert (document["before"], document["changed"]) == (None, True)
+    assert document["after"] == head_revision()
     assert run(capsys, "stats", "--url", empty_url)[0] == 0
+    again = run_json(capsys, "migrate", "--url", empty_url)[1]
+    assert (again["before"], again["after"], again["changed"]) == (head_revision(),) * 2 + (False,)
+
+
+def head_revision() -> str:
+    from alembic.script import ScriptDirectory
+
+    from pgqueue import migrate
+
+    head = ScriptDirectory.from_config(migrate.alembic_config()).get_current_head()
+    assert head is not None
+    return head
+
+
+def test_migrate_says_what_it_did(empty_url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    # Issue 25, item 18: a fresh database was reported "up to date".
+    head = head_revision()
+    code, out, _ = run(capsys, "migrate", "--url", empty_url)
+    assert code == 0 and out.startswith(f"pgqueue schema created at revision {head} on ")
+    code, out, _ = run(capsys, "migrate", "--url", empty_url, "--downgrade", "0007_has_dependents")
+    assert code == 0 and out.startswith(
+        f"pgqueue schema downgraded from revision {head} to 0007_has_dependents on "
+    )
+    code, out, _ = run(capsys, "migrate", "--url", empty_url)
+    assert code == 0 and out.startswith(
+        f"pgqueue schema upgraded from revision 0007_has_dependents to {head} on "
+    )
+    code, out, _ = run(capsys, "migrate", "--url", empty_url)
+    assert code == 0 and out.startswith(f"pgqueue schema already at revision {head} on ")
+    code, out, _ = run(capsys, "migrate", "--url", empty_url, "--downgrade", "base")
+    assert code == 0 and out.startswith(
+        f"pgqueue schema downgraded from revision {head} to base (pgqueue's tables removed) on "
+    )
 
 
 def test_progress_bar_on_a_terminal(

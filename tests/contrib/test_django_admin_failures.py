@@ -73,3 +73,22 @@ def test_a_completed_jobs_page_shows_its_result(client: Client, queue: DjangoQue
     page = client.get(f"{CHANGELIST}summed/change/").content.decode()
     assert "&quot;cents&quot;: 250" in page
     assert 'name="_save"' not in page
+
+
+def test_a_manual_retry_shows_two_timed_attempts_and_the_retry_between_them(
+    client: Client, queue: DjangoQueue
+) -> None:
+    # Issue 25, item 18: after a manual retry the page showed two identical, untimed
+    # "Attempt 1" blocks.
+    queue.enqueue("admin.refuse", args=[8], id="retried")
+    pgqueue.Worker(queue, reaper=False, scheduler=False).run(burst=True)
+    assert queue.retry("retried")
+    pgqueue.Worker(queue, reaper=False, scheduler=False).run(burst=True)
+    assert queue.status("retried").state == "failed"  # type: ignore[union-attr]
+
+    page = client.get(f"{CHANGELIST}retried/change/").content.decode()
+    labels = re.findall(r"Attempt 1 · (\d{4}-\d\d-\d\d \d\d:\d\d:\d\d) UTC · ", page)
+    assert len(labels) == 2 and labels[0] <= labels[1]
+    first, second = page.index("Attempt 1 · "), page.rindex("Attempt 1 · ")
+    marker = page.find("Retried by hand")
+    assert first < marker < second and page.count("Retried by hand") == 1

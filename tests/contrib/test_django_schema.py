@@ -17,6 +17,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import pytest
 import sqlalchemy as sa
 from postgres_server import PostgresServer
 
@@ -32,8 +33,10 @@ call_command("makemigrations", "pgqueue", check=True, dry_run=True, verbosity=0)
 from pgqueue.contrib.django import get_queue
 from pgqueue.contrib.django.models import Job
 
+import os
+
 queue = get_queue()
-assert queue.schema == "django_jobs", queue.schema
+assert queue.schema == os.environ["EXPECTED_SCHEMA"], queue.schema
 queue.task(name="tasks.noop")(lambda: None)
 job = queue.enqueue("tasks.noop")
 assert list(Job.objects.values_list("id", flat=True)) == [job.id]
@@ -82,7 +85,13 @@ print("ok")
 """
 
 
-def run_project(tmp_path: Path, script: str, database: dict[str, Any], pgqueue: str) -> None:
+def run_project(
+    tmp_path: Path,
+    script: str,
+    database: dict[str, Any],
+    pgqueue: str,
+    env: dict[str, str] | None = None,
+) -> subprocess.CompletedProcess[str]:
     (tmp_path / "project_settings.py").write_text(
         textwrap.dedent(
             f"""
@@ -105,13 +114,20 @@ def run_project(tmp_path: Path, script: str, database: dict[str, Any], pgqueue: 
     done = subprocess.run(
         [sys.executable, "-c", script],
         cwd=tmp_path,
-        env={"DJANGO_SETTINGS_MODULE": "project_settings", "PYTHONPATH": str(tmp_path)},
+        env={
+            "DJANGO_SETTINGS_MODULE": "project_settings",
+            "PYTHONPATH": str(tmp_path),
+            **(env or {}),
+        },
         capture_output=True,
         text=True,
         timeout=120,
     )
+    if env is not None and env.get("EXPECT_FAILURE"):
+        return done
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "ok"
+    return done
 
 
 def database(name: str, port: int) -> dict[str, Any]:
@@ -134,14 +150,41 @@ def test_django_through_pgbouncer_in_transaction_mode(
     )
 
 
-def test_django_settings_name_the_schema(pg_server: PostgresServer, tmp_path: Path) -> None:
+@pytest.mark.parametrize("schema", ["django_jobs", 'Django.Jobs "x"'])
+def test_django_settings_name_the_schema(
+    pg_server: PostgresServer, tmp_path: Path, schema: str
+) -> None:
+    # A name with a dot, quotes, capitals and a space (issue 25, item 13) stays one identifier.
     name = f"django_schema_{uuid.uuid4().hex[:12]}"
     url = pg_server.create_database(name)
-    run_project(tmp_path, SCRIPT, database(name, pg_server.port), '{"SCHEMA": "django_jobs"}')
+    run_project(
+        tmp_path,
+        SCRIPT,
+        database(name, pg_server.port),
+        repr({"SCHEMA": schema}),
+        env={"EXPECTED_SCHEMA": schema},
+    )
     # The tables, version table included, are in the schema; nothing of pgqueue's in public.
     engine = sa.create_engine(url)
     inspector = sa.inspect(engine)
-    assert "pgqueue_alembic_version" in inspector.get_table_names(schema="django_jobs")
-    assert "pgqueue_jobs" in inspector.get_table_names(schema="django_jobs")
+    assert "pgqueue_alembic_version" in inspector.get_table_names(schema=schema)
+    assert "pgqueue_jobs" in inspector.get_table_names(schema=schema)
     assert not [t for t in inspector.get_table_names(schema="public") if t.startswith("pgqueue")]
+    engine.dispose()
+
+
+def test_django_refuses_a_percent_in_the_schema(pg_server: PostgresServer, tmp_path: Path) -> None:
+    name = f"django_schema_{uuid.uuid4().hex[:12]}"
+    url = pg_server.create_database(name)
+    done = run_project(
+        tmp_path,
+        SCRIPT,
+        database(name, pg_server.port),
+        repr({"SCHEMA": "jobs%s"}),
+        env={"EXPECTED_SCHEMA": "jobs%s", "EXPECT_FAILURE": "1"},
+    )
+    assert done.returncode != 0
+    assert 'ConfigError: PGQUEUE["SCHEMA"] must not contain "%" with Django' in done.stderr
+    engine = sa.create_engine(url)
+    assert not [t for t in sa.inspect(engine).get_table_names() if t.startswith("pgqueue")]
     engine.dispose()

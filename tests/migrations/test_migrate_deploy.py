@@ -93,7 +93,7 @@ def test_cli_downgrade(empty_url: str, capsys: pytest.CaptureFixture[str]) -> No
         assert "refusing to downgrade: 1 jobs" in err and "--force" in err
         assert queue.status("live") is not None
         assert main(["migrate", "--downgrade", "base", "--force", "--url", empty_url]) == 0
-        assert "downgraded to base" in capsys.readouterr().out
+        assert "to base (pgqueue's tables removed)" in capsys.readouterr().out
         assert tables(queue.engine) == {migrate.VERSION_TABLE}
         assert main(["migrate", "--force", "--url", empty_url]) == 2
         assert "--force applies only to --downgrade" in capsys.readouterr().err

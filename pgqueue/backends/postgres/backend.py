@@ -22,11 +22,12 @@ from pgqueue.backends.base import (
     VacuumOutcome,
     split_holder,
 )
+from pgqueue.backends.identifiers import qualified
 from pgqueue.backends.postgres import documents, locks, prepared, vacuum
 from pgqueue.backends.postgres import statements as pg_statements
 from pgqueue.backends.postgres.enqueue_verbs import EnqueueVerbs
 from pgqueue.backends.postgres.listener import Listener
-from pgqueue.config import check_name
+from pgqueue.config import check_schema
 from pgqueue.errors import BackendError, ConfigError, SchemaMissingError
 
 __all__ = ["PostgresBackend"]
@@ -41,9 +42,6 @@ IDLE_IN_TRANSACTION_MIN_MS = 1000
 CONNECT_TIMEOUT_SECONDS = 10
 # SQLSTATE classes: 42P01 undefined_table; 08 connection exceptions; 57P admin shutdown etc.
 _UNDEFINED_TABLE = "42P01"
-# PostgreSQL truncates identifiers to NAMEDATALEN - 1 bytes; a longer schema name would silently
-# name another schema.
-_MAX_IDENTIFIER_BYTES = 63
 
 # Built once (building a statement costs more than running it).
 _NO_BITMAP_SCAN = pg_statements.transaction_setting("enable_bitmapscan", "off")
@@ -104,12 +102,8 @@ class PostgresBackend(EnqueueVerbs):
                 f"not {pooler!r} (statement pooling cannot run pgqueue's transactions)"
             )
         if schema is not None:
-            schema = check_name("schema", schema)
-            if len(schema.encode()) > _MAX_IDENTIFIER_BYTES:
-                raise ConfigError(
-                    f"schema must be at most {_MAX_IDENTIFIER_BYTES} bytes in UTF-8 "
-                    f"(PostgreSQL's identifier limit), got {schema!r}"
-                )
+            # One quoted identifier wherever it is written (backends/identifiers.py).
+            schema = check_schema(schema)
         self.schema = schema
         self.pooler = pooler
         self.supports_notify = self.session_locks = pooler is None or sessions
@@ -195,6 +189,14 @@ class PostgresBackend(EnqueueVerbs):
         # Transaction pooling without a session of its own: no LISTEN to be had.
         return Listener(engine, channel=self.channel) if self.supports_notify else None
 
+    def database_identity(self, connection: Connection) -> tuple[Any, ...]:
+        database, cluster, current_schema = connection.execute(
+            pg_statements.database_identity()
+        ).one()
+        # With a schema, both engines qualify pgqueue's tables with it alike; without, the
+        # search_path decides where they are, and it may differ between two roles or poolers.
+        return (database, cluster, self.schema if self.schema is not None else current_schema)
+
     def session(self, engine: Engine, label: str) -> Listener | None:
         # A session of its own (a service or presence made outside a worker), named ``label``.
         return Listener(engine, channel=self.channel, label=label) if self.session_locks else None
@@ -206,13 +208,9 @@ class PostgresBackend(EnqueueVerbs):
         # see no table would both CREATE it (duplicate key in pg_type). Transaction-scoped, so
         # the lock goes with the commit of the whole upgrade, or with its rollback.
         connection.execute(pg_statements.advisory_xact_lock(key))
-        quote = connection.dialect.identifier_preparer.quote
         for name in tables:
             # LOCK TABLE is text, which schema_translate_map does not reach: qualify it here.
-            qualified = (
-                quote(name) if self.schema is None else f"{quote(self.schema)}.{quote(name)}"
-            )
-            connection.execute(pg_statements.table_lock_exclusive(qualified))
+            connection.execute(pg_statements.table_lock_exclusive(qualified(self.schema, name)))
 
     def notify(self, connection: Connection, channel: str, payload: str) -> None:
         connection.execute(_NOTIFY, {"channel": self.channel(channel), "payload": payload})

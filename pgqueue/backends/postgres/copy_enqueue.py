@@ -40,6 +40,7 @@ from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import DBAPIError
 
 from pgqueue.backends.base import Clock
+from pgqueue.backends.identifiers import driver_identifier
 from pgqueue.backends.postgres import prepared
 from pgqueue.job import JobState
 from pgqueue.schema import JOBS
@@ -301,7 +302,13 @@ def _insert_text(schema: str | None) -> str:
 
 
 def _insert_statement(schema: str | None) -> sql.Composed:
-    table = sql.Identifier(schema, JOBS.name) if schema else sql.Identifier(JOBS.name)
+    # The driver reads this text with parameters: a "%" in the schema's name is escaped for it
+    # (sql.Identifier would leave "%s" for psycopg to take for a placeholder).
+    table = sql.SQL(
+        driver_identifier(JOBS.name)
+        if not schema
+        else f"{driver_identifier(schema)}.{driver_identifier(JOBS.name)}"
+    )
     return sql.SQL(
         "WITH queued AS (INSERT INTO {} "
         "(id, task, queue, payload, priority, max_attempts, result_ttl, state, run_at, "

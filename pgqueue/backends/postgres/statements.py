@@ -357,3 +357,15 @@ def replica_lag() -> TextClause:
         " ELSE greatest(extract(epoch FROM now() - pg_last_xact_replay_timestamp()), 0)::float8"
         " END"
     )
+
+
+def database_identity() -> TextClause:
+    """Which database a connection reaches: its name, the cluster's system identifier (None
+    where the role may not read ``pg_control_system()``) and the schema unqualified names
+    resolve to. A pooler in between does not change them: they are the server's."""
+    return text(
+        "SELECT current_database(), "
+        "CASE WHEN has_function_privilege('pg_catalog.pg_control_system()', 'EXECUTE') "
+        "THEN (SELECT CAST(system_identifier AS text) FROM pg_catalog.pg_control_system()) "
+        "END, coalesce(current_schema(), '')"
+    )

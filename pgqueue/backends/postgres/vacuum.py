@@ -20,23 +20,22 @@ from collections.abc import Iterator
 from typing import Any
 
 from sqlalchemy import Connection, bindparam, text
-from sqlalchemy.dialects import postgresql
 from sqlalchemy.sql.elements import TextClause
 
 from pgqueue.backends.base import JobsTableStats, VacuumOutcome
+from pgqueue.backends.identifiers import qualified
 
 __all__ = ["jobs_table_name", "jobs_table_stats", "read_stats", "run_vacuum", "vacuum_jobs"]
 
 _JOBS_TABLE = "pgqueue_jobs"
 # SQLSTATE of "skipping vacuum of ... --- lock not available" (lock_not_available).
 _LOCK_NOT_AVAILABLE = "55P03"
-_PREPARER = postgresql.dialect().identifier_preparer  # type: ignore[no-untyped-call]
 
 
 def jobs_table_name(schema: str | None) -> str:
-    """The jobs table as SQL text, quoted, in ``schema`` (None: found on the ``search_path``)."""
-    table = _PREPARER.quote(_JOBS_TABLE)
-    return table if schema is None else f"{_PREPARER.quote_schema(schema)}.{table}"
+    """The jobs table as SQL text, quoted, in ``schema`` (None: found on the ``search_path``):
+    for ``text()`` and for a ``regclass`` value alike (see :mod:`pgqueue.backends.identifiers`)."""
+    return qualified(schema, _JOBS_TABLE)
 
 
 def jobs_table_stats(schema: str | None) -> TextClause:

@@ -28,7 +28,7 @@ from pgqueue.backends.base import Clock, Completion, JobsTableStats, VacuumOutco
 from pgqueue.backends.sqlite import completion
 from pgqueue.backends.sqlite import statements as sqlite_statements
 from pgqueue.backends.sqlite.watch import FileWatcher
-from pgqueue.config import utc_now
+from pgqueue.config import check_schema, utc_now
 from pgqueue.errors import BackendError, ConfigError, SchemaMissingError
 
 __all__ = ["SQLiteBackend"]
@@ -59,7 +59,10 @@ class SQLiteBackend:
 
     def __init__(self, *, schema: str | None = None, pooler: str | None = None) -> None:
         # SQLite's schemas are attached database files; pgqueue's tables live in the one file
-        # the URL names ("main"). Another file is another URL, not a schema.
+        # the URL names ("main"). Another file is another URL, not a schema. A name no database
+        # could take is refused first, with PostgreSQL's message.
+        if schema is not None:
+            schema = check_schema(schema)
         if schema not in (None, "main"):
             raise ConfigError(
                 f"schema={schema!r} is not supported on SQLite: pgqueue's tables live in the "
@@ -262,6 +265,10 @@ class SQLiteBackend:
     def unreachable(self, error: DBAPIError) -> bool:
         # A file has no outages; a busy database is already waited out by the busy timeout.
         return False
+
+    def database_identity(self, connection: Connection) -> tuple[Any, ...]:
+        rows = connection.exec_driver_sql("PRAGMA database_list").all()
+        return tuple(row[2] for row in rows if row[1] == "main")
 
     def leaders(self, connection: Connection, now: datetime) -> list[tuple[str, str, Any]]:
         return [tuple(row) for row in connection.execute(statements.leader_current(now))]

@@ -8,6 +8,7 @@ have not started).
 from __future__ import annotations
 
 import json
+from datetime import datetime
 from typing import Any
 
 from django.contrib import admin, messages
@@ -16,7 +17,8 @@ from django.utils.safestring import mark_safe
 
 from pgqueue.contrib.django.models import Job
 from pgqueue.contrib.django.queues import get_queue
-from pgqueue.dashboard.render import highlight_traceback
+from pgqueue.dashboard.data import attempt_errors
+from pgqueue.dashboard.render import highlight_traceback, instant
 from pgqueue.job import format_error
 
 __all__ = ["JobAdmin"]
@@ -88,26 +90,28 @@ class JobAdmin(admin.ModelAdmin):  # type: ignore[misc]
 
     @admin.display(description="Errors")  # type: ignore[untyped-decorator]
     def error_traceback(self, obj: Any) -> Any:
-        # Every kept attempt's error, oldest first; a row from before the history was kept
-        # shows its latest error alone.
-        history = obj.errors if isinstance(obj.errors, list) else []
-        errors = [e for e in history if isinstance(e, dict)]
-        if not errors and isinstance(obj.error, dict):
-            errors = [obj.error]
+        # Every kept attempt's error, oldest first, each with its time (as the dashboard shows
+        # them); a manual retry starts the attempt numbers again, so the first attempt after
+        # one is marked: two runs' "Attempt 1" are two attempts, not one shown twice. A row
+        # from before the history was kept shows its latest error alone.
+        errors = attempt_errors(obj.errors, obj.error, obj.attempts)
         if not errors:
             return "-"
         parts = [
             format_html(
-                "<p>{}<strong>{}</strong>: {}</p>{}",
-                f"Attempt {error['attempt']} · " if "attempt" in error else "",
-                error.get("type", "?"),
-                error.get("message", ""),
+                "{}<p>{}<strong>{}</strong>: {}</p>{}",
+                format_html('<p class="pgqueue-retried">{}</p>', _RETRIED)
+                if error.after_retry
+                else "",
+                _attempt_label(error.attempt, error.at),
+                error.type,
+                error.message,
                 format_html(
                     '<pre class="pgqueue-traceback" style="{}">{}</pre>',
                     _TRACEBACK_STYLE,
-                    mark_safe(str(highlight_traceback(error["traceback"]))),
+                    mark_safe(str(highlight_traceback(error.traceback))),
                 )
-                if error.get("traceback")
+                if error.traceback
                 else "",
             )
             for error in errors
@@ -146,6 +150,16 @@ class JobAdmin(admin.ModelAdmin):  # type: ignore[misc]
         self.message_user(request, f"{done} of {total} jobs {verb}.", messages.SUCCESS)
         if done < total:
             self.message_user(request, f"{total - done} skipped: {why_not}.", messages.WARNING)
+
+
+def _attempt_label(attempt: int | None, at: datetime | None) -> str:
+    label = "Attempt ?" if attempt is None else f"Attempt {attempt}"
+    if at is not None:
+        label += f" · {instant(at)} UTC"
+    return label + " · "
+
+
+_RETRIED = "Retried by hand: the attempts below were counted afresh."
 
 
 def _json(value: Any) -> str:

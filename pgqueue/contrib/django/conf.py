@@ -54,7 +54,21 @@ def pgqueue_settings() -> dict[str, Any]:
 
 def jobs_table() -> str:
     """The jobs table's ``db_table`` for Django: ``pgqueue_jobs``, qualified by
-    ``PGQUEUE["SCHEMA"]`` when one is set (Django quotes ``schema"."table`` into
-    ``"schema"."table"``). The model and its migration state both use it, so they never drift."""
+    ``PGQUEUE["SCHEMA"]`` when one is set, written out already quoted (``"schema"."pgqueue_jobs"``,
+    a ``"`` in the name doubled), which Django then uses as it is: the schema stays one
+    identifier, dots and capitals included. The model and its migration state both use it, so
+    they never drift.
+
+    A ``%`` in the schema's name is refused: Django hands table names to the driver unescaped,
+    which would take it for a parameter."""
     schema = pgqueue_settings()["SCHEMA"]
-    return "pgqueue_jobs" if schema is None else f'{schema}"."pgqueue_jobs'
+    if schema is None:
+        return "pgqueue_jobs"
+    schema = config.check_schema(schema)
+    if "%" in schema:
+        raise ConfigError(
+            f'PGQUEUE["SCHEMA"] must not contain "%" with Django, got {schema!r}: Django passes '
+            "table names to the database driver unescaped, which reads a % as a parameter"
+        )
+    quoted = schema.replace('"', '""')
+    return f'"{quoted}"."pgqueue_jobs"'

@@ -24,6 +24,7 @@ from sqlalchemy.engine import URL
 
 from pgqueue import config, statements
 from pgqueue.backends import resolve_url, supports_jdbc
+from pgqueue.backends.identifiers import quote_identifier
 from pgqueue.contrib.spark.connections import executor_queue
 from pgqueue.errors import ConfigError
 from pgqueue.job import JobState
@@ -234,8 +235,7 @@ def _read_jdbc(
     span: tuple[datetime, datetime] | None,
     partitions: int,
 ) -> DataFrame:
-    dialect = postgresql.dialect()  # type: ignore[no-untyped-call]
-    history = statements.job_history().compile(dialect=dialect)
+    history = statements.job_history().compile(dialect=postgresql.dialect())  # type: ignore[no-untyped-call]
     reader = (
         spark.read.format("jdbc")
         .option("url", f"jdbc:postgresql://{url.host}:{url.port or 5432}/{url.database or ''}")
@@ -249,8 +249,7 @@ def _read_jdbc(
         # The query names the table unqualified: every JDBC session (the one resolving the
         # result's columns too) starts with the schema as its search_path. pgjdbc sends the value
         # as the search_path startup parameter, which the server parses as identifiers: quoted.
-        quoted = dialect.identifier_preparer.quote_identifier(schema)
-        reader = reader.option("currentSchema", quoted)
+        reader = reader.option("currentSchema", quote_identifier(schema))
     if url.username:
         reader = reader.option("user", url.username)
     if url.password is not None:

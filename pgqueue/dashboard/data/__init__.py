@@ -16,6 +16,7 @@ from pgqueue.dashboard.data.failures import (
     GROUP_CAP,
     AttemptError,
     FailureGroup,
+    attempt_errors,
     read_attempt_errors,
     read_failures,
 )
@@ -45,6 +46,7 @@ __all__ = [
     "Series",
     "TaskRow",
     "WorkerRow",
+    "attempt_errors",
     "decode_cursor",
     "encode_cursor",
     "finished",

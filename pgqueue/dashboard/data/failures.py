@@ -3,7 +3,7 @@ attempt."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -88,6 +88,9 @@ class AttemptError:
     type: str
     message: str
     traceback: str | None
+    #: The first attempt after a manual retry: attempt numbers start again at 1 there, so
+    #: without a mark two runs' "Attempt 1" look like one attempt shown twice.
+    after_retry: bool = False
 
 
 def read_attempt_errors(queue: Queue, job_id: str) -> list[AttemptError]:
@@ -105,10 +108,32 @@ def read_attempt_errors(queue: Queue, job_id: str) -> list[AttemptError]:
     if row is None:
         return []
     history, latest, attempts = row
+    return attempt_errors(history, latest, attempts)
+
+
+def attempt_errors(
+    history: Any, latest: Any = None, attempts: int | None = None
+) -> list[AttemptError]:
+    """The stored ``errors`` history of a job (its ``error`` and ``attempts`` for a row from
+    before the history was kept) as :class:`AttemptError`, oldest first, each retry marked.
+
+    Example::
+
+        [(e.attempt, e.after_retry) for e in attempt_errors(job.errors)]  # [(1, False), (1, True)]
+    """
     entries: list[Any] = list(history) if isinstance(history, list) else []
     if not entries and isinstance(latest, dict):
         entries = [{**latest, "attempt": attempts}]
-    return [_attempt_error(entry) for entry in entries if isinstance(entry, dict)]
+    errors: list[AttemptError] = []
+    for entry in entries:
+        if not isinstance(entry, dict):
+            continue
+        error = _attempt_error(entry)
+        previous = errors[-1].attempt if errors else None
+        if previous is not None and error.attempt is not None and error.attempt <= previous:
+            error = replace(error, after_retry=True)
+        errors.append(error)
+    return errors
 
 
 def _attempt_error(entry: dict[str, Any]) -> AttemptError:
@@ -116,7 +141,7 @@ def _attempt_error(entry: dict[str, Any]) -> AttemptError:
     attempt = entry.get("attempt")
     trace = entry.get("traceback")
     return AttemptError(
-        attempt=attempt if isinstance(attempt, int) else None,
+        attempt=attempt if isinstance(attempt, int) and not isinstance(attempt, bool) else None,
         at=aware(at) if isinstance(at, str) and at else None,
         type=str(entry.get("type") or "error"),
         message=str(entry.get("message") or ""),

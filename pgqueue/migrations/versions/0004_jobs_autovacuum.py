@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from alembic import op
 
+from pgqueue.backends.identifiers import quote_identifier
 from pgqueue.backends.types import has_storage_parameters
 
 revision = "0004"
@@ -56,4 +57,6 @@ def _jobs_table() -> str:
     schema = mapped.get(None)
     if schema is None:
         return "pgqueue_jobs"
-    return f"{context.dialect.identifier_preparer.quote_identifier(schema)}.pgqueue_jobs"
+    # Quoted by hand: the preparer's quoting doubles a "%" for the driver, and op.execute's
+    # text() doubles it once more (schema "%s" became "%%s").
+    return f"{quote_identifier(schema)}.pgqueue_jobs"
