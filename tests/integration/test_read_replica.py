@@ -35,6 +35,11 @@ def pair() -> Iterator[ReplicatedPair]:
         setup = pgqueue.Queue(replicated.url)
         setup.migrate()
         setup.close()
+        # Asynchronous replication: the standby replays the migration a moment later.
+        wait_until(
+            lambda: _standby(replicated, "SELECT to_regclass('pgqueue_jobs') IS NOT NULL"),
+            "the standby to replay the migration",
+        )
         yield replicated
 
 
@@ -46,12 +51,14 @@ def queue(pair: ReplicatedPair) -> Iterator[pgqueue.Queue]:
     def row(n: int) -> int:
         return n
 
-    with queue.engine.begin() as conn:
-        conn.execute(sa.text("TRUNCATE pgqueue_jobs CASCADE"))
-    wait_until(lambda: _replica_count(pair) == 0, "the standby to replay the truncate")
-    yield queue
-    _standby(pair, "SELECT pg_wal_replay_resume()")
-    queue.close()
+    try:
+        with queue.engine.begin() as conn:
+            conn.execute(sa.text("TRUNCATE pgqueue_jobs CASCADE"))
+        wait_until(lambda: _replica_count(pair) == 0, "the standby to replay the truncate")
+        yield queue
+    finally:
+        _standby(pair, "SELECT pg_wal_replay_resume()")
+        queue.close()
 
 
 def _standby(pair: ReplicatedPair, sql: str) -> object:
