@@ -160,7 +160,13 @@ class JobContext:
                 raise PgQueueError("durable steps need a job run by a pgqueue Worker")
             from pgqueue.durable.run import DurableRun
 
-            run = DurableRun(self.source.db, self.source.serializer, self.id, self.job_transaction)
+            run = DurableRun(
+                self.source.db,
+                self.source.serializer,
+                self.id,
+                self.created_at,
+                self.job_transaction,
+            )
             object.__setattr__(self, "durable", run)  # frozen: set once, on first use
         return run
 

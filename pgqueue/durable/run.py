@@ -94,9 +94,11 @@ class DurableRun:
         db: Database,
         serializer: Serializer,
         job_id: str,
+        created_at: datetime,
         transaction: Any,
     ) -> None:
         self.db = db
+        self.created_at = created_at
         self.serializer = serializer
         self.job_id = job_id
         self.transaction: _Transaction = transaction
@@ -111,6 +113,12 @@ class DurableRun:
     def _load(self) -> None:
         with self.db.connect(write=False) as conn:
             rows = conn.execute(statements.step_rows(self.job_id, self.db.clock())).all()
+        if any(r.created_at < self.created_at for r in rows):
+            # Recorded by an earlier job under this id (failed or cancelled, then enqueued
+            # again): this job starts over.
+            stale = statements.steps_stale_delete(self.job_id, self.created_at)
+            self._write(lambda conn: conn.execute(stale))
+            rows = [r for r in rows if r.created_at >= self.created_at]
         stored = [_Stored(r.name, r.seq, r.state, r.value, r.wake_at, bool(r.due)) for r in rows]
         self._by_seq = {s.seq: s for s in stored}
         self._by_name = {s.name: s for s in stored}

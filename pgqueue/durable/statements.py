@@ -10,6 +10,7 @@ from typing import Any
 
 from sqlalchemy import (
     ColumnElement,
+    Delete,
     Insert,
     Select,
     Update,
@@ -41,6 +42,8 @@ __all__ = [
     "step_rows",
     "step_settle",
     "steps_of",
+    "steps_prune",
+    "steps_stale_delete",
 ]
 
 DONE = "done"
@@ -65,8 +68,26 @@ def step_rows(job_id: str, clock: Clock) -> Select[Any]:
         STEPS.c.state,
         STEPS.c.value,
         STEPS.c.wake_at,
+        STEPS.c.created_at,
         (STEPS.c.wake_at <= clock.now()).label("due"),
     ).where(STEPS.c.job_id == job_id)
+
+
+def steps_stale_delete(job_id: str, created_at: datetime) -> Delete:
+    """Forget the steps of an earlier job under the same id (a failed or cancelled job enqueued
+    again with this id is a new job: ``created_at`` anew, its steps start over)."""
+    return delete(STEPS).where(STEPS.c.job_id == job_id, STEPS.c.created_at < created_at)
+
+
+def steps_prune(limit: int) -> Delete:
+    """Delete up to ``limit`` step rows whose job is gone (the pruner deleted it)."""
+    orphaned = (
+        select(STEPS.c.job_id)
+        .where(~exists().where(JOBS.c.id == STEPS.c.job_id))
+        .limit(limit)
+        .scalar_subquery()
+    )
+    return delete(STEPS).where(STEPS.c.job_id.in_(orphaned))
 
 
 def step_record(

@@ -27,6 +27,7 @@ from sqlalchemy import Update
 from sqlalchemy.sql.dml import Delete
 
 from pgqueue import config, statements
+from pgqueue.durable.statements import steps_prune
 from pgqueue.events.maintenance import prune_events
 from pgqueue.job import JobState
 from pgqueue.limits.statements import limit_prune
@@ -221,6 +222,8 @@ class Pruner(MaintenanceService):
         counts["limits"] = self._drain(limit_prune(limit, clock))
         # Edges of pruned dependents (not counted: they are part of their job).
         self._drain(statements.dependencies_prune(limit))
+        # Durable steps of pruned jobs (pgqueue/durable/; part of their job too).
+        self._drain(steps_prune(limit))
         # Lifecycle events no live listener still has to read (see pgqueue.events).
         prune_events(self.db, connect=self.leadership.connect)
         result = PruneCounts(**counts)

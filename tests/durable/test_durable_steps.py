@@ -201,3 +201,46 @@ def test_bad_step_names_are_refused_with_a_clear_message(queue: pgqueue.Queue) -
     assert status is not None and status.error is not None
     assert status.error["type"] == "pgqueue.errors.ConfigError"
     assert "step name" in status.error["message"]
+
+
+@pytest.mark.parametrize("how", ["retry", "enqueue"])
+def test_retry_resumes_a_failed_job_but_a_new_enqueue_under_its_id_starts_over(
+    queue: pgqueue.Queue, how: str
+) -> None:
+    calls = Calls()
+    fail = iter([True, False])
+
+    @queue.task(name="d.again", max_attempts=1)
+    def flow(tag: str) -> Any:
+        value = pgqueue.current_job().step("only", calls, "only", tag)
+        if next(fail):
+            raise RuntimeError("dead-lettered")
+        return value
+
+    flow.using(id="same").enqueue("first")
+    assert drain(queue).failed == 1
+    if how == "retry":
+        # The same job again: its finished step is kept and not run again.
+        assert queue.retry("same")
+        expected, runs = "first", 1
+    else:
+        # A new job with new arguments under the id: its steps start over.
+        assert flow.using(id="same").enqueue("second").status == "queued"
+        expected, runs = "second", 2
+    drain(queue)
+    assert queue.result("same") == expected
+    assert calls.counts == {"only": runs}
+    assert [s.name for s in queue.steps("same")] == ["only"]
+
+
+def test_the_pruner_deletes_the_steps_of_pruned_jobs(queue: pgqueue.Queue) -> None:
+    @queue.task(name="d.pruned")
+    def flow() -> None:
+        pgqueue.current_job().step("s", int, 1)
+
+    gone, kept = flow.enqueue(), flow.enqueue()
+    drain(queue)
+    with queue.engine.begin() as conn:
+        conn.execute(sa.text("DELETE FROM pgqueue_jobs WHERE id = :i"), {"i": gone.id})
+    pgqueue.Pruner(queue).run_once()
+    assert queue.steps(gone.id) == [] and len(queue.steps(kept.id)) == 1
