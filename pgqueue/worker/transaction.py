@@ -118,6 +118,10 @@ class JobTransaction:
                 backend.notify_many(conn, FINISHED_CHANNEL, [payload])
                 if held[self.job_id]:
                     dependencies.settle(conn, backend, [self.job_id], clock)
+            # Ended from here on: once the commit lands the row is no longer ``processing``, and
+            # a heartbeat turn between the commit and _close() must not take the job for lost
+            # (the loop's _committed_itself reads this flag).
+            self._ended = True
             self._commit()
             return True
         finally:
@@ -139,6 +143,10 @@ class JobTransaction:
                         extra={"job_id": self.job_id},
                     )
                     return False
+            # Ended from here on: once the commit lands the row is no longer ``processing``, and
+            # a heartbeat turn between the commit and _close() must not take the job for lost
+            # (the loop's _committed_itself reads this flag).
+            self._ended = True
             self._commit()
             return True
         except BaseException:
