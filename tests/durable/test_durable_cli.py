@@ -64,3 +64,29 @@ def test_send_event_keeps_an_event_nobody_waits_for_and_refuses_bad_input(
     assert drain(queue).completed == 1
     status = queue.status(job.id)
     assert status is not None and status.state is JobState.COMPLETED and status.result == [1]
+
+
+def test_the_dashboard_job_page_lists_the_steps_and_the_wait(queue: pgqueue.Queue) -> None:
+    from dashboard_support import page_text, request
+
+    from pgqueue.dashboard import Dashboard
+
+    @queue.task(name="c.page")
+    def flow() -> object:
+        job = pgqueue.current_job()
+        job.step("charge", lambda: "r-1")
+        return job.wait_for("payment:o-7")
+
+    job = flow.enqueue()
+    assert drain(queue).parked == 1
+    plain = queue.enqueue("c.page").id  # never ran: no steps, no section
+    dashboard = Dashboard(queue)
+    try:
+        page = page_text(dashboard.handle(request("GET", f"/jobs/{job.id}")).body)
+        assert "Durable steps" in page and 'id="parked"' in page
+        assert "waiting for event <code>payment:o-7</code>" in page
+        assert "<code>charge</code></td><td>done</td>" in page and "5 chars" in page
+        other = page_text(dashboard.handle(request("GET", f"/jobs/{plain}")).body)
+        assert "Durable steps" not in other
+    finally:
+        dashboard.close()
