@@ -118,12 +118,12 @@ def main(argv: list[str] | None = None) -> None:
         worker.run(burst=True)
         took = time.perf_counter() - started
         stats: Any = worker.stats
-        assert stats.parked == args.parked, stats
         print(
             f"parked {args.parked:,} jobs (a step and a sleep each) in {took:.1f} s: "
-            f"{args.parked / took:,.0f} jobs/s",
+            f"{args.parked / took:,.0f} jobs/s; worker stats {stats}",
             flush=True,
         )
+        assert stats.parked == args.parked, stats
         _measure(queue, f"1,000 due jobs + {args.parked:,} sleeping")
         queue.close()
     finally:

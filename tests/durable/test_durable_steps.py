@@ -244,3 +244,24 @@ def test_the_pruner_deletes_the_steps_of_pruned_jobs(queue: pgqueue.Queue) -> No
         conn.execute(sa.text("DELETE FROM pgqueue_jobs WHERE id = :i"), {"i": gone.id})
     pgqueue.Pruner(queue).run_once()
     assert queue.steps(gone.id) == [] and len(queue.steps(kept.id)) == 1
+
+
+def test_jobs_that_make_no_step_never_touch_the_durable_tables(queue: pgqueue.Queue) -> None:
+    seen: list[str] = []
+
+    def note(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        seen.append(statement)
+
+    @queue.task(name="d.plain")
+    def plain(n: int) -> int:
+        return n
+
+    for n in range(20):
+        plain.enqueue(n)
+    sa.event.listen(queue.engine, "before_cursor_execute", note)
+    try:
+        assert drain(queue).completed == 20
+    finally:
+        sa.event.remove(queue.engine, "before_cursor_execute", note)
+    assert seen, "the listener saw nothing: the test would prove nothing"
+    assert not [s for s in seen if "pgqueue_steps" in s or "pgqueue_signals" in s]
