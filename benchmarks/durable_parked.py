@@ -75,6 +75,9 @@ def _server_side(queue: pgqueue.Queue, runs: int) -> tuple[list[float], float]:
 
 
 def _measure(queue: pgqueue.Queue, stage: str) -> None:
+    # The connections counted below are then the measurement's own: the worker's returned to
+    # this process's pool when it stopped, and are closed here.
+    queue.engine.dispose()
     with queue.engine.begin() as conn:
         conn.execute(sa.text("ANALYZE pgqueue_jobs"))
     server, buffers = _server_side(queue, 50)
