@@ -210,3 +210,22 @@ def test_send_event_refuses_a_bad_key_and_writes_nothing(queue: pgqueue.Queue, b
         queue.send_event("ok", {"x": object()})
     with queue.engine.connect() as conn:
         assert conn.scalar(sa.text("SELECT count(*) FROM pgqueue_signals")) == 0
+
+
+def test_a_transactional_task_records_steps_and_parks(queue: pgqueue.Queue) -> None:
+    calls: list[str] = []
+
+    @queue.task(name="p.txtask", transactional=True)
+    def flow() -> str:
+        job = pgqueue.current_job()
+        job.step("first", calls.append, "first")
+        job.wait_for("tx-task")
+        job.step("second", calls.append, "second")
+        return "done"
+
+    job = flow.enqueue()
+    assert drain(queue).parked == 1
+    queue.send_event("tx-task")
+    assert drain(queue).completed == 1
+    assert queue.result(job.id) == "done"
+    assert calls == ["first", "second"]
