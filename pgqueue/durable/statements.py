@@ -40,6 +40,7 @@ __all__ = [
     "signal_take",
     "step_record",
     "step_rows",
+    "signals_prune",
     "step_settle",
     "steps_of",
     "steps_prune",
@@ -77,6 +78,18 @@ def steps_stale_delete(job_id: str, created_at: datetime) -> Delete:
     """Forget the steps of an earlier job under the same id (a failed or cancelled job enqueued
     again with this id is a new job: ``created_at`` anew, its steps start over)."""
     return delete(STEPS).where(STEPS.c.job_id == job_id, STEPS.c.created_at < created_at)
+
+
+def signals_prune(older_than: float, limit: int, clock: Clock) -> Delete:
+    """Delete up to ``limit`` events sent more than ``older_than`` seconds ago and never
+    consumed (the pruner)."""
+    old = (
+        select(SIGNALS.c.id)
+        .where(SIGNALS.c.created_at < clock.after(-older_than))
+        .limit(limit)
+        .scalar_subquery()
+    )
+    return delete(SIGNALS).where(SIGNALS.c.id.in_(old))
 
 
 def steps_prune(limit: int) -> Delete:

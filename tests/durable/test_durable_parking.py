@@ -229,3 +229,18 @@ def test_a_transactional_task_records_steps_and_parks(queue: pgqueue.Queue) -> N
     assert drain(queue).completed == 1
     assert queue.result(job.id) == "done"
     assert calls == ["first", "second"]
+
+
+def test_the_pruner_deletes_events_nobody_consumed_within_their_retention(
+    queue: pgqueue.Queue,
+) -> None:
+    from datetime import UTC, datetime
+
+    queue.send_event("orphan", 1)
+    pruner = pgqueue.Pruner(queue, signals=timedelta(days=7))
+    assert pruner.run_once().signals == 0  # still within its retention
+    later = datetime.now(UTC) + timedelta(days=8)
+    assert pruner.run_once(now=later).signals == 1
+    assert pgqueue.Pruner(queue, signals=None).run_once(now=later).signals == 0
+    with pytest.raises(pgqueue.ConfigError, match="signals retention"):
+        pgqueue.Pruner(queue, signals=-1)
