@@ -16,16 +16,19 @@ Example::
 
 from __future__ import annotations
 
+from pgqueue.durable import StepStatus
 from pgqueue.errors import (
     BackendError,
     ConfigError,
     JobFailedError,
     JobTimeoutError,
+    NonDeterminismError,
     PgQueueError,
     SchemaMissingError,
     SerializationError,
     TransientBackendError,
     UnknownTaskError,
+    WaitTimeout,
 )
 from pgqueue.events import AsyncEventStream, Event, EventStream
 from pgqueue.execution import JobContext, current_job
@@ -72,6 +75,7 @@ __all__ = [
     "JobStatus",
     "JobTimeoutError",
     "Limits",
+    "NonDeterminismError",
     "PgQueueError",
     "PruneCounts",
     "Pruner",
@@ -87,10 +91,12 @@ __all__ = [
     "Serializer",
     "Signature",
     "StalledJob",
+    "StepStatus",
     "Task",
     "TransientBackendError",
     "UnknownTaskError",
     "Vacuumer",
+    "WaitTimeout",
     "Worker",
     "WorkerStats",
     "WorkflowRun",

@@ -8,6 +8,8 @@ Every error pgqueue raises on purpose derives from :class:`PgQueueError`::
     ├── UnknownTaskError       enqueue or run of a task name nobody registered
     ├── JobFailedError         enqueue_and_wait: the job ended ``failed``
     ├── JobTimeoutError        enqueue_and_wait: our own wait timed out (also a TimeoutError)
+    ├── NonDeterminismError    a durable job's steps came in another order than when it first ran
+    ├── WaitTimeout            a durable job's wait_for() passed its timeout (also a TimeoutError)
     └── BackendError           the database refused or the connection broke
         ├── TransientBackendError  the database cannot be reached for now: retry later
         └── SchemaMissingError     the pgqueue tables are not there: run ``pgqueue migrate``
@@ -37,11 +39,13 @@ __all__ = [
     "ConfigError",
     "JobFailedError",
     "JobTimeoutError",
+    "NonDeterminismError",
     "PgQueueError",
     "SchemaMissingError",
     "SerializationError",
     "TransientBackendError",
     "UnknownTaskError",
+    "WaitTimeout",
 ]
 
 
@@ -96,6 +100,36 @@ class JobTimeoutError(PgQueueError, TimeoutError):
     def __init__(self, message: str | None = None, *, job_id: str | None = None) -> None:
         super().__init__(message)
         self.job_id = job_id
+
+
+class NonDeterminismError(PgQueueError):
+    """A durable job replayed its steps differently from the run that recorded them: a step
+    name used twice in one run, or a step (or sleep, or wait) at another position than before.
+    The attempt fails; finished steps stay recorded. See docs/durable.md.
+
+    Example::
+
+        job.step("charge", charge)      # recorded as step 0 when the job first ran
+        job.step("reserve", reserve)    # on replay, step 0 named "reserve": NonDeterminismError
+    """
+
+
+class WaitTimeout(PgQueueError, TimeoutError):
+    """``current_job().wait_for(key, timeout=...)`` reached its timeout before an event with
+    ``key`` was sent. Raised in the handler when the job runs again after the timeout (and on
+    every later replay: the outcome of a wait is recorded like a step's).
+
+    Example::
+
+        try:
+            payment = job.wait_for(f"payment:{order_id}", timeout=timedelta(hours=1))
+        except pgqueue.WaitTimeout:
+            job.step("cancel", cancel_order, order_id)
+    """
+
+    def __init__(self, message: str, *, key: str) -> None:
+        super().__init__(message)
+        self.key = key
 
 
 class BackendError(PgQueueError):

@@ -18,27 +18,29 @@ Example::
 
 from __future__ import annotations
 
+import asyncio
 import contextvars
 import logging
 import math
 import sys
 import threading
 import traceback
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from pgqueue import config, logs, tracing
 from pgqueue._threads import AsyncTask, HandlerPool, LoopThread
-from pgqueue.errors import PgQueueError
+from pgqueue.errors import ConfigError, PgQueueError
 from pgqueue.job import JobState, error_fields
 from pgqueue.retries import DEFAULT_RETRY, Retry, RetryPolicy
 
 if TYPE_CHECKING:
     from sqlalchemy import Connection
 
+    from pgqueue.durable.run import DurableRun
     from pgqueue.queue import Queue
     from pgqueue.worker.transaction import JobTransaction
 
@@ -146,6 +148,140 @@ class JobContext:
     source: Queue | None = field(default=None, compare=False, repr=False)
     #: The attempt's own transaction (see :meth:`transaction`).
     job_transaction: JobTransaction | None = field(default=None, compare=False, repr=False)
+    #: The attempt's durable state, made by the first step, sleep or wait (see :meth:`step`).
+    durable: DurableRun | None = field(default=None, compare=False, repr=False)
+
+    # -- durable execution (docs/durable.md) ---------------------------------------------------
+
+    def _durable(self) -> DurableRun:
+        run = self.durable
+        if run is None:
+            if self.source is None or self.job_transaction is None:
+                raise PgQueueError("durable steps need a job run by a pgqueue Worker")
+            from pgqueue.durable.run import DurableRun
+
+            run = DurableRun(
+                self.source.db,
+                self.source.serializer,
+                self.id,
+                self.created_at,
+                self.job_transaction,
+            )
+            object.__setattr__(self, "durable", run)  # frozen: set once, on first use
+        return run
+
+    def step(
+        self,
+        name: str,
+        function: Callable[..., T],
+        /,
+        *args: Any,
+        transactional: bool = False,
+        **kwargs: Any,
+    ) -> T:
+        """``function(*args, **kwargs)`` run once per job: its return value is stored (same
+        serializer and limits as results) before this returns, and when the job runs again
+        (a retry, a crash, a lost lease, a wake-up after a sleep or wait) the stored value is
+        returned without calling ``function``. ``name`` is unique per run and the steps come
+        in the same order every run, or :class:`~pgqueue.NonDeterminismError` fails the
+        attempt. ``transactional=True`` runs the step on the job's own transaction
+        (:meth:`transaction`): its writes and its record commit together, with the job's next
+        outcome (completion or parking), or roll back together.
+
+        Example::
+
+            @queue.task()
+            def order(order_id: str) -> None:
+                job = pgqueue.current_job()
+                receipt = job.step("charge", charge_card, order_id)
+                job.step("record", save_receipt, receipt, transactional=True)
+        """
+        value: T = self._durable().step(name, function, args, kwargs, transactional=transactional)
+        return value
+
+    async def astep(
+        self,
+        name: str,
+        function: Callable[..., Awaitable[T]],
+        /,
+        *args: Any,
+        transactional: bool = False,
+        **kwargs: Any,
+    ) -> T:
+        """:meth:`step` for ``async def`` handlers and coroutine functions.
+
+        Example::
+
+            receipt = await pgqueue.current_job().astep("charge", charge_card_async, order_id)
+        """
+        run = self._durable()
+        value: T = await run.astep(name, function, args, kwargs, transactional=transactional)
+        return value
+
+    def sleep(self, duration: timedelta, *, name: str | None = None) -> None:
+        """Park the job for ``duration``: the attempt ends here (the handler unwinds, the
+        worker's slot is free), the job holds no lease or connection while it sleeps, and it
+        runs again from the top at its wake time, finished steps returning their stored
+        values. On that run this call returns at once. Spends no attempt.
+
+        Example::
+
+            job.step("send", send_email, user_id)
+            job.sleep(timedelta(days=3))
+            job.step("remind", send_reminder, user_id)
+        """
+        if not isinstance(duration, timedelta) or duration < timedelta(0):
+            raise ConfigError(f"sleep duration must be a non-negative timedelta, got {duration!r}")
+        self._durable().sleep_until(duration, name)
+
+    def sleep_until(self, when: datetime, *, name: str | None = None) -> None:
+        """:meth:`sleep` until the aware datetime ``when``.
+
+        Example::
+
+            job.sleep_until(datetime(2027, 1, 1, tzinfo=UTC))
+        """
+        if not isinstance(when, datetime) or when.tzinfo is None:
+            raise ConfigError(f"sleep_until needs an aware datetime, got {when!r}")
+        self._durable().sleep_until(when, name)
+
+    def wait_for(
+        self, key: str, *, timeout: timedelta | None = None, name: str | None = None
+    ) -> Any:
+        """The payload of the event ``key`` (sent with :meth:`Queue.send_event`), parking the
+        job until it comes: like :meth:`sleep`, the attempt ends and the job runs again from
+        the top when the event is sent; this call then returns its payload (and returns it
+        again on every later run: the wait is recorded like a step). An event sent before
+        the job waits is kept and consumed here, once. After ``timeout`` without an event it
+        raises :class:`~pgqueue.WaitTimeout`.
+
+        Example::
+
+            payment = job.wait_for(f"payment:{order_id}", timeout=timedelta(hours=1))
+        """
+        if timeout is not None and (not isinstance(timeout, timedelta) or timeout < timedelta(0)):
+            raise ConfigError(f"timeout must be a non-negative timedelta, got {timeout!r}")
+        return self._durable().wait_for(key, timeout, name)
+
+    async def asleep(self, duration: timedelta, *, name: str | None = None) -> None:
+        """:meth:`sleep` for ``async def`` handlers (its writes run off the event loop).
+
+        Example::
+
+            await pgqueue.current_job().asleep(timedelta(hours=1))
+        """
+        await asyncio.to_thread(self.sleep, duration, name=name)
+
+    async def await_for(
+        self, key: str, *, timeout: timedelta | None = None, name: str | None = None
+    ) -> Any:
+        """:meth:`wait_for` for ``async def`` handlers.
+
+        Example::
+
+            payment = await pgqueue.current_job().await_for(f"payment:{order_id}")
+        """
+        return await asyncio.to_thread(self.wait_for, key, timeout=timeout, name=name)
 
     def transaction(self) -> Connection:
         """A SQLAlchemy Connection inside this job's own transaction: what the handler writes

@@ -20,6 +20,8 @@ from pgqueue import config
 from pgqueue._database import ConnectionProvider, Database
 from pgqueue._declare import TaskDeclarations
 from pgqueue.backends import Backend
+from pgqueue.durable import signals
+from pgqueue.durable.signals import StepStatus
 from pgqueue.errors import ConfigError
 from pgqueue.events import AsyncEventStream, EventStream
 from pgqueue.job import CancelResult, EnqueueResult, JobStatus
@@ -387,6 +389,42 @@ class Queue(TaskDeclarations):
             print(s.state, s.attempts)
         """
         return lookups.status(self.db, self.serializer, job_id, connection)
+
+    def send_event(
+        self,
+        key: str,
+        payload: Any = None,
+        *,
+        connection: Connection | None = None,
+        session: Any = None,
+    ) -> int:
+        """Send the event ``key`` to the durable job waiting for it
+        (``current_job().wait_for(key)``), or, if none waits yet, keep it for the first that
+        will: each event is consumed once. ``payload`` (JSON by the queue's serializer, the
+        limits of payloads) is what ``wait_for`` returns. With ``connection``/``session`` it
+        joins the caller's transaction and is never committed here: the event exists, and the
+        job wakes, only if that transaction commits. Returns how many parked jobs it woke.
+
+        Example::
+
+            with engine.begin() as conn:        # a payment webhook
+                conn.execute(payments.insert().values(order_id=42, status="paid"))
+                queue.send_event("payment:order-42", {"status": "paid"}, connection=conn)
+        """
+        return signals.send_event(
+            self.db, self.serializer, key, payload, connection=connection, session=session
+        )
+
+    def steps(self, job_id: str, *, connection: Connection | None = None) -> list[StepStatus]:
+        """The durable steps, sleeps and waits recorded for a job, in order (``[]`` for a job
+        that made none); see docs/durable.md.
+
+        Example::
+
+            for step in queue.steps(job_id):
+                print(step.name, step.state, step.duration)
+        """
+        return signals.steps(self.db, job_id, connection)
 
     def result(self, job_id: str, *, connection: Connection | None = None) -> Any:
         """The stored result of a completed job, or None (not completed, unknown or expired).

@@ -36,6 +36,8 @@ __all__ = [
     "LIMITS",
     "METADATA",
     "SCHEDULES",
+    "SIGNALS",
+    "STEPS",
     "WORKERS",
     "Document",
     "UTCDateTime",
@@ -272,3 +274,44 @@ EVENTS = Table(
 )
 # The enqueue transaction's look-up of a job's latest event (see events.statements.sqlite_ddl).
 Index("ix_pgqueue_events_job", EVENTS.c.job_id, EVENTS.c.seq)
+
+# Durable execution (pgqueue/durable/, docs/durable.md): one row per finished (or parked) step of
+# a job, keyed by the job and the step's name, with its position in the handler's run (``seq``:
+# a replay that meets another name at a position fails as non-deterministic). ``value`` is the
+# step's return value as JSON text (serde.encode_document, the limits of results); a sleep or a
+# wait is a step too: ``state`` 'sleeping' or 'waiting' while the job is parked, with ``wake_at``
+# (the sleep's end, the wait's timeout) and ``wait_key``; then 'done' or 'timed_out'. Rows go
+# with their job when the pruner deletes it. Jobs that use none of this have no rows here and
+# no statement of theirs reads this table.
+STEPS = Table(
+    "pgqueue_steps",
+    METADATA,
+    Column("job_id", Key, primary_key=True),
+    Column("name", Text, primary_key=True),
+    Column("seq", Integer, nullable=False),
+    Column("state", Text, nullable=False),
+    Column("value", Text),
+    Column("wait_key", Text),
+    Column("wake_at", UTCDateTime),
+    Column("created_at", UTCDateTime, nullable=False),
+    Column("duration", Float),
+    CheckConstraint(
+        "state IN ('done', 'sleeping', 'waiting', 'timed_out')", name="ck_pgqueue_steps_state"
+    ),
+)
+# send_event's look-up: the jobs parked waiting for a key.
+partial_index("ix_pgqueue_steps_waiting", STEPS.c.wait_key, where=text("state = 'waiting'"))
+
+# Events sent with Queue.send_event and not yet consumed by a waiting job. Consuming one deletes
+# it (its payload moves into the waiting step's row in the same transaction), so an event is
+# consumed at most once; one sent before anybody waits stays here until a wait_for takes it.
+SIGNALS = Table(
+    "pgqueue_signals",
+    METADATA,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("key", Text, nullable=False),
+    Column("payload", Text),
+    Column("created_at", UTCDateTime, nullable=False),
+    sqlite_autoincrement=True,
+)
+Index("ix_pgqueue_signals_key", SIGNALS.c.key, SIGNALS.c.id)

@@ -201,6 +201,14 @@ class Backend(Protocol):
         them cannot change before it commits."""
         ...
 
+    def lock_key(self, connection: Connection, key: int) -> None:
+        """Inside ``connection``'s transaction, wait for the lock ``key`` and hold it until the
+        transaction ends (PostgreSQL: a transaction-scoped advisory lock; SQLite: nothing, its
+        one writer at a time already serializes every writing transaction). Durable waits and
+        ``send_event`` take the lock of an event key, so that a wait parking and an event sent
+        at the same moment never miss each other (pgqueue/durable/)."""
+        ...
+
     def notify(self, connection: Connection, channel: str, payload: str) -> None:
         """Send a wake-up inside the caller's transaction (delivered on commit)."""
         ...

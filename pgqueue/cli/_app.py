@@ -236,6 +236,7 @@ _COMMAND_MODULES = (
     "pgqueue.cli.database",
     "pgqueue.cli.jobs",
     "pgqueue.cli.job_actions",
+    "pgqueue.cli.durable",
     "pgqueue.cli.enqueue",
     "pgqueue.cli.services",
     "pgqueue.demo",

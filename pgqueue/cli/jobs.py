@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict
 from typing import Any
 
@@ -21,6 +21,8 @@ from pgqueue.cli._output import (
     print_table,
     state_names,
 )
+from pgqueue.cli.durable import describe_steps, steps_json
+from pgqueue.durable import StepStatus
 from pgqueue.job import JobState, JobStatus, format_error
 
 
@@ -31,18 +33,21 @@ def _add_status(parser: argparse.ArgumentParser) -> None:
 
 @command("status", "show one job", _add_status)
 def _status(args: argparse.Namespace) -> int:
-    status = queue_from_args(args).status(args.job_id)
+    queue = queue_from_args(args)
+    status = queue.status(args.job_id)
     if status is None:
         print(f"no job {args.job_id!r}", file=sys.stderr)
         return EXIT_FAILURE
+    # A durable job's steps, sleep or wait (docs/durable.md); [] for every other job.
+    steps = queue.steps(args.job_id)
     if args.json:
-        print_json(asdict(status))
+        print_json({**asdict(status), "steps": steps_json(steps)})
     else:
-        print(describe_status(status))
+        print(describe_status(status, steps))
     return EXIT_OK
 
 
-def describe_status(status: JobStatus) -> str:
+def describe_status(status: JobStatus, steps: Sequence[StepStatus] = ()) -> str:
     """One job for people: a field per line (times in UTC, values as JSON), then the error with
     its traceback as it was printed. ``worker`` is the last worker that claimed the job."""
     lines = [
@@ -61,6 +66,8 @@ def describe_status(status: JobStatus) -> str:
         ("worker", _locked(status)),
         ("args", _compact_json(status.args)),
         ("kwargs", _compact_json(status.kwargs)),
+        # Only a queued job is parked: a cancelled one keeps its last sleep's row, not its sleep.
+        *describe_steps(steps, parked=status.state is JobState.QUEUED),
     ]
     if status.state is JobState.COMPLETED:
         lines.append(("result", _compact_json(status.result)))

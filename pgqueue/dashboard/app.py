@@ -259,6 +259,8 @@ class Dashboard:
             "job.html",
             job=status,
             errors=data.read_attempt_errors(self.queue, job_id),
+            # A durable job's steps, sleep or wait (docs/durable.md); [] for other jobs.
+            steps=self.queue.steps(job_id),
             kept_errors=KEPT_ERRORS,
             now=now,
             allowed=allowed,

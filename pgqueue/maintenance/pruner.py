@@ -28,6 +28,7 @@ from sqlalchemy import Update
 from sqlalchemy.sql.dml import Delete
 
 from pgqueue import config, statements
+from pgqueue.durable.statements import signals_prune, steps_prune
 from pgqueue.events.maintenance import prune_events
 from pgqueue.job import JobState
 from pgqueue.limits.statements import limit_prune
@@ -47,6 +48,7 @@ __all__ = [
     "DEFAULT_COMPLETED_RETENTION",
     "DEFAULT_FAILED_RETENTION",
     "DEFAULT_INTERVAL",
+    "DEFAULT_SIGNAL_RETENTION",
     "PruneCounts",
     "Pruner",
     "PrunerConfig",
@@ -62,6 +64,9 @@ DEFAULT_BATCH_SIZE = 1000
 DEFAULT_COMPLETED_RETENTION = 24 * 3600.0
 DEFAULT_FAILED_RETENTION = 7 * 24 * 3600.0
 DEFAULT_CANCELLED_RETENTION = 24 * 3600.0
+#: Seconds an event sent with ``Queue.send_event`` is kept while no durable job consumes it (an
+#: event for a wait that timed out, or for a job that was cancelled, would stay forever).
+DEFAULT_SIGNAL_RETENTION = 7 * 24 * 3600.0
 MAX_BATCH_SIZE = 100_000
 
 
@@ -71,7 +76,8 @@ class PrunerConfig:
 
     ``interval`` seconds between passes (0 disables the scheduled pruner); ``completed``,
     ``failed``, ``cancelled`` how long finished jobs are kept, in seconds or a timedelta, None to
-    keep them forever; ``batch_size`` rows per transaction; ``lock_namespace`` the high 32 bits of
+    keep them forever; ``signals`` how long an event nobody consumed is kept (docs/durable.md),
+    None for ever; ``batch_size`` rows per transaction; ``lock_namespace`` the high 32 bits of
     pgqueue's advisory lock keys.
 
     Example::
@@ -83,6 +89,7 @@ class PrunerConfig:
     completed: float | None = DEFAULT_COMPLETED_RETENTION
     failed: float | None = DEFAULT_FAILED_RETENTION
     cancelled: float | None = DEFAULT_CANCELLED_RETENTION
+    signals: float | None = DEFAULT_SIGNAL_RETENTION
     batch_size: int = DEFAULT_BATCH_SIZE
     lock_namespace: int = DEFAULT_LOCK_NAMESPACE
 
@@ -92,6 +99,7 @@ class PrunerConfig:
             "completed": _check_retention("completed", self.completed),
             "failed": _check_retention("failed", self.failed),
             "cancelled": _check_retention("cancelled", self.cancelled),
+            "signals": _check_retention("signals", self.signals),
             "batch_size": config.check_int(
                 "batch_size", self.batch_size, low=1, high=MAX_BATCH_SIZE
             ),
@@ -132,6 +140,8 @@ class PruneCounts:
     cancelled: int = 0
     #: Idle rows of flow limits (``pgqueue_limits``) deleted.
     limits: int = 0
+    #: Events sent to durable jobs that nobody consumed within the retention, deleted.
+    signals: int = 0
 
     @property
     def deleted(self) -> int:
@@ -167,6 +177,7 @@ class Pruner(MaintenanceService):
         completed: float | timedelta | None = DEFAULT_COMPLETED_RETENTION,
         failed: float | timedelta | None = DEFAULT_FAILED_RETENTION,
         cancelled: float | timedelta | None = DEFAULT_CANCELLED_RETENTION,
+        signals: float | timedelta | None = DEFAULT_SIGNAL_RETENTION,
         batch_size: int = DEFAULT_BATCH_SIZE,
         lock_namespace: int = DEFAULT_LOCK_NAMESPACE,
         leadership: Leadership | None = None,
@@ -176,6 +187,7 @@ class Pruner(MaintenanceService):
             completed=completed,  # type: ignore[arg-type]
             failed=failed,  # type: ignore[arg-type]
             cancelled=cancelled,  # type: ignore[arg-type]
+            signals=signals,  # type: ignore[arg-type]
             batch_size=batch_size,
             lock_namespace=lock_namespace,
         )
@@ -222,6 +234,10 @@ class Pruner(MaintenanceService):
         counts["limits"] = self._drain(limit_prune(limit, clock))
         # Edges of pruned dependents (not counted: they are part of their job).
         self._drain(statements.dependencies_prune(limit))
+        # Durable steps of pruned jobs (pgqueue/durable/; part of their job too).
+        self._drain(steps_prune(limit))
+        if self.config.signals is not None:
+            counts["signals"] = self._drain(signals_prune(self.config.signals, limit, clock))
         # Lifecycle events no live listener still has to read (see pgqueue.events).
         prune_events(self.db, connect=self.leadership.connect)
         result = PruneCounts(**counts)

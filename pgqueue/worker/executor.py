@@ -25,10 +25,12 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from pgqueue import serde, tracing
+from pgqueue.durable.run import Parked
 from pgqueue.errors import UnknownTaskError
 from pgqueue.execution import HandlerPool, LoopThread, Outcome, running, thread_stack
 from pgqueue.job import JobState, error_fields
 from pgqueue.worker.ledger import Claimed
+from pgqueue.worker.parking import parked_outcome
 from pgqueue.workflow import results
 
 if TYPE_CHECKING:
@@ -179,6 +181,9 @@ class Executor:
                 outcome = self._returned(job, value)
                 outcome = self._end_transaction(job, outcome)
                 span.set(outcome=str(outcome.state))
+        except Parked as parked:
+            # A durable sleep or wait parked the job, in the job's transaction (pgqueue/durable/).
+            outcome = parked_outcome(parked)
         except BaseException as exc:
             outcome = job.failure(exc)
         finally:
@@ -214,6 +219,8 @@ class Executor:
                     # commit blocks, so it runs off the loop. Every other job stays on it.
                     outcome = await asyncio.to_thread(self._end_transaction, job, outcome)
                 span.set(outcome=str(outcome.state))
+        except Parked as parked:
+            return parked_outcome(parked)
         except asyncio.CancelledError:
             # A timeout or a stop cancelled the task: its outcome is already decided.
             self._abandon_transaction(job)

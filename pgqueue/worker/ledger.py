@@ -38,7 +38,8 @@ class WorkerStats:
     ``retried``: attempts that failed with attempts left; ``failed``: jobs dead-lettered;
     ``lost``: outcomes discarded because the lease was lost; ``released``: jobs handed back to
     ``queued`` by a graceful stop, or by the start guard of rate-limited handlers (a slot's start
-    missed; see docs/limits.md); ``timed_out``: attempts that ran past the task's timeout.
+    missed; see docs/limits.md); ``timed_out``: attempts that ran past the task's timeout;
+    ``parked``: attempts that ended in a durable sleep or wait (docs/durable.md).
 
     Example::
 
@@ -52,6 +53,7 @@ class WorkerStats:
     lost: int = 0
     released: int = 0
     timed_out: int = 0
+    parked: int = 0
 
 
 @dataclass(eq=False, slots=True)
@@ -149,8 +151,9 @@ class Ledger:
             del self.active[job.id]
             state = outcome.state
             if state is JobState.QUEUED:
-                # Handed back before its handler started (a rate slot missed): no attempt spent.
-                self.counts["released"] += 1
+                # Parked by a durable sleep or wait (settled by its own transaction), or handed
+                # back before its handler started (a rate slot missed): no attempt spent.
+                self.counts["parked" if outcome.settled is not None else "released"] += 1
                 continue
             metrics.job_processed(
                 queue=job.context.queue, task=job.context.task, outcome=state, seconds=job.seconds

@@ -251,7 +251,12 @@ class JobStore:
                 if outcome.settled is None and outcome.state is not JobState.QUEUED
             ]
             stored, lost = self.store(conn, pending, clock, one_by_one=one_by_one)
-            back = [(job, outcome) for job, outcome in special if outcome.state is JobState.QUEUED]
+            # Handed back by the worker; a durable job's parking settled it already (settled).
+            back = [
+                (job, outcome)
+                for job, outcome in special
+                if outcome.state is JobState.QUEUED and outcome.settled is None
+            ]
             released = self.release(conn, [job for job, _ in back], clock)
             stored += [(job, outcome) for job, outcome in back if job.id in released]
             lost += [job for job, _ in back if job.id not in released]

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from sqlalchemy import Connection, RootTransaction
@@ -117,8 +118,40 @@ class JobTransaction:
                 backend.notify_many(conn, FINISHED_CHANNEL, [payload])
                 if held[self.job_id]:
                     dependencies.settle(conn, backend, [self.job_id], clock)
+            # Ended from here on: once the commit lands the row is no longer ``processing``, and
+            # a heartbeat turn between the commit and _close() must not take the job for lost
+            # (the loop's _committed_itself reads this flag).
+            self._ended = True
             self._commit()
             return True
+        finally:
+            self._close()
+
+    def settle(self, write: Callable[[Connection], bool]) -> bool:
+        """Run ``write`` (a fenced write that ends the attempt some other way than a completion:
+        a durable job parking, see pgqueue/durable/) in this transaction, begun now if the
+        handler has not begun it, and commit it with whatever the handler wrote; returns
+        False, having rolled everything back, when ``write`` found the lease lost."""
+        try:
+            connection = self.connection()
+            with self.db.connect(connection=connection) as conn:
+                if not write(conn):
+                    self._rollback()
+                    logger.warning(
+                        "lease lost, the job's transaction rolled back job_id=%s",
+                        self.job_id,
+                        extra={"job_id": self.job_id},
+                    )
+                    return False
+            # Ended from here on: once the commit lands the row is no longer ``processing``, and
+            # a heartbeat turn between the commit and _close() must not take the job for lost
+            # (the loop's _committed_itself reads this flag).
+            self._ended = True
+            self._commit()
+            return True
+        except BaseException:
+            self._rollback()
+            raise
         finally:
             self._close()
 

@@ -55,6 +55,8 @@ def test_upgrade_matches_metadata_then_downgrade_and_upgrade_again(empty_url: st
         "pgqueue_dependencies",
         "pgqueue_event_listeners",
         "pgqueue_events",
+        "pgqueue_steps",
+        "pgqueue_signals",
         migrate.VERSION_TABLE,
     }
     assert "alembic_version" not in tables(engine)

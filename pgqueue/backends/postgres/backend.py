@@ -315,6 +315,9 @@ class PostgresBackend(EnqueueVerbs):
     def release_work_connection(self, connection: Connection) -> None:
         documents.restore_loads(connection)
 
+    def lock_key(self, connection: Connection, key: int) -> None:
+        connection.execute(pg_statements.advisory_xact_lock(key))
+
     def try_lock(self, connection: Connection, key: int) -> bool:
         return locks.try_lock(connection, key)
 

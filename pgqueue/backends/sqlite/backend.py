@@ -223,6 +223,10 @@ class SQLiteBackend:
     def release_work_connection(self, connection: Connection) -> None:
         return None
 
+    def lock_key(self, connection: Connection, key: int) -> None:
+        # One writer at a time: every transaction that writes is serialized already.
+        return None
+
     def try_lock(self, connection: Connection, key: int) -> bool:
         raise NotImplementedError(_NO_SESSION_LOCKS)
 

@@ -3,6 +3,7 @@ lock, on each backend through the shared ``queue`` fixture."""
 
 from __future__ import annotations
 
+import threading
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -73,6 +74,27 @@ def test_lock_migrations_holds_until_the_transaction_ends(queue: pgqueue.Queue) 
     # Released with the commit: the next migration takes it at once.
     with queue.backend.begin(queue.engine) as conn:
         queue.backend.lock_migrations(conn, 0x1234)
+
+
+def test_lock_key_serializes_two_transactions_until_the_first_ends(
+    queue: pgqueue.Queue,
+) -> None:
+    order: list[str] = []
+    with queue.backend.begin(queue.engine) as conn:
+        queue.backend.lock_key(conn, 0x5678)
+
+        def second() -> None:
+            with queue.backend.begin(queue.engine) as other:
+                queue.backend.lock_key(other, 0x5678)
+                order.append("second")
+
+        thread = threading.Thread(target=second)
+        thread.start()
+        # The second waits (for the key's lock on PostgreSQL, for the write lock on SQLite).
+        thread.join(0.3)
+        order.append("first")
+    thread.join(30)
+    assert order == ["first", "second"]
 
 
 def test_capability_flags(queue: pgqueue.Queue) -> None:
