@@ -27,6 +27,7 @@ from pgqueue.job import CLAIMABLE_STATES, JobState
 from pgqueue.schema import (
     JOBS,
 )
+from pgqueue.statements.pauses import queue_not_paused
 
 __all__ = [
     "CLAIMED_COLUMNS",
@@ -89,6 +90,8 @@ def job_claim(
         # index covers the query (SQLite always; PostgreSQL once it switches to a generic plan).
         JOBS.c.state.in_([literal_column(f"'{s}'") for s in CLAIMABLE_STATES]),
         JOBS.c.run_at <= clock.now(),
+        # Queue.pause: one primary-key probe per candidate row, no statement of its own.
+        queue_not_paused(),
     ]
     if queues is not None:
         conditions.append(JOBS.c.queue.in_(list(queues)))

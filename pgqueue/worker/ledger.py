@@ -38,7 +38,8 @@ class WorkerStats:
     ``retried``: attempts that failed with attempts left; ``failed``: jobs dead-lettered;
     ``lost``: outcomes discarded because the lease was lost; ``released``: jobs handed back to
     ``queued`` by a graceful stop, or by the start guard of rate-limited handlers (a slot's start
-    missed; see docs/limits.md); ``timed_out``: attempts that ran past the task's timeout.
+    missed; see docs/limits.md); ``timed_out``: attempts that ran past the task's timeout;
+    ``snoozed``: jobs put back by a :class:`~pgqueue.Snooze` (no attempt spent).
 
     Example::
 
@@ -52,6 +53,7 @@ class WorkerStats:
     lost: int = 0
     released: int = 0
     timed_out: int = 0
+    snoozed: int = 0
 
 
 @dataclass(eq=False, slots=True)
@@ -148,6 +150,16 @@ class Ledger:
         for job, outcome in stored:
             del self.active[job.id]
             state = outcome.state
+            if state is JobState.QUEUED and outcome.snooze_in is not None:
+                self.counts["snoozed"] += 1
+                logger.debug(
+                    "job snoozed for %.1fs job_id=%s worker_id=%s",
+                    outcome.snooze_in,
+                    job.id,
+                    self.worker_id,
+                    extra={"job_id": job.id, "worker_id": self.worker_id},
+                )
+                continue
             if state is JobState.QUEUED:
                 # Handed back before its handler started (a rate slot missed): no attempt spent.
                 self.counts["released"] += 1
