@@ -299,7 +299,9 @@ class QueueCollector:
         from pgqueue.operations import queue_stats
 
         families = self._families()
-        up, jobs, depth, oldest, throughput, stalled, dead, workers, held, dead_rows = families
+        up, jobs, depth, oldest, throughput, stalled, dead, workers, held, dead_rows, paused = (
+            families
+        )
         try:
             stats = queue_stats(self.queue)
             unvacuumed = self._dead_rows()
@@ -317,6 +319,7 @@ class QueueCollector:
             stalled.add_metric([s.queue], s.stalled_last_hour)
             dead.add_metric([s.queue], s.dead_letters_last_hour)
             workers.add_metric([s.queue], s.workers)
+            paused.add_metric([s.queue], 1 if s.paused else 0)
             for task, limits in s.held_back.items():
                 for limit, count in limits.items():
                     held.add_metric([s.queue, task, limit], count)
@@ -373,6 +376,11 @@ class QueueCollector:
             gauge(
                 "pgqueue_jobs_dead_rows",
                 "Row versions of the jobs table not yet vacuumed (PostgreSQL's statistics).",
+            ),
+            gauge(
+                "pgqueue_queue_paused",
+                "1 while the queue is paused (Queue.pause): workers start none of its jobs.",
+                labels=by_queue,
             ),
         ]
 

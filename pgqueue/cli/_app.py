@@ -227,6 +227,7 @@ _COMMAND_MODULES = (
     "pgqueue.cli.database",
     "pgqueue.cli.jobs",
     "pgqueue.cli.job_actions",
+    "pgqueue.cli.queues",
     "pgqueue.cli.enqueue",
     "pgqueue.cli.services",
     "pgqueue.demo",
