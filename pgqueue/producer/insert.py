@@ -168,9 +168,7 @@ class Inserter:
         )
         if conn.execute(statement).first() is None:
             return None
-        return EnqueueResult(
-            id=holder.id, status="replaced", existing_state=JobState(holder.state)
-        )
+        return EnqueueResult(id=holder.id, status="replaced", existing_state=JobState(holder.state))
 
     def _insert_unique(
         self, conn: Connection, row: dict[str, Any], clock: Clock, on_conflict: str = "keep"

@@ -12,7 +12,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import ColumnElement, Delete, Select, delete, exists, select
+from sqlalchemy import ColumnElement, Select, delete, exists, select
+from sqlalchemy.sql.dml import ReturningDelete
 
 from pgqueue.backends.base import Clock
 from pgqueue.schema import JOBS, PAUSED_QUEUES
@@ -41,7 +42,7 @@ def queue_pause(insert: Any, name: str, clock: Clock) -> Any:
     )
 
 
-def queue_resume(names: Sequence[str]) -> Delete:
+def queue_resume(names: Sequence[str]) -> ReturningDelete[tuple[str]]:
     """Resume ``names``; returns the names that were paused."""
     return (
         delete(PAUSED_QUEUES)
@@ -52,6 +53,4 @@ def queue_resume(names: Sequence[str]) -> Delete:
 
 def queue_paused() -> Select[Any]:
     """Every paused queue with when it was paused, by name."""
-    return select(PAUSED_QUEUES.c.queue, PAUSED_QUEUES.c.paused_at).order_by(
-        PAUSED_QUEUES.c.queue
-    )
+    return select(PAUSED_QUEUES.c.queue, PAUSED_QUEUES.c.paused_at).order_by(PAUSED_QUEUES.c.queue)

@@ -255,12 +255,12 @@ class JobStore:
             self._with_dependents = set()
             for job, outcome in special:
                 if outcome.snooze_in is not None:
-                    written = self._snooze(conn, job, outcome, clock)
-                    if written is None:
+                    as_stored = self._snooze(conn, job, outcome, clock)
+                    if as_stored is None:
                         lost.append(job)
                     else:
-                        stored.append((job, written))
-                        if written.state is JobState.FAILED:
+                        stored.append((job, as_stored))
+                        if as_stored.state is JobState.FAILED:
                             capped.append(job.id)
             if capped:
                 # Snoozes past max_snoozes ended the job: its waiters and dependents learn it

@@ -41,7 +41,11 @@ def test_replace_takes_the_new_args_and_run_at(queue: pgqueue.Queue) -> None:
     again = reindex.using(run_at=T0 + timedelta(seconds=70)).enqueue("a", 2)
     assert (again.status, again.id, again.existing_state) == ("replaced", first.id, "queued")
     status = queue.status(first.id)
-    assert (status.args, status.run_at, status.state) == (["a", 2], T0 + timedelta(seconds=70), "queued")
+    assert (status.args, status.run_at, status.state) == (
+        ["a", 2],
+        T0 + timedelta(seconds=70),
+        "queued",
+    )
     assert count_jobs(queue) == 1
     # Another key is another job.
     assert reindex.enqueue("b", 1).status == "queued"
@@ -55,7 +59,11 @@ def test_replace_keep_run_at_keeps_the_first_due_time(queue: pgqueue.Queue) -> N
     ).enqueue("a", 2)
     assert again.status == "replaced"
     status = queue.status(first.id)
-    assert (status.args, status.run_at, status.priority) == (["a", 2], T0 + timedelta(seconds=10), 5)
+    assert (status.args, status.run_at, status.priority) == (
+        ["a", 2],
+        T0 + timedelta(seconds=10),
+        5,
+    )
 
 
 def test_a_failing_job_starts_over_when_replaced(queue: pgqueue.Queue) -> None:

@@ -47,9 +47,7 @@ def test_subcommands_run_on_the_aliases_queue(
         call_command("pgqueue", "status", "no-such-job", database=alias)
 
 
-def test_pause_and_resume_through_manage_py(
-    alias: str, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_pause_and_resume_through_manage_py(alias: str, capsys: pytest.CaptureFixture[str]) -> None:
     call_command("pgqueue", "migrate", database=alias)
     call_command("pgqueue", "pause", "emails", database=alias)
     assert list(get_queue(alias).paused()) == ["emails"]
