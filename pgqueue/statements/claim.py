@@ -90,14 +90,16 @@ def job_claim(
         # index covers the query (SQLite always; PostgreSQL once it switches to a generic plan).
         JOBS.c.state.in_([literal_column(f"'{s}'") for s in CLAIMABLE_STATES]),
         JOBS.c.run_at <= clock.now(),
-        # Queue.pause: one primary-key probe per candidate row, no statement of its own.
-        queue_not_paused(),
     ]
     if queues is not None:
         conditions.append(JOBS.c.queue.in_(list(queues)))
     if ids is not None:
+        # Named jobs (Worker.run_jobs, pgqueue.testing.run_job; the limited claim's picks,
+        # which skipped paused queues already) are claimed even in a paused queue.
         conditions.append(JOBS.c.id.in_(list(ids)))
     else:
+        # Queue.pause: one primary-key probe per candidate row, no statement of its own.
+        conditions.append(queue_not_paused())
         # Jobs with flow limits have a claim of their own (pgqueue.limits); the same terms as
         # the claim indexes' predicate, so the planner can prove they cover this query.
         conditions += [JOBS.c.concurrency_key.is_(None), JOBS.c.rate_key.is_(None)]
