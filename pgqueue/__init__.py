@@ -42,7 +42,7 @@ from pgqueue.operations import count_jobs
 from pgqueue.periodic import Schedule
 from pgqueue.producer.batch import BatchOutcome
 from pgqueue.queue import ConnectionProvider, Queue
-from pgqueue.retries import Backoff, Retry, RetryPolicy
+from pgqueue.retries import Backoff, Retry, RetryPolicy, Snooze
 from pgqueue.serde import JSONSerializer, Serializer
 from pgqueue.task import BoundTask, EnqueueOptions, JobSpec, Task
 from pgqueue.worker import Worker, WorkerStats
@@ -90,6 +90,7 @@ __all__ = [
     "SerializationError",
     "Serializer",
     "Signature",
+    "Snooze",
     "StalledJob",
     "StepStatus",
     "Task",

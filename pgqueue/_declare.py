@@ -78,6 +78,8 @@ class TaskDeclarations:
         unique_key: KeySource | None = ...,
         unique_until: str = ...,
         transactional: bool = ...,
+        max_snoozes: int | None = ...,
+        on_conflict: str = ...,
     ) -> Callable[[Callable[P, R]], Task[P, R]]: ...
 
     def task(
@@ -98,6 +100,8 @@ class TaskDeclarations:
         unique_key: KeySource | None = None,
         unique_until: str = "started",
         transactional: bool = False,
+        max_snoozes: int | None = None,
+        on_conflict: str = "keep",
     ) -> Any:
         """Register a function as a task (usable bare or with options).
 
@@ -112,7 +116,10 @@ class TaskDeclarations:
         or a callable of the job's arguments; ``max_running=1`` runs one key's jobs one at a
         time, in order); ``rate_limit`` starts per period (``"10/s"``, ``"600/m"``, ``"1000/h"``),
         or per ``rate_limit_key``; ``unique_key``: at most one waiting job per key (and running
-        too with ``unique_until="finished"``), a second enqueue is a ``duplicate``.
+        too with ``unique_until="finished"``), a second enqueue is a ``duplicate``, or, with
+        ``on_conflict="replace"`` (debounce) or ``"replace_keep_run_at"``, replaces the waiting
+        job's arguments (docs/scheduling.md). ``max_snoozes`` caps how many times a job may
+        :class:`Snooze` (None: no cap).
 
         Example::
 
@@ -132,6 +139,8 @@ class TaskDeclarations:
         ttl = self.result_ttl if result_ttl is None else config.check_result_ttl(result_ttl)
         seconds = None if timeout is None else config.check_positive_seconds("timeout", timeout)
         transactional = config.check_bool("transactional", transactional)
+        snoozes = None if max_snoozes is None else config.check_max_snoozes(max_snoozes)
+        conflict = config.check_on_conflict(on_conflict)
         if retry is not None and not isinstance(retry, RetryPolicy):
             raise ConfigError(
                 f"retry must have a delay(attempt) method, e.g. pgqueue.Backoff(), not {retry!r}"
@@ -165,6 +174,8 @@ class TaskDeclarations:
                 **({} if retry is None else {"retry": retry}),
                 limits=limits,
                 transactional=transactional,
+                max_snoozes=snoozes,
+                on_conflict=conflict,
             )
             self.tasks[task_name] = registered
             return registered
@@ -246,6 +257,7 @@ class TaskDeclarations:
                 "result_ttl": self.result_ttl,
                 "limits": NO_LIMITS,
                 "function": None,
+                "on_conflict": "keep",
             }
         return {
             "queue": task.queue_name,
@@ -254,4 +266,5 @@ class TaskDeclarations:
             "result_ttl": task.result_ttl,
             "limits": task.limits,
             "function": task.function,
+            "on_conflict": task.on_conflict,
         }

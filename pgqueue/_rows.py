@@ -54,4 +54,5 @@ def status_from_row(serializer: Serializer, row: Mapping[Any, Any]) -> JobStatus
         result=stored(serializer, row["result"], expired=expired),
         error=None if expired else row["error"],
         result_expires_at=row["result_expires_at"],
+        snoozes=row.get("snoozes", 0),
     )

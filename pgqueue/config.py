@@ -237,3 +237,24 @@ def check_options(where: str, given: Mapping[str, Any], allowed: Iterable[str]) 
 def utc_now() -> datetime:
     """The current time as an aware UTC datetime."""
     return datetime.now(UTC)
+
+
+#: What an enqueue that meets a waiting job of its unique key (or id) may do: keep that job (the
+#: default), replace its arguments and due time (debounce), or its arguments only (throttle).
+ON_CONFLICT_MODES = ("keep", "replace", "replace_keep_run_at")
+
+
+def check_on_conflict(value: object) -> str:
+    """One of :data:`ON_CONFLICT_MODES`."""
+    if not isinstance(value, str) or value not in ON_CONFLICT_MODES:
+        raise ConfigError(
+            f"on_conflict must be one of {', '.join(map(repr, ON_CONFLICT_MODES))}, got {value!r}"
+        )
+    return value
+
+
+def check_max_snoozes(value: object) -> int:
+    """A task's ``max_snoozes``: a whole number from 0 (a snooze fails the job at once)."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 2**31 - 1:
+        raise ConfigError(f"max_snoozes must be a whole number from 0 to 2**31-1, got {value!r}")
+    return value

@@ -35,7 +35,7 @@ from pgqueue import config, logs, tracing
 from pgqueue._threads import AsyncTask, HandlerPool, LoopThread
 from pgqueue.errors import ConfigError, PgQueueError
 from pgqueue.job import JobState, error_fields
-from pgqueue.retries import DEFAULT_RETRY, Retry, RetryPolicy
+from pgqueue.retries import DEFAULT_RETRY, Retry, RetryPolicy, Snooze
 
 if TYPE_CHECKING:
     from sqlalchemy import Connection
@@ -436,6 +436,14 @@ class Outcome:
     #: Already stored by the handler's own transaction: True (committed) or False (the lease
     #: was lost and it rolled back); None: the worker stores it.
     settled: bool | None = None
+    #: A :class:`~pgqueue.Snooze`: back to ``queued`` in this many seconds (state QUEUED), no
+    #: attempt spent; None for every other outcome.
+    snooze_in: float | None = None
+
+
+def snoozed(snooze: Snooze) -> Outcome:
+    """The outcome of a handler that raised or returned ``snooze``."""
+    return Outcome(JobState.QUEUED, snooze_in=snooze.seconds)
 
 
 def failed(
@@ -447,6 +455,10 @@ def failed(
 ) -> Outcome:
     """The outcome of a failed attempt: ``failing`` with the policy's delay (or the delay a
     :class:`~pgqueue.Retry` asked for), or ``failed`` when this was the last attempt."""
+    if isinstance(error, Snooze):
+        # Raised, not failed: every path that turns an exception into an outcome (sync and
+        # async handlers, the job's transaction) comes through here.
+        return snoozed(error)
     document = error if isinstance(error, dict) else error_document(error)
     if attempts >= max_attempts:
         return Outcome(JobState.FAILED, error=document)

@@ -64,8 +64,10 @@ class EnqueueResult:
     """What an enqueue did with one job.
 
     ``status`` is ``"queued"`` (inserted, or a failed/cancelled job re-queued), ``"duplicate"``
-    (a live job has this id: ``existing_state`` says which state) or ``"completed"`` (the job already
-    ran: ``result`` holds the cached result, None once it expired).
+    (a live job has this id: ``existing_state`` says which state), ``"completed"`` (the job already
+    ran: ``result`` holds the cached result, None once it expired) or ``"replaced"`` (with
+    ``on_conflict``: the waiting job ``id``, in ``existing_state`` before, took this enqueue's
+    arguments; see docs/scheduling.md).
 
     Example::
 
@@ -114,8 +116,9 @@ class JobStatus:
     it includes an attempt that a crash or a lost lease cut short (the reaper also adds one to
     ``stall_count``), while a job that a stopping worker hands back gets its attempt returned.
     On a finished job it is the number of claims its handler was started for, the last one
-    included. ``error`` is the last failure (``type``, ``message``, ``traceback``);
-    :func:`format_error` prints it for people.
+    included. ``snoozes`` counts the times a handler put the job back with
+    :class:`~pgqueue.Snooze` (which spends no attempt). ``error`` is the last failure (``type``,
+    ``message``, ``traceback``); :func:`format_error` prints it for people.
 
     Example::
 
@@ -143,6 +146,7 @@ class JobStatus:
     result: Any
     error: dict[str, Any] | None
     result_expires_at: datetime | None
+    snoozes: int = 0
 
 
 def format_error(error: Mapping[str, Any] | None, *, traceback: bool = True) -> str:

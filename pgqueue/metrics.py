@@ -299,7 +299,20 @@ class QueueCollector:
         from pgqueue.operations import queue_stats
 
         families = self._families()
-        up, jobs, depth, oldest, throughput, stalled, dead, workers, held, dead_rows, lag = families
+        (
+            up,
+            jobs,
+            depth,
+            oldest,
+            throughput,
+            stalled,
+            dead,
+            workers,
+            held,
+            dead_rows,
+            paused,
+            lag,
+        ) = families
         try:
             stats = queue_stats(self.queue)  # on the read replica, when there is one
             unvacuumed = self._dead_rows()
@@ -318,6 +331,7 @@ class QueueCollector:
             stalled.add_metric([s.queue], s.stalled_last_hour)
             dead.add_metric([s.queue], s.dead_letters_last_hour)
             workers.add_metric([s.queue], s.workers)
+            paused.add_metric([s.queue], 1 if s.paused else 0)
             for task, limits in s.held_back.items():
                 for limit, count in limits.items():
                     held.add_metric([s.queue, task, limit], count)
@@ -376,6 +390,11 @@ class QueueCollector:
             gauge(
                 "pgqueue_jobs_dead_rows",
                 "Row versions of the jobs table not yet vacuumed (PostgreSQL's statistics).",
+            ),
+            gauge(
+                "pgqueue_queue_paused",
+                "1 while the queue is paused (Queue.pause): workers start none of its jobs.",
+                labels=by_queue,
             ),
             gauge(
                 "pgqueue_replica_lag_seconds",

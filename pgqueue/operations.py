@@ -70,7 +70,9 @@ class QueueStats:
     finished (completed or failed) per minute over the last ``window_seconds``;
     ``stalled_last_hour`` jobs whose latest attempt stalled in the last hour (released by the
     reaper, now ``failing`` or ``failed``); ``dead_letters_last_hour`` jobs that moved to
-    ``failed`` in the last hour; ``workers`` live workers that serve this queue.
+    ``failed`` in the last hour; ``workers`` live workers that serve this queue; ``paused``
+    whether the queue is paused (``Queue.pause``): its jobs wait by choice, so
+    ``oldest_waiting_seconds`` is None for it (they are not stuck, and wait-time alerts stay quiet).
 
     Example::
 
@@ -88,6 +90,7 @@ class QueueStats:
     dead_letters_last_hour: int = 0
     workers: int = 0
     held_back: dict[str, dict[str, int]] = field(default_factory=dict)
+    paused: bool = False
 
 
 def queue_stats(
@@ -127,6 +130,7 @@ def queue_stats(
         # Live: beat within the reaper's worker TTL (after it, the reaper deletes the row).
         workers = conn.execute(statements.worker_live(DEFAULT_WORKER_TTL, clock)).all()
         held = held_back(conn, clock, current)
+        paused = {row.queue for row in conn.execute(statements.queue_paused())}
     serving: dict[str, int] = defaultdict(int)
     everywhere = 0
     for (queues,) in workers:
@@ -135,13 +139,15 @@ def queue_stats(
         else:
             for name in queues:
                 serving[name] += 1
-    names = sorted(set(counts) | set(serving))
+    names = sorted(set(counts) | set(serving) | paused)
     return [
         QueueStats(
             queue=name,
             counts=dict(counts[name]),
             oldest_waiting_seconds=(
-                max(0.0, (current - oldest[name]).total_seconds()) if name in oldest else None
+                max(0.0, (current - oldest[name]).total_seconds())
+                if name in oldest and name not in paused
+                else None
             ),
             window_seconds=window,
             throughput_per_minute=round(finished_recent[name] * 60.0 / window, 3),
@@ -149,6 +155,7 @@ def queue_stats(
             dead_letters_last_hour=dead_letters[name],
             workers=serving[name] + everywhere,
             held_back=held.get(name, {}),
+            paused=name in paused,
         )
         for name in names
     ]

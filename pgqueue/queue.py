@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, ParamSpec, TypeVar, Unpack
 from sqlalchemy import Connection, Engine
 from sqlalchemy.engine import URL
 
-from pgqueue import config
+from pgqueue import config, pausing
 from pgqueue._database import ConnectionProvider, Database
 from pgqueue._declare import TaskDeclarations
 from pgqueue.backends import Backend
@@ -464,6 +464,44 @@ class Queue(TaskDeclarations):
                 queue.retry(job_id)
         """
         return lookups.retry(self.db, job_id, connection, now)
+
+    # -- queue control -------------------------------------------------------------------------
+
+    def pause(
+        self, name: str, *, connection: Connection | None = None, now: datetime | None = None
+    ) -> bool:
+        """Stop every worker (every process, later ones too) from starting jobs of queue
+        ``name`` until :meth:`resume`; stored in the database, so it survives restarts. Jobs
+        already running finish; enqueues are still accepted. Returns False when it was paused
+        already (its first pause time is kept). See docs/scheduling.md.
+
+        Example::
+
+            queue.pause("emails")
+            send_welcome.enqueue(user_id=7)     # accepted, waits
+            queue.resume("emails")              # the workers start it
+        """
+        return pausing.pause(self.db, name, connection, now)
+
+    def resume(self, name: str, *, connection: Connection | None = None) -> bool:
+        """Let workers start jobs of queue ``name`` again (idle ones are woken at once);
+        returns False when it was not paused.
+
+        Example::
+
+            queue.resume("emails")
+        """
+        return pausing.resume(self.db, name, connection)
+
+    def paused(self, *, connection: Connection | None = None) -> dict[str, datetime]:
+        """The paused queues, each with when it was paused (aware, UTC), by name.
+
+        Example::
+
+            for name, since in queue.paused().items():
+                print(name, "paused since", since)
+        """
+        return pausing.paused(self.db, connection)
 
     # -- workflows -----------------------------------------------------------------------------
 

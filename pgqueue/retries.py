@@ -36,6 +36,7 @@ __all__ = [
     "Backoff",
     "Retry",
     "RetryPolicy",
+    "Snooze",
 ]
 
 DEFAULT_BACKOFF_BASE = 1.0
@@ -141,3 +142,27 @@ class Retry(Exception):
         self.reason = reason
         when = "by the task's retry policy" if self.delay is None else f"in {self.delay:g}s"
         super().__init__(f"retry requested {when}" + (f": {reason}" if reason else ""))
+
+
+class Snooze(Exception):
+    """Raise or return in a handler to put the job back in the queue for ``seconds`` (a number
+    or a timedelta) **without spending an attempt**: River's ``JobSnooze``, Oban's
+    ``{:snooze, seconds}``. The job goes back to ``queued`` with ``run_at = now + seconds`` and its
+    ``snoozes`` count (``JobStatus.snoozes``) goes up by one; the task option ``max_snoozes``
+    turns one snooze too many into a failure for good. Like every outcome, a snooze is stored
+    only while the worker still holds the job's lease.
+
+    Handler control flow, not an error: it is not part of the PgQueueError tree.
+
+    Example::
+
+        @queue.task(max_snoozes=20)
+        def publish(post_id: int) -> None:
+            if not upstream_ready():
+                raise pgqueue.Snooze(30)        # or: return pgqueue.Snooze(timedelta(seconds=30))
+            push(post_id)
+    """
+
+    def __init__(self, seconds: float | timedelta) -> None:
+        self.seconds = config.check_positive_seconds("Snooze seconds", seconds, allow_zero=True)
+        super().__init__(f"snoozed for {self.seconds:g}s")

@@ -35,6 +35,7 @@ __all__ = [
     "LEADERS",
     "LIMITS",
     "METADATA",
+    "PAUSED_QUEUES",
     "SCHEDULES",
     "SIGNALS",
     "STEPS",
@@ -121,6 +122,9 @@ JOBS = Table(
     # enqueue, under a lock on this row, and read back by the statements that finish a job so
     # that only jobs with dependents pay for the look-up of who waits on them (workflow/).
     Column("has_dependents", Boolean, nullable=False, server_default=false()),
+    # How many times a handler snoozed the job (``pgqueue.Snooze``): each snooze sends it back to
+    # ``queued`` without spending an attempt, so this is the only trace; ``max_snoozes`` caps it.
+    Column("snoozes", Integer, nullable=False, server_default=text("0")),
     CheckConstraint(
         "state IN ({})".format(", ".join(repr(str(s)) for s in JobState)),
         name="ck_pgqueue_jobs_state",
@@ -244,6 +248,16 @@ LIMITS = Table(
     Column("key", Text, primary_key=True),
     # A rate key's next job may start at this instant, not before (None: now).
     Column("open_at", UTCDateTime),
+)
+
+# Paused queues (``Queue.pause``): one row per queue whose jobs no worker claims. Every claim
+# statement anti-joins this table (``statements.pauses.queue_not_paused``), so a pause reaches
+# every worker process, today's and later ones, with the next claim, and survives restarts.
+PAUSED_QUEUES = Table(
+    "pgqueue_paused_queues",
+    METADATA,
+    Column("queue", Text, primary_key=True),
+    Column("paused_at", UTCDateTime, nullable=False),
 )
 
 # Lifecycle events (pgqueue/events/). Who listens: a row per live listener, renewed while it

@@ -56,6 +56,12 @@ class Task(Generic[P, R]):
     limits: Limits = NO_LIMITS
     #: The handler runs in the job's own transaction (``current_job().transaction()``).
     transactional: bool = False
+    #: How many times a job may snooze (:class:`~pgqueue.Snooze`); one more fails it for good.
+    #: None: no cap.
+    max_snoozes: int | None = None
+    #: What an enqueue meeting a waiting job of its unique key (or id) does by default:
+    #: ``"keep"``, ``"replace"`` or ``"replace_keep_run_at"`` (docs/scheduling.md).
+    on_conflict: str = "keep"
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
         return self.function(*args, **kwargs)

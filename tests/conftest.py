@@ -60,7 +60,8 @@ def _truncate(url: str) -> None:
         conn.exec_driver_sql(
             "TRUNCATE pgqueue_jobs, pgqueue_workers, pgqueue_leaders, pgqueue_schedules, "
             "pgqueue_event_listeners, pgqueue_events, "
-            "pgqueue_limits, pgqueue_dependencies, pgqueue_steps, pgqueue_signals"
+            "pgqueue_limits, pgqueue_dependencies, pgqueue_steps, pgqueue_signals, "
+            "pgqueue_paused_queues"
         )
     engine.dispose()
 

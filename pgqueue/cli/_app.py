@@ -237,6 +237,7 @@ _COMMAND_MODULES = (
     "pgqueue.cli.jobs",
     "pgqueue.cli.job_actions",
     "pgqueue.cli.durable",
+    "pgqueue.cli.queues",
     "pgqueue.cli.enqueue",
     "pgqueue.cli.services",
     "pgqueue.demo",

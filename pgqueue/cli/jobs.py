@@ -58,6 +58,7 @@ def describe_status(status: JobStatus, steps: Sequence[StepStatus] = ()) -> str:
         ("priority", status.priority),
         ("attempts", f"{status.attempts} of {status.max_attempts}"),
         ("stalls", status.stall_count),
+        ("snoozes", status.snoozes),
         ("created", status.created_at),
         ("run at", status.run_at),
         ("started", status.started_at),
@@ -128,7 +129,7 @@ def _stats(args: argparse.Namespace) -> int:
         ["queue", *states, "oldest wait", "per min", "stalled 1h", "dead 1h", "workers"],
         [
             [
-                s.queue,
+                f"{s.queue} (paused)" if s.paused else s.queue,
                 *(s.counts[state] for state in states),
                 format_seconds(s.oldest_waiting_seconds),
                 f"{s.throughput_per_minute:g}",
@@ -182,7 +183,7 @@ def _jobs(args: argparse.Namespace) -> int:
         print("no matching jobs")
         return EXIT_OK
     print_table(
-        ["id", "task", "queue", "state", "attempts", "updated", "error"],
+        ["id", "task", "queue", "state", "attempts", "snoozes", "updated", "error"],
         [
             [
                 job.id,
@@ -190,6 +191,7 @@ def _jobs(args: argparse.Namespace) -> int:
                 job.queue,
                 job.state,
                 f"{job.attempts}/{job.max_attempts}",
+                job.snoozes,
                 job.updated_at,
                 _error_line(job.error),
             ]

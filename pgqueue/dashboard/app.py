@@ -98,6 +98,7 @@ class Dashboard:
             ("GET", "failures", self._failures),
             ("GET", "failures/confirm", self._confirm),
             ("POST", "failures/*", self._group_action),
+            ("POST", "queues/*/*", self._queue_action),
             ("GET", "schedules", self._schedules),
             ("GET", "static/*", self._static),
         ]
@@ -276,6 +277,17 @@ class Dashboard:
         )
         target = "jobs" if action == "purge" and done else f"jobs/{quote(job_id, safe='')}"
         return Response.redirect(_url(request.root, target, {"message": message}))
+
+    def _queue_action(self, request: Request, name: str, action: str) -> Response:
+        if action == "pause":
+            changed = self.queue.pause(name, now=self._now())
+            message = f"Queue {name} paused." if changed else f"Queue {name} was paused already."
+        elif action == "resume":
+            changed = self.queue.resume(name)
+            message = f"Queue {name} resumed." if changed else f"Queue {name} was not paused."
+        else:
+            raise ConfigError(f"unknown queue action {action!r}; expected pause or resume")
+        return Response.redirect(_url(request.root, "", {"message": message}))
 
     def _failures(self, request: Request) -> Response:
         groups, capped = data.read_failures(self.queue)

@@ -29,6 +29,7 @@ from sqlalchemy import (
 from pgqueue.backends.base import Clock
 from pgqueue.job import CLAIMABLE_STATES, JobState
 from pgqueue.schema import JOBS, LIMITS, UNIQUE_PREDICATE, UTCDateTime
+from pgqueue.statements.pauses import queue_not_paused
 
 __all__ = [
     "RATE",
@@ -60,6 +61,7 @@ def _limited_waiting(queues: Sequence[str] | None, clock: Clock) -> list[ColumnE
         JOBS.c.state.in_([literal_column(f"'{s}'") for s in CLAIMABLE_STATES]),
         or_(JOBS.c.concurrency_key.is_not(None), JOBS.c.rate_key.is_not(None)),
         JOBS.c.run_at <= clock.now(),
+        queue_not_paused(),
     ]
     if queues is not None:
         conditions.append(JOBS.c.queue.in_(list(queues)))

@@ -17,6 +17,7 @@ from sqlalchemy import Connection
 
 from pgqueue import config, tracing
 from pgqueue._database import Database
+from pgqueue.errors import ConfigError
 from pgqueue.job import EnqueueResult
 from pgqueue.producer import options as _options
 from pgqueue.producer.bulk import enqueue_fresh
@@ -84,12 +85,20 @@ class Producer:
             specs = items if any(issubclass(k, JobSpec) for k in set(map(type, items))) else []
             unique = _options.unique(specs, checked, defaults)
             linked = _options.linked(specs, checked)
+            on_conflict = checked.get("on_conflict", defaults.get("on_conflict", "keep"))
+            # Only a unique key or a chosen id can meet a waiting job to replace.
+            replacing = on_conflict != "keep" and (unique or _options.chosen_ids(specs, checked))
+            if replacing and linked:
+                raise ConfigError(
+                    f"on_conflict={on_conflict!r} cannot replace jobs with depends_on or "
+                    "workflow_id; enqueue them with on_conflict='keep'"
+                )
             small = len(items) <= self.database.backend.committed_enqueue_limit
             fresh = not _options.chosen_ids(specs, checked) and not unique and not linked
             bulk = enqueue_fresh if own and fresh else None  # args-only, generated ids: bulk.py
             if bulk and (done := bulk(self, task, defaults, checked, items, span.carrier)):
                 return done
-            if own and not unique and not linked and small:
+            if own and not unique and not linked and small and not replacing:
                 # Few enough jobs for one statement that commits itself (with its wake-up).
                 return self.inserter.insert_committed([build(item) for item in items])
             if own and fresh:
@@ -99,7 +108,9 @@ class Producer:
                     return self.inserter.insert_new(conn, map(build, items))
             rows = [build(item) for item in items]
             with self.database.connect(connection=connection, session=session) as conn:
-                return self.inserter.insert(conn, rows)
+                return self.inserter.insert(
+                    conn, rows, on_conflict=on_conflict if replacing else "keep"
+                )
 
     def build_row(
         self,

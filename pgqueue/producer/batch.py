@@ -87,6 +87,13 @@ def enqueue_batch(
     if not ids:
         return BatchOutcome(0, 0, 0)
     defaults = producer.task_defaults(task)
+    if checked.get("on_conflict", defaults.get("on_conflict", "keep")) != "keep":
+        # Counts cannot report a replaced job: enqueue_many can (a "replaced" result each).
+        raise ConfigError(
+            "enqueue_batch does not replace waiting jobs (on_conflict); use enqueue_many, "
+            "whose results say which jobs were replaced"
+        )
+    checked.pop("on_conflict", None)
     backend: Any = producer.database.backend
     columnar = (
         hasattr(backend, "enqueue_columns")

@@ -32,6 +32,9 @@ __all__ = ["BULK_CHUNK", "Inserter"]
 BULK_CHUNK = 1000
 # Enqueues of one job with a unique key whose holder keeps finishing under it before giving up.
 _UNIQUE_TRIES = 5
+#: The states in which a job may be replaced by an enqueue with ``on_conflict``: waiting, never
+#: running (a running job's replacement is queued behind it, when its key is free).
+_REPLACEABLE = (JobState.QUEUED, JobState.FAILING)
 
 
 class Inserter:
@@ -43,8 +46,12 @@ class Inserter:
         self.backend = database.backend
         self.serializer = serializer
 
-    def insert(self, conn: Connection, rows: list[dict[str, Any]]) -> list[EnqueueResult]:
-        """Write ``rows`` (of any tasks) on ``conn``, in the caller's transaction."""
+    def insert(
+        self, conn: Connection, rows: list[dict[str, Any]], *, on_conflict: str = "keep"
+    ) -> list[EnqueueResult]:
+        """Write ``rows`` (of any tasks) on ``conn``, in the caller's transaction; with
+        ``on_conflict`` other than ``"keep"``, a row meeting a waiting job of its unique key or
+        id replaces that job's values (see :func:`statements.job_replace`)."""
         clock = self.backend.clock()
         # Workflow links are written beside the rows, not by the backend's INSERT.
         links = {
@@ -75,8 +82,13 @@ class Inserter:
         plain = [row for row in ordered if row["unique_key"] is None] if keyed else ordered
         queued = set(self.backend.enqueue_rows(conn, plain, clock))
         holders: dict[str, EnqueueResult] = {}
+        replacing = on_conflict != "keep"
+        if replacing:
+            for row in plain:
+                if row["id"] not in queued and (done := self._replace(conn, row, on_conflict)):
+                    holders[row["id"]] = done
         for row in keyed:
-            holder = self._insert_unique(conn, row, clock)
+            holder = self._insert_unique(conn, row, clock, on_conflict)
             if holder is None:
                 queued.add(row["id"])
             else:
@@ -85,7 +97,8 @@ class Inserter:
             self._link(conn, linked, queued, clock)
         settled = queued | set(holders)
         outcomes = {**self.outcomes(conn, [i for i in unique if i not in settled]), **holders}
-        for queue_name in {row["queue"] for row in unique.values() if row["id"] in queued}:
+        woken = {row["id"] for row in unique.values()} & (queued | set(holders))
+        for queue_name in {row["queue"] for row in unique.values() if row["id"] in woken}:
             self.backend.notify(conn, ENQUEUED_CHANNEL, queue_name)
         return results(rows, queued, outcomes)
 
@@ -136,8 +149,29 @@ class Inserter:
             for job_id in ids
         ]
 
+    def _replace(
+        self, conn: Connection, row: dict[str, Any], on_conflict: str, holder: Any = None
+    ) -> EnqueueResult | None:
+        """Replace the waiting job ``holder`` (``id``, ``state``; default: the job with
+        ``row``'s id) with ``row``'s values; None when there is none waiting to replace (it
+        runs, finished, or changed state since it was read)."""
+        if holder is None:
+            holder = conn.execute(statements.job_state(row["id"])).first()
+        if holder is None or holder.state not in _REPLACEABLE:
+            return None
+        statement = statements.job_replace(
+            holder.id,
+            holder.state,
+            row,
+            keep_run_at=on_conflict == "replace_keep_run_at",
+            clock=self.backend.clock(),
+        )
+        if conn.execute(statement).first() is None:
+            return None
+        return EnqueueResult(id=holder.id, status="replaced", existing_state=JobState(holder.state))
+
     def _insert_unique(
-        self, conn: Connection, row: dict[str, Any], clock: Clock
+        self, conn: Connection, row: dict[str, Any], clock: Clock, on_conflict: str = "keep"
     ) -> EnqueueResult | None:
         """Enqueue one job with a unique key, each try in a savepoint: None when it was queued,
         else the outcome (the key's holder as a ``duplicate``, or the id's existing job).
@@ -146,18 +180,31 @@ class Inserter:
         until the first commits, then refuses it; SQLite serialises them. The refused one reads
         the holder; if the holder finished in between, the key is free and it tries again.
         """
+        replacing = on_conflict != "keep"
         for _ in range(_UNIQUE_TRIES):
+            if replacing:
+                # The common case of a debounce, a waiting holder, costs no failed INSERT.
+                holder = conn.execute(limit_unique_holder(row["unique_key"])).first()
+                if holder is not None and (done := self._replace(conn, row, on_conflict, holder)):
+                    return done
             try:
                 with conn.begin_nested():
                     queued = self.backend.enqueue_rows(conn, [row], clock)
             except IntegrityError:
                 holder = conn.execute(limit_unique_holder(row["unique_key"])).first()
-                if holder is not None:
+                if holder is not None and (
+                    not replacing or JobState(holder.state) not in _REPLACEABLE
+                ):
                     return EnqueueResult(
                         id=holder.id, status="duplicate", existing_state=JobState(holder.state)
                     )
+                # Free again, or a waiting holder committed meanwhile: replace it next try.
                 continue
-            return None if queued else self.outcomes(conn, [row["id"]])[row["id"]]
+            if queued:
+                return None
+            if replacing and (done := self._replace(conn, row, on_conflict)):
+                return done
+            return self.outcomes(conn, [row["id"]])[row["id"]]
         raise BackendError(
             f"unique_key {row['unique_key']!r}: the enqueue kept conflicting with jobs that "
             f"finished before they could be read ({_UNIQUE_TRIES} tries)"

@@ -162,6 +162,7 @@ _CHECKS: dict[str, Callable[[Any], Any]] = {
     "result_ttl": config.check_result_ttl,
     "depends_on": dependencies.check_depends_on,
     "on_dependency_failure": dependencies.check_on_dependency_failure,
+    "on_conflict": config.check_on_conflict,
     "workflow_id": lambda value: config.check_name(
         "workflow_id", value, max_length=config.MAX_ID_LENGTH
     ),

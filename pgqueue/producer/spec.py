@@ -37,6 +37,12 @@ class EnqueueOptions(TypedDict, total=False):
     one of them fails or is cancelled, and so are its own dependents) or ``"run"`` (it runs
     anyway). ``workflow_id`` groups jobs for ``Queue.workflow_status`` and ``cancel_workflow``
     (see docs/workflows.md).
+
+    ``on_conflict`` says what an enqueue that meets a waiting (``queued`` or ``failing``) job of
+    its ``unique_key``, or of its ``id``, does: ``"keep"`` that job (a ``duplicate``, the
+    default), ``"replace"`` its arguments and due time (debounce: each enqueue pushes it out),
+    or ``"replace_keep_run_at"`` its arguments only; the result is ``"replaced"``. A running job
+    is never replaced (docs/scheduling.md).
     """
 
     id: str
@@ -57,6 +63,7 @@ class EnqueueOptions(TypedDict, total=False):
     depends_on: Iterable[str | EnqueueResult]
     on_dependency_failure: str
     workflow_id: str
+    on_conflict: str
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -14,17 +14,19 @@ run lives with its backend (``pgqueue.backends.postgres.statements``,
 
 from __future__ import annotations
 
-from pgqueue.statements import claim, enqueue, maintenance, outcomes, queries
+from pgqueue.statements import claim, enqueue, maintenance, outcomes, pauses, queries
 from pgqueue.statements.claim import *  # noqa: F403
 from pgqueue.statements.enqueue import *  # noqa: F403
 from pgqueue.statements.maintenance import *  # noqa: F403
 from pgqueue.statements.outcomes import *  # noqa: F403
+from pgqueue.statements.pauses import *  # noqa: F403
 from pgqueue.statements.queries import *  # noqa: F403
 
 __all__ = [
     *enqueue.__all__,
     *claim.__all__,
     *outcomes.__all__,
+    *pauses.__all__,
     *maintenance.__all__,
     *queries.__all__,
 ]

@@ -27,6 +27,7 @@ from pgqueue.job import CLAIMABLE_STATES, JobState
 from pgqueue.schema import (
     JOBS,
 )
+from pgqueue.statements.pauses import queue_not_paused
 
 __all__ = [
     "CLAIMED_COLUMNS",
@@ -93,8 +94,12 @@ def job_claim(
     if queues is not None:
         conditions.append(JOBS.c.queue.in_(list(queues)))
     if ids is not None:
+        # Named jobs (Worker.run_jobs, pgqueue.testing.run_job; the limited claim's picks,
+        # which skipped paused queues already) are claimed even in a paused queue.
         conditions.append(JOBS.c.id.in_(list(ids)))
     else:
+        # Queue.pause: one primary-key probe per candidate row, no statement of its own.
+        conditions.append(queue_not_paused())
         # Jobs with flow limits have a claim of their own (pgqueue.limits); the same terms as
         # the claim indexes' predicate, so the planner can prove they cover this query.
         conditions += [JOBS.c.concurrency_key.is_(None), JOBS.c.rate_key.is_(None)]

@@ -10,10 +10,15 @@ from typing import Any
 
 from sqlalchemy import (
     ColumnElement,
+    Select,
+    Update,
     bindparam,
     func,
+    literal,
     literal_column,
     null,
+    select,
+    update,
 )
 from sqlalchemy.dialects.postgresql import INTERVAL
 from sqlalchemy.sql.dml import ReturningInsert
@@ -30,6 +35,8 @@ __all__ = [
     "LIMIT_COLUMNS",
     "insert_or_requeue",
     "job_enqueue",
+    "job_replace",
+    "job_state",
 ]
 
 
@@ -99,6 +106,7 @@ def insert_or_requeue(statement: Any) -> ReturningInsert[tuple[str]]:
         state=str(JobState.QUEUED),
         attempts=0,
         stall_count=0,
+        snoozes=0,
         lock_token=null(),
         locked_by=null(),
         locked_until=null(),
@@ -118,3 +126,41 @@ def insert_or_requeue(statement: Any) -> ReturningInsert[tuple[str]]:
     )
     returning: ReturningInsert[tuple[str]] = statement.returning(JOBS.c.id)
     return returning
+
+
+#: The columns a replacing enqueue (``on_conflict``) writes over a waiting job: everything the
+#: new enqueue says about the job, except its id and its unique key (the key it was found by).
+REPLACED_COLUMNS = tuple(
+    name for name in ENQUEUE_COLUMNS if name not in ("id", "unique_key", "unique_until")
+)
+
+
+def job_replace(
+    job_id: str, seen: str, row: dict[str, Any], *, keep_run_at: bool, clock: Clock
+) -> Update:
+    """A replacing enqueue (``on_conflict``, Graphile Worker's ``job_key_mode``): write ``row``'s
+    values over waiting job ``job_id``, still in state ``seen`` (``queued`` or ``failing``, as
+    its reader saw it; any other state, a claim in between, touches no row). ``run_at`` becomes
+    the new one, unless ``keep_run_at`` and the job is ``queued``; a ``failing`` job starts over
+    as if newly enqueued (attempts and error cleared, the new ``run_at``). Returns the id."""
+    values: dict[str, Any] = {name: row[name] for name in REPLACED_COLUMNS}
+    values["payload"] = literal(row["payload"], JOBS.c.payload.type)
+    values.update(state=str(JobState.QUEUED), updated_at=clock.now())
+    if not keep_run_at or seen == JobState.FAILING:
+        if row["run_at"] is not None:
+            values["run_at"] = literal(row["run_at"], UTCDateTime())
+        else:
+            values["run_at"] = clock.after(row["delay"].total_seconds())
+    if seen == JobState.FAILING:
+        values.update(attempts=0, stall_count=0, snoozes=0, error=null())
+    return (
+        update(JOBS)
+        .where(JOBS.c.id == job_id, JOBS.c.state == seen)
+        .values(**values)
+        .returning(JOBS.c.id)
+    )
+
+
+def job_state(job_id: str) -> Select[Any]:
+    """The job's ``id`` and ``state``, if it exists (what a replacing enqueue by id meets)."""
+    return select(JOBS.c.id, JOBS.c.state).where(JOBS.c.id == job_id)

@@ -33,6 +33,7 @@ __all__ = [
     "job_release",
     "job_retry",
     "job_retry_many",
+    "job_snooze",
 ]
 
 
@@ -137,6 +138,33 @@ def job_release(pairs: Sequence[tuple[str, str]], clock: Clock) -> Update:
     )
 
 
+def job_snooze(
+    job_id: str, lock_token: str, seconds: float, max_snoozes: int | None, clock: Clock
+) -> Update:
+    """Send a held job back to ``queued`` for ``seconds`` (fenced) without spending an attempt,
+    counting the snooze; with ``max_snoozes``, only while it has snoozed fewer times than that
+    (no row returned either way means: lease lost, or the cap reached)."""
+    conditions = [fenced([(job_id, lock_token)])]
+    if max_snoozes is not None:
+        conditions.append(JOBS.c.snoozes < max_snoozes)
+    return (
+        update(JOBS)
+        .where(*conditions)
+        .values(
+            state=str(JobState.QUEUED),
+            attempts=JOBS.c.attempts - 1,
+            snoozes=JOBS.c.snoozes + 1,
+            lock_token=null(),
+            locked_by=null(),
+            locked_until=null(),
+            started_at=null(),
+            run_at=clock.after(seconds),
+            updated_at=clock.now(),
+        )
+        .returning(JOBS.c.id)
+    )
+
+
 def job_cancel(job_id: str, clock: Clock) -> Update:
     """Cancel a job that has not started (``waiting``, ``queued`` or ``failing``); returns its id
     if it did."""
@@ -165,6 +193,7 @@ def job_retry_many(ids: Sequence[str], clock: Clock) -> Update:
             state=str(JobState.QUEUED),
             attempts=0,
             stall_count=0,
+            snoozes=0,
             run_at=clock.now(),
             error=null(),
             result=null(),

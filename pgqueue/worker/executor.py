@@ -27,8 +27,9 @@ from typing import TYPE_CHECKING, Any
 from pgqueue import serde, tracing
 from pgqueue.durable.run import Parked
 from pgqueue.errors import UnknownTaskError
-from pgqueue.execution import HandlerPool, LoopThread, Outcome, running, thread_stack
+from pgqueue.execution import HandlerPool, LoopThread, Outcome, running, snoozed, thread_stack
 from pgqueue.job import JobState, error_fields
+from pgqueue.retries import Snooze
 from pgqueue.worker.ledger import Claimed
 from pgqueue.worker.parking import parked_outcome
 from pgqueue.workflow import results
@@ -306,6 +307,8 @@ class Executor:
         # Encoding runs here, on the handler's thread, and only here: a value that cannot be
         # stored fails this attempt with a clear error and never reaches (or stalls) the loop,
         # which stores the text made here as it is.
+        if isinstance(value, Snooze):
+            return snoozed(value)
         try:
             document = serde.encode_document(self.queue.serializer, value)
             return Outcome(JobState.COMPLETED, result=document)

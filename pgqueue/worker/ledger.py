@@ -39,7 +39,8 @@ class WorkerStats:
     ``lost``: outcomes discarded because the lease was lost; ``released``: jobs handed back to
     ``queued`` by a graceful stop, or by the start guard of rate-limited handlers (a slot's start
     missed; see docs/limits.md); ``timed_out``: attempts that ran past the task's timeout;
-    ``parked``: attempts that ended in a durable sleep or wait (docs/durable.md).
+    ``snoozed``: jobs put back by a :class:`~pgqueue.Snooze` (no attempt spent); ``parked``:
+    attempts that ended in a durable sleep or wait (docs/durable.md).
 
     Example::
 
@@ -53,6 +54,7 @@ class WorkerStats:
     lost: int = 0
     released: int = 0
     timed_out: int = 0
+    snoozed: int = 0
     parked: int = 0
 
 
@@ -150,6 +152,16 @@ class Ledger:
         for job, outcome in stored:
             del self.active[job.id]
             state = outcome.state
+            if state is JobState.QUEUED and outcome.snooze_in is not None:
+                self.counts["snoozed"] += 1
+                logger.debug(
+                    "job snoozed for %.1fs job_id=%s worker_id=%s",
+                    outcome.snooze_in,
+                    job.id,
+                    self.worker_id,
+                    extra={"job_id": job.id, "worker_id": self.worker_id},
+                )
+                continue
             if state is JobState.QUEUED:
                 # Parked by a durable sleep or wait (settled by its own transaction), or handed
                 # back before its handler started (a rate slot missed): no attempt spent.

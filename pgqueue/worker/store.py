@@ -251,11 +251,36 @@ class JobStore:
                 if outcome.settled is None and outcome.state is not JobState.QUEUED
             ]
             stored, lost = self.store(conn, pending, clock, one_by_one=one_by_one)
-            # Handed back by the worker; a durable job's parking settled it already (settled).
+            capped: list[str] = []
+            self._with_dependents = set()
+            for job, outcome in special:
+                if outcome.snooze_in is not None:
+                    as_stored = self._snooze(conn, job, outcome, clock)
+                    if as_stored is None:
+                        lost.append(job)
+                    else:
+                        stored.append((job, as_stored))
+                        if as_stored.state is JobState.FAILED:
+                            capped.append(job.id)
+            if capped:
+                # Snoozes past max_snoozes ended the job: its waiters and dependents learn it
+                # in this commit, as for any failure.
+                self.backend.notify_many(
+                    conn,
+                    FINISHED_CHANNEL,
+                    [finished_payload(str(JobState.FAILED), i) for i in capped],
+                )
+                dependencies.settle(
+                    conn, self.backend, [i for i in capped if i in self._with_dependents], clock
+                )
+            # Handed back by the worker; a snooze is stored above, and a durable job's parking
+            # settled it already (settled).
             back = [
                 (job, outcome)
                 for job, outcome in special
-                if outcome.state is JobState.QUEUED and outcome.settled is None
+                if outcome.state is JobState.QUEUED
+                and outcome.snooze_in is None
+                and outcome.settled is None
             ]
             released = self.release(conn, [job for job, _ in back], clock)
             stored += [(job, outcome) for job, outcome in back if job.id in released]
@@ -384,6 +409,28 @@ class JobStore:
         if row is not None and row.has_dependents:
             self._with_dependents.add(job.id)
         return row is not None
+
+    def _snooze(
+        self, conn: Connection, job: Claimed, outcome: Outcome, clock: Clock
+    ) -> Outcome | None:
+        """Store a snooze (fenced); returns the outcome as written (the failure that replaces
+        a snooze past the task's ``max_snoozes``), or None when the lease was lost."""
+        assert outcome.snooze_in is not None
+        cap = None if job.task is None else job.task.max_snoozes
+        statement = statements.job_snooze(job.id, job.lock_token, outcome.snooze_in, cap, clock)
+        if conn.execute(statement).first() is not None:
+            return outcome
+        if cap is None:
+            return None
+        # The fence held or the lease was lost: the failure's own fence tells which. A rare
+        # second statement, only for a job at its cap.
+        error = error_fields(
+            "pgqueue.Snooze",
+            f"the job snoozed {cap} times (the task's max_snoozes) and asked to snooze again",
+            None,
+        )
+        failure = Outcome(JobState.FAILED, error=error)
+        return failure if self._fail(conn, job, failure, clock) else None
 
     def _refusal(self, job: Claimed, outcome: Outcome, exc: BaseException) -> Outcome:
         """The failure stored in place of an outcome the database could not take."""

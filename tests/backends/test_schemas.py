@@ -71,6 +71,7 @@ def test_each_schema_gets_its_own_tables_and_version_table(url: str) -> None:
         "pgqueue_jobs",
         "pgqueue_leaders",
         "pgqueue_limits",
+        "pgqueue_paused_queues",
         "pgqueue_schedules",
         "pgqueue_workers",
     ]

@@ -111,6 +111,7 @@ def test_stats_json_and_table(
         "dead_letters_last_hour",
         "workers",
         "held_back",
+        "paused",
     }
     assert default["held_back"] == {}  # no flow limits here (tests/backends/test_limits_stats.py)
     code, out, _ = run(capsys, "stats", "--url", db_url)

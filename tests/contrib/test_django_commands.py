@@ -47,6 +47,16 @@ def test_subcommands_run_on_the_aliases_queue(
         call_command("pgqueue", "status", "no-such-job", database=alias)
 
 
+def test_pause_and_resume_through_manage_py(alias: str, capsys: pytest.CaptureFixture[str]) -> None:
+    call_command("pgqueue", "migrate", database=alias)
+    call_command("pgqueue", "pause", "emails", database=alias)
+    assert list(get_queue(alias).paused()) == ["emails"]
+    call_command("pgqueue", "paused", database=alias)
+    assert "emails" in capsys.readouterr().out
+    call_command("pgqueue", "resume", "emails", database=alias)
+    assert get_queue(alias).paused() == {}
+
+
 def test_a_django_task_round_trips_through_manage_py_pgqueue_worker_burst(alias: str) -> None:
     needs_worker_command()
     result = double.using(backend=alias).enqueue(21)

@@ -86,6 +86,14 @@ def test_flask_pgqueue_commands_exist_and_run(app: Flask) -> None:
     assert "pgqueue schema already at revision" in migrated.output  # db_url is migrated
     missing = runner.invoke(args=["pgqueue", "status", "no-such-job"])
     assert missing.exit_code == 1
+    paused = runner.invoke(args=["pgqueue", "pause", "emails"])
+    assert paused.exit_code == 0 and "paused" in paused.output
+    with app.app_context():
+        assert list(shop.pgq.queue.paused()) == ["emails"]
+    resumed = runner.invoke(args=["pgqueue", "resume", "emails"])
+    assert resumed.exit_code == 0 and "resumed" in resumed.output
+    with app.app_context():
+        assert shop.pgq.queue.paused() == {}
 
 
 def test_flask_pgqueue_worker_burst_runs_the_jobs(app: Flask) -> None:

@@ -53,6 +53,7 @@ def test_upgrade_matches_metadata_then_downgrade_and_upgrade_again(empty_url: st
         "pgqueue_schedules",
         "pgqueue_limits",
         "pgqueue_dependencies",
+        "pgqueue_paused_queues",
         "pgqueue_event_listeners",
         "pgqueue_events",
         "pgqueue_steps",

@@ -55,6 +55,7 @@ class Job(models.Model):  # type: ignore[misc]
     unique_until = models.TextField(null=True)
     workflow_id = models.TextField(null=True)
     has_dependents = models.BooleanField(default=False)
+    snoozes = models.IntegerField(default=0)
 
     class Meta:
         managed = False

@@ -90,6 +90,8 @@ class QueueRow:
     workers: int = 0
     #: Handler slots of the live workers serving this queue (busy: running any job).
     slots: int = 0
+    #: Paused (``Queue.pause``): workers start none of its jobs.
+    paused: bool = False
 
 
 @dataclass(slots=True)
@@ -245,6 +247,9 @@ def read_overview(
             dead += int(count)
             if wanted(name):
                 queue_row(name).dead = int(count)
+        for name in queue.paused(connection=conn):
+            if wanted(name):
+                queue_row(name).paused = True
         counter = throughput or Throughput(queue, background=False)
         hour, day, pending = _throughput(conn, current, queue_name, counter, queue_row, task_row)
         live = conn.execute(
