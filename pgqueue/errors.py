@@ -7,7 +7,10 @@ Every error pgqueue raises on purpose derives from :class:`PgQueueError`::
     ├── SerializationError     a payload or result that the serializer cannot encode
     ├── UnknownTaskError       enqueue or run of a task name nobody registered
     ├── JobFailedError         enqueue_and_wait: the job ended ``failed``
-    ├── JobTimeoutError        enqueue_and_wait: our own wait timed out (also a TimeoutError)
+    ├── JobTimeoutError        enqueue_and_wait: our own wait timed out (also a TimeoutError);
+    │                          stored as an attempt's error when a time_limit killed its process
+    ├── JobCrashedError        stored as an attempt's error: its handler's process died
+    │   └── JobMemoryError     ... killed above the worker's memory ceiling
     └── BackendError           the database refused or the connection broke
         ├── TransientBackendError  the database cannot be reached for now: retry later
         └── SchemaMissingError     the pgqueue tables are not there: run ``pgqueue migrate``
@@ -35,7 +38,9 @@ from typing import Any
 __all__ = [
     "BackendError",
     "ConfigError",
+    "JobCrashedError",
     "JobFailedError",
+    "JobMemoryError",
     "JobTimeoutError",
     "PgQueueError",
     "SchemaMissingError",
@@ -96,6 +101,34 @@ class JobTimeoutError(PgQueueError, TimeoutError):
     def __init__(self, message: str | None = None, *, job_id: str | None = None) -> None:
         super().__init__(message)
         self.job_id = job_id
+
+
+class JobCrashedError(PgQueueError):
+    """The process running an isolated handler (``isolation="process"``) died before the
+    handler returned: killed by a signal (a segfault, the OOM killer) or an ``os._exit``.
+
+    Workers do not raise it: it is the ``type`` stored in the failed attempt's error
+    (``pgqueue.errors.JobCrashedError``), its message naming the signal or exit status, and
+    what :class:`JobFailedError` reports when that was the last attempt.
+
+    Example::
+
+        status = queue.status(job_id)
+        if status.error and status.error["type"] == "pgqueue.errors.JobCrashedError":
+            print(status.error["message"])   # "... killed by signal SIGSEGV ..."
+    """
+
+
+class JobMemoryError(JobCrashedError):
+    """The process running an isolated handler grew past the worker's memory ceiling
+    (``max_memory`` and ``memory_ceiling``) and was killed mid-job.
+
+    Stored, like :class:`JobCrashedError`, as the failed attempt's error type.
+
+    Example::
+
+        pgqueue.Worker(queue, isolation="process", max_memory="512MB")
+    """
 
 
 class BackendError(PgQueueError):

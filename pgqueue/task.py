@@ -56,6 +56,11 @@ class Task(Generic[P, R]):
     limits: Limits = NO_LIMITS
     #: The handler runs in the job's own transaction (``current_job().transaction()``).
     transactional: bool = False
+    #: Where the handler runs: ``"thread"``, ``"process"`` (a child process of the worker's
+    #: pool, see docs/worker.md), or None for the worker's default.
+    isolation: str | None = None
+    #: Seconds after which the child process running an attempt is killed (``"process"`` only).
+    time_limit: float | None = None
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
         return self.function(*args, **kwargs)
