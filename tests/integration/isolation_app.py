@@ -15,6 +15,7 @@ from typing import Any
 import pgqueue
 
 URL_VARIABLE = "PGQUEUE_ISOLATION_TEST_URL"
+_KEPT: list[bytes] = []
 APP = "isolation_app:make_queue"
 
 
@@ -45,6 +46,12 @@ def register(queue: pgqueue.Queue) -> None:
         while True:
             chunks.append(b"x" * (8 * 1000**2))
             time.sleep(0.005)
+
+    @queue.task(name="iso.leak", isolation="process")
+    def leak(megabytes: int) -> int:
+        # Kept after the job returns, as a leak would be.
+        _KEPT.append(b"x" * (megabytes * 1000**2))
+        return os.getpid()
 
     @queue.task(name="iso.sleep", isolation="process", max_attempts=1)
     def sleep(pid_file: str) -> None:
