@@ -148,7 +148,9 @@ class TaskDeclarations:
         transactional = config.check_bool("transactional", transactional)
         if isolation is not None:
             isolation = config.check_isolation("isolation", isolation)
-        hard = None if time_limit is None else config.check_positive_seconds("time_limit", time_limit)
+        hard = (
+            None if time_limit is None else config.check_positive_seconds("time_limit", time_limit)
+        )
         if hard is not None:
             if isolation == "thread":
                 raise ConfigError(

@@ -79,7 +79,9 @@ def _add_cancel(parser: argparse.ArgumentParser) -> None:
     add_json_flag(parser)
 
 
-@command("cancel", "cancel a job that has not started (or, with --running, one that runs)", _add_cancel)
+@command(
+    "cancel", "cancel a job that has not started (or, with --running, one that runs)", _add_cancel
+)
 def _cancel(args: argparse.Namespace) -> int:
     result = queue_from_args(args).cancel(args.job_id, running=args.running)
     if args.json:

@@ -96,7 +96,9 @@ def test_a_c_level_loop_is_killed_at_its_time_limit(isolated: pgqueue.Queue) -> 
     # Every handler in a child: the pool keeps both children warm, so it replaces the killed one.
     worker = _worker(isolated, isolation="process")
     with working(worker):
-        status = wait_until(lambda: _finished(isolated, stuck), "the regex killed", timeout=DEADLINE)
+        status = wait_until(
+            lambda: _finished(isolated, stuck), "the regex killed", timeout=DEADLINE
+        )
         assert status.state is JobState.FAILED and status.error is not None
         assert status.error["type"] == "pgqueue.errors.JobTimeoutError"
         assert "time_limit of 1s" in status.error["message"]

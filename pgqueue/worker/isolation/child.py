@@ -244,7 +244,9 @@ def load_app(spec: str) -> Queue:
     module = importlib.import_module(module_name)
     if attribute:
         found = getattr(module, attribute)
-        if callable(found) and not isinstance(found, Queue):
+        from pgqueue.task import Task
+
+        if callable(found) and not isinstance(found, Queue | Task):
             found = found()
         if not isinstance(found, Queue):
             raise PgQueueError(f"app {spec!r} is not a pgqueue.Queue (or a function returning one)")

@@ -23,6 +23,7 @@ Example::
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import multiprocessing
 import threading
@@ -141,7 +142,7 @@ class ProcessPool:
         #: so that a child that cannot start is not started again in a tight loop.
         self._spawn_after = 0.0
         self._wake_r, self._wake_w = multiprocessing.Pipe(duplex=False)
-        self._context = multiprocessing.get_context(START_METHOD)
+        self._context: Any = multiprocessing.get_context(START_METHOD)
         if START_METHOD == "forkserver":
             # The server imports pgqueue once; every child is a fork of it (only effective
             # before the server's first start in this process).
@@ -184,10 +185,8 @@ class ProcessPool:
         self._thread.join(SHUTDOWN_WAIT + KILL_GRACE + 5.0)
 
     def _wake(self) -> None:
-        try:
+        with contextlib.suppress(OSError):  # closed: the pool stopped
             self._wake_w.send_bytes(b"")
-        except OSError:  # closed: the pool stopped
-            pass
 
     # -- the supervisor thread --------------------------------------------------------------
 
@@ -255,10 +254,8 @@ class ProcessPool:
     def _retire(self, child: _Child, why: str) -> None:
         logger.info("replacing a child process pid=%s: %s pool=%s", child.pid, why, self.name)
         child.retiring = True
-        try:
+        with contextlib.suppress(OSError):
             child.conn.send_bytes(encode({"op": EXIT}))
-        except OSError:
-            pass
 
     def _reap(self, child: _Child) -> None:
         child.process.join(0)
@@ -395,10 +392,8 @@ class ProcessPool:
             if not child.cancel_sent and running.job.context.cancelled.is_set():
                 # The soft timeout passed (or the worker gave the job up): tell the handler.
                 child.cancel_sent = True
-                try:
+                with contextlib.suppress(OSError):
                     child.conn.send_bytes(encode({"op": CANCEL, "id": running.job.id}))
-                except OSError:
-                    pass
 
     def _terminate(self, child: _Child, error: dict[str, Any]) -> None:
         if child.kill_error is not None:
@@ -410,10 +405,8 @@ class ProcessPool:
     def _stop_all(self) -> None:
         for child in self.children:
             if child.running is None:
-                try:
+                with contextlib.suppress(OSError):
                     child.conn.send_bytes(encode({"op": EXIT}))
-                except OSError:
-                    pass
             else:
                 child.process.terminate()
         deadline = time.monotonic() + SHUTDOWN_WAIT

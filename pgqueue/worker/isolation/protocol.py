@@ -26,11 +26,11 @@ import sys
 from typing import Any
 
 __all__ = [
-    "RUN",
     "CANCEL",
+    "DONE",
     "EXIT",
     "READY",
-    "DONE",
+    "RUN",
     "decode",
     "encode",
     "exit_description",
