@@ -103,7 +103,7 @@ def test_a_child_reports_a_retry_with_its_delay_and_errors_as_documents() -> Non
 def test_the_app_is_a_queue_or_a_function_returning_one() -> None:
     assert load_app("isolation_tasks:queue") is isolation_tasks.queue
     assert load_app("isolation_tasks") is isolation_tasks.queue
-    with pytest.raises(pgqueue.PgQueueError, match="is not a pgqueue.Queue"):
+    with pytest.raises(pgqueue.PgQueueError, match=r"is not a pgqueue\.Queue"):
         load_app("isolation_tasks:double")
 
 
