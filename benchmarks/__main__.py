@@ -35,6 +35,7 @@ from benchmarks import (
     drain,
     enqueue,
     history,
+    isolation,
     recovery,
     roundtrip,
     scale,
@@ -43,10 +44,21 @@ from benchmarks.common import BACKENDS, Databases, Figure, Interference, cpu_spe
 
 BENCHMARKS = {
     module.NAME: module
-    for module in (enqueue, drain, roundtrip, recovery, history, dashboard, connections, scale)
+    for module in (
+        enqueue,
+        drain,
+        roundtrip,
+        recovery,
+        history,
+        dashboard,
+        connections,
+        scale,
+        isolation,
+    )
 }
-#: Run only when named with --only: scale writes millions of rows (a quarter of an hour).
-ON_DEMAND = {scale.NAME}
+#: Run only when named with --only: scale writes millions of rows (a quarter of an hour);
+#: isolation starts process pools in the harness's own process.
+ON_DEMAND = {scale.NAME, isolation.NAME}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,0 +1,95 @@
+"""Process isolation: what running a handler in a child process costs.
+
+1. **Per-job overhead**: the same no-op jobs run one at a time (concurrency 1) by a thread
+   handler and by an isolated one (``isolation="process"``); the figure is the mean time per job
+   from the first start to the last finish, read from the rows, and their difference.
+2. **Drain**: 5,000 isolated no-op jobs drained by a worker with ``isolation="process"``
+   (concurrency 4: four warm children on two cores), in jobs per second.
+
+The worker runs in this process (the children are its pool's); the children find the tasks by
+importing ``benchmarks.app`` on the benchmark's database (``PGQUEUE_URL``, which the pool passes
+them).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+import pgqueue
+from benchmarks.common import Databases, Figure, instant, opened, scalar
+
+NAME = "isolation"
+APP = "benchmarks.app:queue"
+
+
+def run(databases: Databases, backend: str, *, quick: bool) -> list[Figure]:
+    serial = 20 if quick else 500
+    jobs = 200 if quick else 5_000
+    figures = []
+    load = os.getloadavg()[0]
+    per_job = {}
+    for task in ("bench.noop", "bench.noop_isolated"):
+        url = databases.fresh(backend, "isolation")
+        per_job[task] = _span(url, task, serial, concurrency=1) / serial
+    settings = f"{serial} no-op jobs one at a time (concurrency 1), warm pool"
+    thread, isolated = per_job["bench.noop"], per_job["bench.noop_isolated"]
+    figures += [
+        Figure("isolation per job", backend, "thread", thread * 1e3, "ms", settings, load),
+        Figure("isolation per job", backend, "process", isolated * 1e3, "ms", settings, load),
+        Figure(
+            "isolation per job",
+            backend,
+            "overhead",
+            (isolated - thread) * 1e3,
+            "ms",
+            settings,
+            load,
+        ),
+    ]
+    load = os.getloadavg()[0]
+    url = databases.fresh(backend, "isolation")
+    rate = jobs / _span(url, "bench.noop_isolated", jobs, concurrency=4)
+    settings = f"{jobs} isolated no-op jobs, 1 worker, isolation='process', concurrency 4"
+    figures.append(Figure("isolation drain", backend, "rate", rate, "jobs/s", settings, load))
+    return figures
+
+
+def _span(url: str, task: str, jobs: int, *, concurrency: int) -> float:
+    """Seconds from the first job's start to the last one's finish, drained by one worker."""
+    previous = os.environ.get("PGQUEUE_URL")
+    os.environ["PGQUEUE_URL"] = url
+    queue = pgqueue.Queue(url, max_attempts=5)
+    try:
+        for name in ("bench.noop", "bench.noop_isolated"):
+            queue.task(name=name, isolation="process" if "isolated" in name else None)(_noop)
+        worker = pgqueue.Worker(
+            queue, concurrency=concurrency, reaper=False, app=APP, log_completions=False
+        )
+        worker.start()
+        # The pool warm before the jobs arrive, as in a running worker.
+        time.sleep(2.0)
+        with opened(url) as producer:
+            producer.enqueue_many(task, [() for _ in range(jobs)])
+            deadline = time.monotonic() + 600
+            while (
+                scalar(producer, "SELECT count(*) FROM pgqueue_jobs WHERE state = 'completed'")
+                < jobs
+            ):
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"{task}: {jobs} jobs not done within 600 s")
+                time.sleep(0.05)
+            first = scalar(producer, "SELECT min(started_at) FROM pgqueue_jobs")
+            last = scalar(producer, "SELECT max(finished_at) FROM pgqueue_jobs")
+        worker.stop()
+    finally:
+        queue.close()
+        if previous is None:
+            os.environ.pop("PGQUEUE_URL", None)
+        else:
+            os.environ["PGQUEUE_URL"] = previous
+    return (instant(last) - instant(first)).total_seconds()
+
+
+def _noop() -> None:
+    """Nothing (the parent's registration; children run benchmarks.app's)."""
