@@ -190,3 +190,27 @@ def test_a_worker_wide_default_runs_plain_tasks_in_children(isolated: pgqueue.Qu
     job_id = isolated.enqueue("iso.thread").id
     _worker(isolated, isolation="process").run(burst=True)
     assert isolated.result(job_id) != os.getpid()
+
+
+def test_cancelling_a_running_thread_job_is_cooperative(queue: pgqueue.Queue) -> None:
+    told = []
+
+    @queue.task(name="t.waits")
+    def waits() -> str:
+        cancelled = pgqueue.current_job().cancelled.wait(DEADLINE)
+        told.append(cancelled)
+        return "returned anyway"
+
+    job_id = waits.enqueue().id
+    # Without running=True a running job is left alone, as before.
+    worker = pgqueue.Worker(queue, concurrency=1, reaper=False, lease=1.5)
+    with working(worker):
+        wait_until(lambda: queue.status(job_id).state is JobState.PROCESSING, "the start")  # type: ignore[union-attr]
+        assert queue.cancel(job_id).status == "processing"
+        assert queue.cancel(job_id, running=True).status == "cancelled"
+        # The next heartbeat finds the row gone and tells the handler; its return is discarded.
+        wait_until(lambda: told == [True], "the handler told", timeout=DEADLINE)
+        wait_until(lambda: worker.stats.lost == 1, "the outcome discarded", timeout=DEADLINE)
+    status = queue.status(job_id)
+    assert status is not None and status.state is JobState.CANCELLED
+    assert queue.result(job_id) is None
