@@ -107,7 +107,9 @@ class Executor:
             # Started with the rest of the batch by flush(): one wake-up of the event loop.
             self._starting.append((job, self._run_async(job, task, args, kwargs, previous)))
         else:
-            self._runner().launch(job, task, payload, job.carrier, previous)
+            # A rate-limited job starts at its slot in the child, under the same start guard.
+            start_at = None if job.not_before is None else job.not_before + SLOT_START_DELAY
+            self._runner().launch(job, task, payload, job.carrier, previous, start_at)
         return None
 
     def start(self) -> None:

@@ -23,6 +23,7 @@ import os
 import signal
 import sys
 import threading
+import time
 from datetime import datetime
 from queue import SimpleQueue
 from typing import TYPE_CHECKING, Any
@@ -164,6 +165,9 @@ def run_job(
             job_transaction=transaction,
         )
         started(context)
+        start_at = message.get("start_at")
+        if start_at is not None and not _may_start(context, start_at, message):
+            return {"op": DONE, "state": "handed_back"}
         with running(context, message.get("carrier")):
             if message.get("previous"):
                 if queue is None:
@@ -182,6 +186,15 @@ def run_job(
             transaction.rollback()
         delay = exc.delay if isinstance(exc, Retry) else None
         return {"op": DONE, "state": "raised", "error": error_document(exc), "retry_delay": delay}
+
+
+def _may_start(context: JobContext, start_at: float, message: dict[str, Any]) -> bool:
+    """A rate-limited job: wait for its start (bounded), then start only if not given up and
+    not more than the start guard past it, as a thread does (pgqueue.worker.executor)."""
+    wait = min(max(start_at - time.time(), 0.0), float(message.get("max_wait") or 0.25))
+    if context.cancelled.wait(wait):
+        return False
+    return time.time() - start_at <= float(message.get("start_guard") or 0.025)
 
 
 def _end_transaction(

@@ -40,6 +40,11 @@ __all__ = ["WATCH_INTERVAL", "IsolatedRunner", "is_isolated"]
 
 logger = logging.getLogger("pgqueue.worker")
 
+#: The latest a rate-limited isolated handler may start after its slot's start, and the longest
+#: it waits for it: the thread path's START_GUARD and _MAX_SLOT_WAIT (pgqueue.worker.executor,
+#: which imports this module), checked equal by a test.
+START_GUARD = 0.025
+MAX_SLOT_WAIT = 0.25
 #: Seconds between two reads of which isolated jobs are still held (see the module docstring).
 WATCH_INTERVAL = 0.25
 
@@ -97,8 +102,12 @@ class IsolatedRunner:
         payload: Any,
         carrier: Mapping[str, str] | None,
         previous: bool,
+        start_at: float | None = None,
     ) -> None:
-        """Send ``job`` to the pool; its outcome reaches ``deliver`` when the child is done."""
+        """Send ``job`` to the pool; its outcome reaches ``deliver`` when the child is done.
+        ``start_at`` (``time.time()``): a rate-limited job's start, which the child waits for
+        (at most :data:`MAX_SLOT_WAIT`) and misses by at most :data:`START_GUARD`, or hands
+        the job back (see pgqueue.limits.claim)."""
         context = job.context
         function = task.function
         request = encode(
@@ -119,6 +128,9 @@ class IsolatedRunner:
                 "previous": previous,
                 "carrier": dict(carrier) if carrier is not None else None,
                 "payload": payload,
+                "start_at": start_at,
+                "start_guard": START_GUARD,
+                "max_wait": MAX_SLOT_WAIT,
             }
         )
         with self._lock:
@@ -187,7 +199,10 @@ def outcome(job: Claimed, reply: dict[str, Any] | None, error: dict[str, Any] | 
     that died or was killed."""
     if reply is None:
         return job.failure(error or _GONE)
-    if reply.get("state") == "completed":
+    state = reply.get("state")
+    if state == "handed_back":
+        return Outcome(JobState.QUEUED)
+    if state == "completed":
         return Outcome(JobState.COMPLETED, result=reply.get("result"), settled=reply.get("settled"))
     document = reply.get("error") or error_fields("Exception", "the handler failed", None)
     delay = reply.get("retry_delay")
