@@ -3,8 +3,8 @@
 1. **Per-job overhead**: the same no-op jobs run one at a time (concurrency 1) by a thread
    handler and by an isolated one (``isolation="process"``); the figure is the mean time per job
    from the first start to the last finish, read from the rows, and their difference.
-2. **Drain**: 5,000 isolated no-op jobs drained by a worker with ``isolation="process"``
-   (concurrency 4: four warm children on two cores), in jobs per second.
+2. **Drain**: 5,000 isolated no-op jobs drained by one worker at concurrency 4 (four warm
+   children), in jobs per second, beside the same drain of thread handlers.
 
 The worker runs in this process (the children are its pool's); the children find the tasks by
 importing ``benchmarks.app`` on the benchmark's database (``PGQUEUE_URL``, which the pool passes
@@ -47,11 +47,12 @@ def run(databases: Databases, backend: str, *, quick: bool) -> list[Figure]:
             load,
         ),
     ]
-    load = os.getloadavg()[0]
-    url = databases.fresh(backend, "isolation")
-    rate = jobs / _span(url, "bench.noop_isolated", jobs, concurrency=4)
-    settings = f"{jobs} isolated no-op jobs, 1 worker, isolation='process', concurrency 4"
-    figures.append(Figure("isolation drain", backend, "rate", rate, "jobs/s", settings, load))
+    for task, where in (("bench.noop_isolated", "process"), ("bench.noop", "thread")):
+        load = os.getloadavg()[0]
+        url = databases.fresh(backend, "isolation")
+        rate = jobs / _span(url, task, jobs, concurrency=4)
+        settings = f"{jobs} no-op jobs, 1 worker, concurrency 4, handlers in a {where}"
+        figures.append(Figure("isolation drain", backend, where, rate, "jobs/s", settings, load))
     return figures
 
 
