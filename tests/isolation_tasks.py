@@ -43,3 +43,11 @@ def sleep() -> None:
 @queue.task(name="unit.told")
 def told() -> bool:
     return pgqueue.current_job().cancelled.wait(30)
+
+
+@queue.task(name="unit.async")
+async def doubled_later(n: int) -> int:
+    import asyncio
+
+    await asyncio.sleep(0)
+    return 2 * n

@@ -214,3 +214,17 @@ def test_cancelling_a_running_thread_job_is_cooperative(queue: pgqueue.Queue) ->
     status = queue.status(job_id)
     assert status is not None and status.state is JobState.CANCELLED
     assert queue.result(job_id) is None
+
+
+def test_a_stopping_worker_hands_isolated_jobs_back_and_ends_their_children(
+    isolated: pgqueue.Queue, tmp_path: Path
+) -> None:
+    pid_file = tmp_path / "pid"
+    job_id = isolated.enqueue("iso.sleep", args=[str(pid_file)]).id
+    worker = _worker(isolated, concurrency=1)
+    worker.start()
+    pid = int(wait_until(lambda: pid_file.exists() and pid_file.read_text(), "the handler"))
+    worker.stop(timeout=0)
+    status = isolated.status(job_id)
+    assert status is not None and status.state is JobState.QUEUED and status.attempts == 0
+    wait_until(lambda: _gone(pid), "the child gone", timeout=DEADLINE)

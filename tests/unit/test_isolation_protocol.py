@@ -157,3 +157,8 @@ def test_a_rate_limited_job_starts_at_its_slot_or_is_handed_back() -> None:
     message.update(start_at=time.time() - 5)
     assert run_job(message, TaskFinder(None)) == {"op": DONE, "state": "handed_back"}
     assert outcome(_claimed(), {"state": "handed_back"}, None).state is JobState.QUEUED
+
+
+def test_an_async_handler_runs_on_its_own_loop_in_the_child() -> None:
+    reply = run_job(_run_message(isolation_tasks.doubled_later, 5), TaskFinder(None))
+    assert reply["state"] == "completed" and reply["result"] == "10"
