@@ -84,7 +84,10 @@ class Child:
         self.jobs: SimpleQueue[dict[str, Any] | None] = SimpleQueue()
         self.context: JobContext | None = None
         self.retiring = False
+        #: Guards sends, and ``context`` against a cancel read meanwhile.
         self._send_lock = threading.Lock()
+        #: A cancel read before its job's handler started (the id of that job).
+        self._early_cancel: Any = None
 
     def serve(self) -> None:
         try:
@@ -115,7 +118,12 @@ class Child:
             self.conn.send_bytes(encode(message))
 
     def _started(self, context: JobContext) -> None:
-        self.context = context
+        with self._send_lock:
+            self.context = context
+            if self._early_cancel == context.id:
+                # The cancel came before the handler: it starts told.
+                context.cancelled.set()
+            self._early_cancel = None
 
     def _read(self) -> None:
         while True:
@@ -128,9 +136,12 @@ class Child:
             if op == RUN:
                 self.jobs.put(message)
             elif op == CANCEL:
-                context = self.context
-                if context is not None and context.id == message.get("id"):
-                    context.cancelled.set()
+                with self._send_lock:
+                    context = self.context
+                    if context is not None and context.id == message.get("id"):
+                        context.cancelled.set()
+                    else:
+                        self._early_cancel = message.get("id")
             elif op == EXIT:
                 self.retiring = True
                 self.jobs.put(None)

@@ -100,7 +100,10 @@ class _Child:
 
     @property
     def pid(self) -> int | None:
-        pid: int | None = self.process.pid
+        try:
+            pid: int | None = self.process.pid
+        except ValueError:  # closed: reaped
+            return None
         return pid
 
 
@@ -260,8 +263,13 @@ class ProcessPool:
     def _reap(self, child: _Child) -> None:
         child.process.join(0)
         exitcode = child.process.exitcode
+        pid = child.pid
         self.children.remove(child)
         child.conn.close()
+        # Its sentinel's file descriptor: a worker that recycles children for weeks must not
+        # run out of them.
+        with contextlib.suppress(ValueError):
+            child.process.close()
         running = child.running
         if not child.ready and not self._stopping:
             self._spawn_after = self.clock() + SPAWN_BACKOFF
@@ -286,7 +294,7 @@ class ProcessPool:
                 logger.warning(
                     "an idle child process %s pid=%s pool=%s",
                     exit_description(exitcode),
-                    child.pid,
+                    pid,
                     self.name,
                 )
             return
@@ -416,6 +424,8 @@ class ProcessPool:
                 child.process.kill()
                 child.process.join(KILL_GRACE)
             child.conn.close()
+            with contextlib.suppress(ValueError):
+                child.process.close()
         self.children.clear()
         self._wake_r.close()
         self._wake_w.close()
