@@ -408,6 +408,8 @@ class ProcessPool:
             return
         child.kill_error = error
         child.kill_at = self.clock() + KILL_GRACE
+        # Its death is expected: not reported as an idle child's should it finish first.
+        child.retiring = True
         child.process.terminate()
 
     def _stop_all(self) -> None:
