@@ -17,7 +17,15 @@ import os
 import time
 
 import pgqueue
-from benchmarks.common import Databases, Figure, instant, opened, scalar
+from benchmarks.common import (
+    Databases,
+    Figure,
+    cpu_snapshot,
+    cpu_used,
+    instant,
+    opened,
+    scalar,
+)
 
 NAME = "isolation"
 APP = "benchmarks.app:queue"
@@ -28,10 +36,11 @@ def run(databases: Databases, backend: str, *, quick: bool) -> list[Figure]:
     jobs = 200 if quick else 5_000
     figures = []
     load = os.getloadavg()[0]
-    per_job = {}
+    per_job, cpu = {}, {}
     for task in ("bench.noop", "bench.noop_isolated"):
         url = databases.fresh(backend, "isolation")
-        per_job[task] = _span(url, task, serial, concurrency=1) / serial
+        span, seconds = _span(url, task, serial, concurrency=1)
+        per_job[task], cpu[task] = span / serial, seconds / serial
     settings = f"{serial} no-op jobs one at a time (concurrency 1), warm pool"
     thread, isolated = per_job["bench.noop"], per_job["bench.noop_isolated"]
     figures += [
@@ -47,17 +56,34 @@ def run(databases: Databases, backend: str, *, quick: bool) -> list[Figure]:
             load,
         ),
     ]
+    # CPU time is not inflated by other people's work on a shared machine, as wall time is.
+    thread, isolated = cpu["bench.noop"], cpu["bench.noop_isolated"]
+    figures += [
+        Figure("isolation cpu/job", backend, "thread", thread * 1e6, "us", settings, load),
+        Figure("isolation cpu/job", backend, "process", isolated * 1e6, "us", settings, load),
+        Figure(
+            "isolation cpu/job",
+            backend,
+            "overhead",
+            (isolated - thread) * 1e6,
+            "us",
+            settings,
+            load,
+        ),
+    ]
     for task, where in (("bench.noop_isolated", "process"), ("bench.noop", "thread")):
         load = os.getloadavg()[0]
         url = databases.fresh(backend, "isolation")
-        rate = jobs / _span(url, task, jobs, concurrency=4)
+        rate = jobs / _span(url, task, jobs, concurrency=4)[0]
         settings = f"{jobs} no-op jobs, 1 worker, concurrency 4, handlers in a {where}"
         figures.append(Figure("isolation drain", backend, where, rate, "jobs/s", settings, load))
     return figures
 
 
-def _span(url: str, task: str, jobs: int, *, concurrency: int) -> float:
-    """Seconds from the first job's start to the last one's finish, drained by one worker."""
+def _span(url: str, task: str, jobs: int, *, concurrency: int) -> tuple[float, float]:
+    """Seconds from the first job's start to the last one's finish, drained by one worker, and
+    the CPU seconds the worker's process and its children spent meanwhile (the database
+    server's not counted)."""
     previous = os.environ.get("PGQUEUE_URL")
     os.environ["PGQUEUE_URL"] = url
     queue = pgqueue.Queue(url, max_attempts=5)
@@ -70,7 +96,10 @@ def _span(url: str, task: str, jobs: int, *, concurrency: int) -> float:
         worker.start()
         # The pool warm before the jobs arrive, as in a running worker.
         time.sleep(2.0)
+        runner = worker._loop.executor._isolated
+        pids = [os.getpid(), *(runner.pool.pids() if runner is not None else [])]
         with opened(url) as producer:
+            before = cpu_snapshot(pids)
             producer.enqueue_many(task, [() for _ in range(jobs)])
             deadline = time.monotonic() + 600
             while (
@@ -80,6 +109,7 @@ def _span(url: str, task: str, jobs: int, *, concurrency: int) -> float:
                 if time.monotonic() > deadline:
                     raise RuntimeError(f"{task}: {jobs} jobs not done within 600 s")
                 time.sleep(0.05)
+            cpu = cpu_used(before, cpu_snapshot(pids))
             first = scalar(producer, "SELECT min(started_at) FROM pgqueue_jobs")
             last = scalar(producer, "SELECT max(finished_at) FROM pgqueue_jobs")
         worker.stop()
@@ -89,7 +119,7 @@ def _span(url: str, task: str, jobs: int, *, concurrency: int) -> float:
             os.environ.pop("PGQUEUE_URL", None)
         else:
             os.environ["PGQUEUE_URL"] = previous
-    return (instant(last) - instant(first)).total_seconds()
+    return (instant(last) - instant(first)).total_seconds(), cpu
 
 
 def _noop() -> None:
