@@ -5,6 +5,8 @@
    from the first start to the last finish, read from the rows, and their difference.
 2. **Drain**: 5,000 isolated no-op jobs drained by one worker at concurrency 4 (four warm
    children), in jobs per second, beside the same drain of thread handlers.
+3. **Pool round trip** (once, no database): a no-op job handed to a warm pool of one child until
+   its reply is back, one at a time: the cost of the pipes, the JSON and the two thread hops.
 
 The worker runs in this process (the children are its pool's); the children find the tasks by
 importing ``benchmarks.app`` on the benchmark's database (``PGQUEUE_URL``, which the pool passes
@@ -14,7 +16,10 @@ them).
 from __future__ import annotations
 
 import os
+import sys
+import threading
 import time
+from types import SimpleNamespace
 
 import pgqueue
 from benchmarks.common import (
@@ -23,6 +28,7 @@ from benchmarks.common import (
     cpu_snapshot,
     cpu_used,
     instant,
+    latency_figures,
     opened,
     scalar,
 )
@@ -77,7 +83,66 @@ def run(databases: Databases, backend: str, *, quick: bool) -> list[Figure]:
         rate = jobs / _span(url, task, jobs, concurrency=4)[0]
         settings = f"{jobs} no-op jobs, 1 worker, concurrency 4, handlers in a {where}"
         figures.append(Figure("isolation drain", backend, where, rate, "jobs/s", settings, load))
+    if backend == "sqlite":
+        # The pool's own round trip, without a database: the same on both.
+        samples = 50 if quick else 2_000
+        load = os.getloadavg()[0]
+        figures += latency_figures(
+            "isolation pool round trip",
+            "none",
+            _round_trips(samples),
+            f"{samples} no-op jobs through a warm pool of 1 child, one at a time",
+            load,
+        )
     return figures
+
+
+def _round_trips(samples: int) -> list[float]:
+    """Seconds from handing a no-op job to a warm pool to its reply, per job."""
+    from pgqueue.worker.isolation import ProcessPool
+    from pgqueue.worker.isolation.protocol import RUN, encode
+
+    done = threading.Event()
+    pool = ProcessPool(
+        size=1,
+        warm=1,
+        init=lambda: encode(
+            {"op": "init", "app": None, "env": dict(os.environ), "path": list(sys.path)}
+        ),
+        finished=lambda job, reply, error: done.set(),
+        name="bench",
+    )
+    job = SimpleNamespace(id="bench", context=SimpleNamespace(cancelled=threading.Event()))
+    request = encode(
+        {
+            "op": RUN,
+            "id": "bench",
+            "task": "bench.noop_isolated",
+            "module": "benchmarks.app",
+            "qualname": "noop_isolated",
+            "queue": "default",
+            "attempts": 1,
+            "max_attempts": 1,
+            "worker_id": "bench",
+            "created_at": "2026-01-01T00:00:00+00:00",
+            "lock_token": "t",
+            "result_ttl": 60,
+            "payload": {"args": [], "kwargs": {}},
+        }
+    )
+    seconds = []
+    try:
+        for n in range(samples + 20):
+            done.clear()
+            before = time.perf_counter()
+            pool.submit(job, request, None)
+            if not done.wait(60):
+                raise RuntimeError("the pool did not answer within 60 s")
+            if n >= 20:  # the first ones wait for the child to start
+                seconds.append(time.perf_counter() - before)
+    finally:
+        pool.shutdown()
+    return seconds
 
 
 def _span(url: str, task: str, jobs: int, *, concurrency: int) -> tuple[float, float]:
