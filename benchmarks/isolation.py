@@ -15,6 +15,7 @@ them).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import threading
@@ -152,12 +153,14 @@ def _span(url: str, task: str, jobs: int, *, concurrency: int) -> tuple[float, f
     previous = os.environ.get("PGQUEUE_URL")
     os.environ["PGQUEUE_URL"] = url
     queue = pgqueue.Queue(url, max_attempts=5)
+    stack = contextlib.ExitStack()
     try:
         for name in ("bench.noop", "bench.noop_isolated"):
             queue.task(name=name, isolation="process" if "isolated" in name else None)(_noop)
         worker = pgqueue.Worker(
             queue, concurrency=concurrency, reaper=False, app=APP, log_completions=False
         )
+        stack.callback(worker.stop, timeout=0)
         worker.start()
         # The pool warm before the jobs arrive, as in a running worker.
         time.sleep(2.0)
@@ -177,8 +180,9 @@ def _span(url: str, task: str, jobs: int, *, concurrency: int) -> tuple[float, f
             cpu = cpu_used(before, cpu_snapshot(pids))
             first = scalar(producer, "SELECT min(started_at) FROM pgqueue_jobs")
             last = scalar(producer, "SELECT max(finished_at) FROM pgqueue_jobs")
-        worker.stop()
     finally:
+        # The worker stopped whatever happened: a live one would keep the harness from exiting.
+        stack.close()
         queue.close()
         if previous is None:
             os.environ.pop("PGQUEUE_URL", None)
