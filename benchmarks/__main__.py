@@ -36,6 +36,7 @@ from benchmarks import (
     enqueue,
     fleet,
     history,
+    isolation,
     pressure,
     recovery,
     roundtrip,
@@ -56,11 +57,13 @@ BENCHMARKS = {
         scale,
         fleet,
         pressure,
+        isolation,
     )
 }
 #: Run only when named with --only: scale writes millions of rows (a quarter of an hour), fleet
-#: starts hundreds of worker processes, pressure pins the xmin horizon for minutes.
-ON_DEMAND = {scale.NAME, fleet.NAME, pressure.NAME}
+#: starts hundreds of worker processes, pressure pins the xmin horizon for minutes, isolation
+#: starts process pools in the harness's own process.
+ON_DEMAND = {scale.NAME, fleet.NAME, pressure.NAME, isolation.NAME}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -21,6 +21,11 @@ def noop() -> None:
     """Nothing: what is measured is the queue."""
 
 
+@queue.task(name="bench.noop_isolated", isolation="process")
+def noop_isolated() -> None:
+    """Nothing, in a child process of the worker's pool (the isolation benchmark)."""
+
+
 @queue.task(name="bench.capped", max_running=50)
 def capped() -> None:
     """Nothing, at most 50 running at once across every worker (the limited claim path)."""

@@ -80,6 +80,8 @@ class TaskDeclarations:
         transactional: bool = ...,
         max_snoozes: int | None = ...,
         on_conflict: str = ...,
+        isolation: str | None = ...,
+        time_limit: float | timedelta | None = ...,
     ) -> Callable[[Callable[P, R]], Task[P, R]]: ...
 
     def task(
@@ -102,6 +104,8 @@ class TaskDeclarations:
         transactional: bool = False,
         max_snoozes: int | None = None,
         on_conflict: str = "keep",
+        isolation: str | None = None,
+        time_limit: float | timedelta | None = None,
     ) -> Any:
         """Register a function as a task (usable bare or with options).
 
@@ -110,6 +114,13 @@ class TaskDeclarations:
         as :class:`Backoff`) says when a failed attempt runs again. ``transactional=True`` runs
         the handler in the job's own transaction (``current_job().transaction()``): its writes
         commit with the job's completion or not at all (see docs/workflows.md).
+
+        ``isolation="process"`` runs the handler in a child process of the worker's pool instead
+        of a thread (None: the worker's default, ``Worker(isolation=...)``); ``time_limit``
+        (seconds) kills that process when an attempt runs longer, failing the attempt with
+        JobTimeoutError, and implies ``isolation="process"``. ``timeout`` stays the soft limit:
+        the attempt fails at it and ``current_job().cancelled`` is set, the handler runs on
+        (see docs/worker.md, "Process isolation").
 
         Flow limits, enforced across every worker by the database (docs/limits.md):
         ``max_running`` jobs of this task at once, or per ``concurrency_key`` (an argument name
@@ -129,6 +140,9 @@ class TaskDeclarations:
 
             @queue.task(max_running=1, concurrency_key="customer_id", rate_limit="5/s")
             def sync(customer_id: int) -> None: ...
+
+            @queue.task(time_limit=300)          # killed after 5 minutes, in its own process
+            def render(document_id: int) -> None: ...
         """
         # Validate once, at declaration, so a bad option fails at import time, not at enqueue.
         queue = config.check_name("queue", queue)
@@ -141,6 +155,18 @@ class TaskDeclarations:
         transactional = config.check_bool("transactional", transactional)
         snoozes = None if max_snoozes is None else config.check_max_snoozes(max_snoozes)
         conflict = config.check_on_conflict(on_conflict)
+        if isolation is not None:
+            isolation = config.check_isolation("isolation", isolation)
+        hard = (
+            None if time_limit is None else config.check_positive_seconds("time_limit", time_limit)
+        )
+        if hard is not None:
+            if isolation == "thread":
+                raise ConfigError(
+                    "time_limit needs isolation='process': a thread cannot be killed (use "
+                    "timeout= for a soft limit in a thread)"
+                )
+            isolation = "process"
         if retry is not None and not isinstance(retry, RetryPolicy):
             raise ConfigError(
                 f"retry must have a delay(attempt) method, e.g. pgqueue.Backoff(), not {retry!r}"
@@ -176,6 +202,8 @@ class TaskDeclarations:
                 transactional=transactional,
                 max_snoozes=snoozes,
                 on_conflict=conflict,
+                isolation=isolation,
+                time_limit=hard,
             )
             self.tasks[task_name] = registered
             return registered

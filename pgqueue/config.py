@@ -103,6 +103,54 @@ def check_positive_seconds(name: str, value: object, *, allow_zero: bool = False
     return seconds
 
 
+#: Where a handler runs: a thread of the worker (the default) or a child process of its pool.
+ISOLATIONS = ("thread", "process")
+_MEMORY_UNITS = {
+    "": 1,
+    "B": 1,
+    "KB": 1000,
+    "MB": 1000**2,
+    "GB": 1000**3,
+    "KIB": 1024,
+    "MIB": 1024**2,
+    "GIB": 1024**3,
+}
+
+
+def check_isolation(name: str, value: object) -> str:
+    """``"thread"`` or ``"process"``."""
+    if value not in ISOLATIONS:
+        raise ConfigError(f"{name} must be 'thread' or 'process', not {value!r}")
+    return str(value)
+
+
+def check_memory(name: str, value: object) -> int:
+    """An amount of memory in bytes: an int, or a string with a unit (``"512MB"``, ``"1GiB"``;
+    KB, MB, GB are powers of 1000, KiB, MiB, GiB of 1024), at least one MB."""
+    amount: float
+    if isinstance(value, int) and not isinstance(value, bool):
+        amount = value
+    elif isinstance(value, str):
+        text = value.strip().upper().replace(" ", "")
+        digits = text.rstrip("KMGIB")
+        unit = text[len(digits) :]
+        try:
+            amount = float(digits) * _MEMORY_UNITS[unit]
+        except (KeyError, ValueError):
+            raise ConfigError(
+                f"{name} must be a number of bytes or a size such as '512MB' or '1GiB', "
+                f"not {value!r}"
+            ) from None
+    else:
+        raise ConfigError(
+            f"{name} must be a number of bytes or a size such as '512MB', not "
+            f"{type(value).__name__} {value!r}"
+        )
+    if not math.isfinite(amount) or amount < 1000**2:
+        raise ConfigError(f"{name} must be at least 1MB, got {value!r}")
+    return int(amount)
+
+
 def check_result_ttl(value: object) -> int:
     """A result TTL: a positive whole number of seconds, or a timedelta of whole seconds."""
     if isinstance(value, timedelta):

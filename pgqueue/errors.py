@@ -7,7 +7,10 @@ Every error pgqueue raises on purpose derives from :class:`PgQueueError`::
     ├── SerializationError     a payload or result that the serializer cannot encode
     ├── UnknownTaskError       enqueue or run of a task name nobody registered
     ├── JobFailedError         enqueue_and_wait: the job ended ``failed``
-    ├── JobTimeoutError        enqueue_and_wait: our own wait timed out (also a TimeoutError)
+    ├── JobTimeoutError        enqueue_and_wait: our own wait timed out (also a TimeoutError);
+    │                          stored as an attempt's error when a time_limit killed its process
+    ├── JobCrashedError        stored as an attempt's error: its handler's process died
+    │   └── JobMemoryError     ... killed above the worker's memory ceiling
     ├── NonDeterminismError    a durable job's steps came in another order than when it first ran
     ├── WaitTimeout            a durable job's wait_for() passed its timeout (also a TimeoutError)
     └── BackendError           the database refused or the connection broke
@@ -37,7 +40,9 @@ from typing import Any
 __all__ = [
     "BackendError",
     "ConfigError",
+    "JobCrashedError",
     "JobFailedError",
+    "JobMemoryError",
     "JobTimeoutError",
     "NonDeterminismError",
     "PgQueueError",
@@ -130,6 +135,34 @@ class WaitTimeout(PgQueueError, TimeoutError):
     def __init__(self, message: str, *, key: str) -> None:
         super().__init__(message)
         self.key = key
+
+
+class JobCrashedError(PgQueueError):
+    """The process running an isolated handler (``isolation="process"``) died before the
+    handler returned: killed by a signal (a segfault, the OOM killer) or an ``os._exit``.
+
+    Workers do not raise it: it is the ``type`` stored in the failed attempt's error
+    (``pgqueue.errors.JobCrashedError``), its message naming the signal or exit status, and
+    what :class:`JobFailedError` reports when that was the last attempt.
+
+    Example::
+
+        status = queue.status(job_id)
+        if status.error and status.error["type"] == "pgqueue.errors.JobCrashedError":
+            print(status.error["message"])   # "... killed by signal SIGSEGV ..."
+    """
+
+
+class JobMemoryError(JobCrashedError):
+    """The process running an isolated handler grew past the worker's memory ceiling
+    (``max_memory`` and ``memory_ceiling``) and was killed mid-job.
+
+    Stored, like :class:`JobCrashedError`, as the failed attempt's error type.
+
+    Example::
+
+        pgqueue.Worker(queue, isolation="process", max_memory="512MB")
+    """
 
 
 class BackendError(PgQueueError):

@@ -436,17 +436,28 @@ class Queue(TaskDeclarations):
         return lookups.result(self.db, self.serializer, job_id, connection)
 
     def cancel(
-        self, job_id: str, *, connection: Connection | None = None, now: datetime | None = None
+        self,
+        job_id: str,
+        *,
+        connection: Connection | None = None,
+        now: datetime | None = None,
+        running: bool = False,
     ) -> CancelResult:
-        """Cancel a job that has not started (``waiting``, ``queued`` or ``failing``). A running
-        or finished job is left alone and the result says which state it is in. Jobs that depend
+        """Cancel a job that has not started (``waiting``, ``queued`` or ``failing``). A finished
+        job is left alone and the result says which state it is in; so is a running one, unless
+        ``running=True``: then it is ``cancelled`` at once, and the worker running it stops it,
+        for real when its handler runs in a process (``isolation="process"``: the child is
+        killed within a second), cooperatively in a thread (its ``current_job().cancelled`` is
+        set at the worker's next heartbeat; whatever it returns is discarded). Jobs that depend
         on it are cancelled with it (or released, under ``on_dependency_failure="run"``).
 
         Example::
 
-            queue.cancel(r.id).status   # "cancelled"
+            queue.cancel(r.id).status                 # "cancelled"
+            queue.cancel(r.id, running=True).status   # "cancelled", even while it runs
         """
-        return lookups.cancel(self.db, job_id, connection, now)
+        running = config.check_bool("running", running)
+        return lookups.cancel(self.db, job_id, connection, now, running)
 
     def retry(
         self, job_id: str, *, connection: Connection | None = None, now: datetime | None = None

@@ -62,6 +62,11 @@ class Task(Generic[P, R]):
     #: What an enqueue meeting a waiting job of its unique key (or id) does by default:
     #: ``"keep"``, ``"replace"`` or ``"replace_keep_run_at"`` (docs/scheduling.md).
     on_conflict: str = "keep"
+    #: Where the handler runs: ``"thread"``, ``"process"`` (a child process of the worker's
+    #: pool, see docs/worker.md), or None for the worker's default.
+    isolation: str | None = None
+    #: Seconds after which the child process running an attempt is killed (``"process"`` only).
+    time_limit: float | None = None
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
         return self.function(*args, **kwargs)

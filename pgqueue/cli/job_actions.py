@@ -70,12 +70,20 @@ def _retry(args: argparse.Namespace) -> int:
 
 def _add_cancel(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("job_id", help="the job to cancel")
+    parser.add_argument(
+        "--running",
+        action="store_true",
+        help="cancel it even while it runs (a process-isolated handler is killed; a thread is "
+        "told through current_job().cancelled)",
+    )
     add_json_flag(parser)
 
 
-@command("cancel", "cancel a job that has not started", _add_cancel)
+@command(
+    "cancel", "cancel a job that has not started (or, with --running, one that runs)", _add_cancel
+)
 def _cancel(args: argparse.Namespace) -> int:
-    result = queue_from_args(args).cancel(args.job_id)
+    result = queue_from_args(args).cancel(args.job_id, running=args.running)
     if args.json:
         print_json({"id": result.id, "status": result.status, "cancelled": result.cancelled})
     if result.cancelled:

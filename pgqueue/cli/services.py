@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
@@ -64,7 +65,11 @@ def _worker(args: argparse.Namespace) -> int:
         return reload.run_reloading(args)
     reload.prepare_child()
     queue = module_queue(args)
-    worker = Worker.from_config(queue, config.from_arguments(args))
+    settings = config.from_arguments(args)
+    if settings.app is None and isinstance(args.queue, str):
+        # Child processes (isolation="process") import the app the worker was started with.
+        settings = dataclasses.replace(settings, app=args.queue)
+    worker = Worker.from_config(queue, settings)
     log_to_stderr()
     server = None
     if args.metrics_port is not None:

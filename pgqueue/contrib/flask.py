@@ -31,7 +31,8 @@ Without ``db`` the queue's database is ``app.config["PGQUEUE_URL"]`` (else ``$PG
 ``["PGQUEUE_SESSION_URL"]`` and ``["PGQUEUE_READ_URL"]`` give the Queue's ``schema``, ``pooler``,
 ``session_url`` and ``read_url`` (keyword arguments to ``PgQueue`` win). Workers:
 ``flask --app shop pgqueue worker`` (the same options as the ``pgqueue`` command, ``--burst``
-included); ``flask pgqueue migrate`` creates the tables.
+included; ``app.config["PGQUEUE_WORKER"]`` gives their defaults by option name, e.g.
+``{"isolation": "process", "max_memory": "512MB"}``); ``flask pgqueue migrate`` creates the tables.
 
 One PgQueue may serve several apps (app factories, tests): each app gets its own Queue on its own
 database, and ``pgq.queue`` / ``task.enqueue`` use the current app's.
@@ -41,6 +42,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import os
 import sys
 import weakref
 from collections.abc import Callable, Iterable
@@ -49,13 +51,13 @@ from typing import Any, Generic, ParamSpec, TypeVar, Unpack, overload
 
 import click
 from flask import Flask, current_app, has_app_context
-from flask.cli import with_appcontext
+from flask.cli import ScriptInfo, with_appcontext
 
 from pgqueue.job import EnqueueResult
 from pgqueue.queue import Queue
 from pgqueue.task import BoundTask, EnqueueOptions, JobSpec, Task
 
-__all__ = ["FlaskTask", "PgQueue"]
+__all__ = ["APP_ENVIRONMENT_VARIABLE", "CHILD_APP", "FlaskTask", "PgQueue", "child_queue"]
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -225,6 +227,31 @@ class FlaskTask(Generic[P, R]):
         return getattr(self.task, name)
 
 
+#: The worker's ``app`` under ``flask pgqueue worker``: what its child processes
+#: (``isolation="process"``) import to find the tasks.
+CHILD_APP = "pgqueue.contrib.flask:child_queue"
+#: The ``--app`` of ``flask pgqueue worker`` (else ``FLASK_APP``), for the child processes.
+APP_ENVIRONMENT_VARIABLE = "PGQUEUE_FLASK_APP"
+
+
+def child_queue() -> Queue:
+    """In a worker's child process (``isolation="process"``): load the Flask app the worker was
+    started with (``flask --app``, else ``FLASK_APP``), push its app context for the child's
+    life, and return its Queue.
+
+    Example::
+
+        app.config["PGQUEUE_WORKER"] = {"isolation": "process", "max_memory": "512MB"}
+    """
+    path = os.environ.get(APP_ENVIRONMENT_VARIABLE) or os.environ.get("FLASK_APP")
+    app = ScriptInfo(app_import_path=path).load_app()
+    app.app_context().push()
+    queue = app.extensions.get(EXTENSION)
+    if not isinstance(queue, Queue):
+        raise RuntimeError(f"pgqueue is not initialised on {app!r}: call pgq.init_app(app)")
+    return queue
+
+
 def _command_group() -> click.Group:
     """``flask pgqueue ...``: the ``pgqueue`` command's subcommands on the app's Queue."""
     from pgqueue import cli
@@ -247,6 +274,16 @@ def _passthrough(name: str, help_text: str) -> click.Command:
     @with_appcontext
     def run(arguments: tuple[str, ...]) -> None:
         queue = current_app.extensions[EXTENSION]
-        sys.exit(cli.main([name, *arguments], queue=queue, prog="flask pgqueue"))
+        defaults = None
+        if name == "worker":
+            info = click.get_current_context().find_object(ScriptInfo)
+            path = info.app_import_path if info is not None else None
+            if path:
+                # Read by child_queue() in the worker's child processes (isolation="process").
+                os.environ[APP_ENVIRONMENT_VARIABLE] = path
+            worker = dict(current_app.config.get("PGQUEUE_WORKER") or {})
+            defaults = {"worker": {"app": CHILD_APP, **worker}}
+        code = cli.main([name, *arguments], queue=queue, prog="flask pgqueue", defaults=defaults)
+        sys.exit(code)
 
     return run

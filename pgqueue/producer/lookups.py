@@ -45,13 +45,21 @@ def result(
 
 
 def cancel(
-    database: Database, job_id: str, connection: Connection | None, now: datetime | None
+    database: Database,
+    job_id: str,
+    connection: Connection | None,
+    now: datetime | None,
+    running: bool = False,
 ) -> CancelResult:
-    """``Queue.cancel``: cancel a job that has not started, and settle its dependents."""
+    """``Queue.cancel``: cancel a job that has not started (or, with ``running``, one that
+    runs), and settle its dependents."""
     backend = database.backend
     with database.connect(connection=connection) as conn:
         clock = database.clock(now)
-        if conn.scalar(statements.job_cancel(job_id, clock)) is not None:
+        cancelled = conn.scalar(statements.job_cancel(job_id, clock))
+        if cancelled is None and running:
+            cancelled = conn.scalar(statements.job_cancel_running(job_id, clock))
+        if cancelled is not None:
             # Wakes anyone waiting in enqueue_and_wait, who then raises JobFailedError.
             backend.notify(conn, FINISHED_CHANNEL, finished_payload(JobState.CANCELLED, job_id))
             dependencies.settle(conn, backend, [job_id], clock)

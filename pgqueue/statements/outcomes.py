@@ -26,6 +26,7 @@ from pgqueue.statements.claim import fenced
 
 __all__ = [
     "job_cancel",
+    "job_cancel_running",
     "job_complete",
     "job_fail",
     "job_held",
@@ -174,6 +175,18 @@ def job_cancel(job_id: str, clock: Clock) -> Update:
             JOBS.c.id == job_id,
             JOBS.c.state.in_([JobState.WAITING, JobState.QUEUED, JobState.FAILING]),
         )
+        .values(state=str(JobState.CANCELLED), finished_at=clock.now(), updated_at=clock.now())
+        .returning(JOBS.c.id)
+    )
+
+
+def job_cancel_running(job_id: str, clock: Clock) -> Update:
+    """Cancel a job that is running (``processing``); returns its id if it did. The worker
+    holding it finds it gone at its next fenced write or check: a process-isolated handler is
+    killed within a second, a thread's ``cancelled`` event is set (see docs/worker.md)."""
+    return (
+        update(JOBS)
+        .where(JOBS.c.id == job_id, JOBS.c.state == str(JobState.PROCESSING))
         .values(state=str(JobState.CANCELLED), finished_at=clock.now(), updated_at=clock.now())
         .returning(JOBS.c.id)
     )

@@ -72,7 +72,8 @@ class WorkerConfig:
 
     ``heartbeat`` None becomes ``lease / 3``; ``worker_id`` None becomes ``host-pid-random``;
     ``poll_interval`` None stays None: its default depends on the database
-    (:meth:`poll_seconds`).
+    (:meth:`poll_seconds`). ``memory_ceiling`` None becomes twice ``max_memory`` (when set);
+    both are bytes once checked.
 
     Example::
 
@@ -153,6 +154,43 @@ class WorkerConfig:
             negate=True,
         ),
     )
+    isolation: str = field(
+        default="thread",
+        metadata=_flag(
+            "where handlers run unless their task says: 'thread' or 'process' (a child process "
+            "of a warm pool, killable; see docs/worker.md) (default: %(default)s)",
+            choices=config.ISOLATIONS,
+        ),
+    )
+    app: str | None = field(
+        default=None,
+        metadata=_flag(
+            "where child processes find the Queue and its tasks: MODULE[:ATTR], ATTR a Queue or "
+            "a function returning one (default: the worker's MODULE[:ATTR])",
+            metavar="MODULE[:ATTR]",
+        ),
+    )
+    max_memory: int | str | None = field(
+        default=None,
+        metadata=_flag(
+            "a child process whose RSS is above this after a job is replaced, e.g. 512MB "
+            "(default: no limit)",
+            metavar="SIZE",
+        ),
+    )
+    memory_ceiling: int | str | None = field(
+        default=None,
+        metadata=_flag(
+            "a child process above this RSS is killed mid-job (default: twice --max-memory)",
+            metavar="SIZE",
+        ),
+    )
+    max_jobs_per_child: int | None = field(
+        default=None,
+        metadata=_flag(
+            "a child process is replaced after this many jobs (default: never)", type=int
+        ),
+    )
 
     def __post_init__(self) -> None:
         from pgqueue.maintenance.pruner import Pruner
@@ -205,6 +243,7 @@ class WorkerConfig:
                 "grace_period", self.grace_period, allow_zero=True
             ),
         }
+        checked.update(_check_isolation(self))
         for name, value in checked.items():
             object.__setattr__(self, name, value)
 
@@ -237,6 +276,41 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def from_arguments(args: argparse.Namespace) -> WorkerConfig:
     """The :class:`WorkerConfig` of flags :func:`add_arguments` declared."""
     return WorkerConfig(**{item.name: getattr(args, item.name) for item in fields(WorkerConfig)})
+
+
+def _check_isolation(settings: WorkerConfig) -> dict[str, Any]:
+    """The process pool's settings, checked: the ceiling defaults to twice ``max_memory``."""
+    max_memory = (
+        None
+        if settings.max_memory is None
+        else config.check_memory("max_memory", settings.max_memory)
+    )
+    ceiling = (
+        None
+        if settings.memory_ceiling is None
+        else config.check_memory("memory_ceiling", settings.memory_ceiling)
+    )
+    if ceiling is None and max_memory is not None:
+        ceiling = 2 * max_memory
+    if ceiling is not None and max_memory is not None and ceiling < max_memory:
+        raise ConfigError(
+            f"memory_ceiling ({ceiling} bytes) must not be below max_memory ({max_memory} "
+            "bytes): a child is recycled above max_memory, killed above the ceiling"
+        )
+    app = settings.app
+    if app is not None and (not isinstance(app, str) or not app.strip()):
+        raise ConfigError(f"app must be 'module' or 'module:attribute', not {app!r}")
+    return {
+        "isolation": config.check_isolation("isolation", settings.isolation),
+        "app": app,
+        "max_memory": max_memory,
+        "memory_ceiling": ceiling,
+        "max_jobs_per_child": None
+        if settings.max_jobs_per_child is None
+        else config.check_int(
+            "max_jobs_per_child", settings.max_jobs_per_child, low=1, high=2**31 - 1
+        ),
+    }
 
 
 def _check_queues(queues: Sequence[str] | None) -> list[str] | None:

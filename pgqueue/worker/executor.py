@@ -26,10 +26,11 @@ from typing import TYPE_CHECKING, Any
 
 from pgqueue import serde, tracing
 from pgqueue.durable.run import Parked
-from pgqueue.errors import UnknownTaskError
+from pgqueue.errors import ConfigError, UnknownTaskError
 from pgqueue.execution import HandlerPool, LoopThread, Outcome, running, snoozed, thread_stack
 from pgqueue.job import JobState, error_fields
 from pgqueue.retries import Snooze
+from pgqueue.worker.isolation.runner import IsolatedRunner, is_isolated
 from pgqueue.worker.ledger import Claimed
 from pgqueue.worker.parking import parked_outcome
 from pgqueue.workflow import results
@@ -37,6 +38,7 @@ from pgqueue.workflow import results
 if TYPE_CHECKING:
     from pgqueue.queue import Queue
     from pgqueue.task import Task
+    from pgqueue.worker.config import WorkerConfig
 
 __all__ = ["Executor"]
 
@@ -55,6 +57,7 @@ class Executor:
         concurrency: int,
         deliver: Callable[[Claimed, Outcome], None],
         clock: Callable[[], float] = time.monotonic,
+        isolation: WorkerConfig | None = None,
     ) -> None:
         self.queue = queue
         self.concurrency = concurrency
@@ -66,7 +69,11 @@ class Executor:
         self._loop = LoopThread(f"pgqueue-{worker_id}-async")
         self._deadlines: list[tuple[float, int, Claimed]] = []
         self._sequence = itertools.count()
-        self._coroutine_functions: dict[str, bool] = {}
+        #: Per task name: _THREAD, _ASYNC or _PROCESS (where its handler runs).
+        self._kinds: dict[str, int] = {}
+        #: The worker's settings for handlers run in child processes (None: a bare executor).
+        self._isolation = isolation
+        self._isolated: IsolatedRunner | None = None
         #: ``async def`` handlers launched but not yet handed to the event loop (see :meth:`flush`).
         self._starting: list[tuple[Claimed, Coroutine[Any, Any, Outcome]]] = []
 
@@ -94,17 +101,44 @@ class Executor:
         if task.timeout is not None:
             deadline = job.started + task.timeout
             heapq.heappush(self._deadlines, (deadline, next(self._sequence), job))
-        is_async = self._coroutine_functions.get(task.name)
-        if is_async is None:
-            is_async = self._coroutine_functions[task.name] = inspect.iscoroutinefunction(
-                task.function
-            )
-        if is_async:
+        kind = self._kinds.get(task.name)
+        if kind is None:
+            kind = self._kinds[task.name] = self._kind(task)
+        if kind == _THREAD:
+            self._pool.submit(partial(self._run, job, task, args, kwargs, previous))
+        elif kind == _ASYNC:
             # Started with the rest of the batch by flush(): one wake-up of the event loop.
             self._starting.append((job, self._run_async(job, task, args, kwargs, previous)))
         else:
-            self._pool.submit(partial(self._run, job, task, args, kwargs, previous))
+            # A rate-limited job starts at its slot in the child, under the same start guard.
+            start_at = None if job.not_before is None else job.not_before + SLOT_START_DELAY
+            self._runner().launch(job, task, payload, job.carrier, previous, start_at)
         return None
+
+    def start(self) -> None:
+        """Start the process pool now when some handler will run in one (the worker's default
+        is ``"process"``, or a registered task says so), so its children are warm before the
+        first job."""
+        settings = self._isolation
+        if settings is None:
+            return
+        if settings.isolation == "process" or any(
+            task.isolation == "process" for task in list(self.queue.tasks.values())
+        ):
+            self._runner()
+
+    def _kind(self, task: Task[Any, Any]) -> int:
+        default = self._isolation.isolation if self._isolation is not None else "thread"
+        if is_isolated(task, default):
+            return _PROCESS
+        return _ASYNC if inspect.iscoroutinefunction(task.function) else _THREAD
+
+    def _runner(self) -> IsolatedRunner:
+        if self._isolated is None:
+            if self._isolation is None:
+                raise ConfigError("this executor has no settings for process isolation")
+            self._isolated = IsolatedRunner(self.queue, self._isolation, deliver=self.deliver)
+        return self._isolated
 
     def flush(self) -> None:
         """Hand the ``async def`` handlers launched since the last call to the event loop, all
@@ -151,9 +185,12 @@ class Executor:
         return timed_out
 
     def shutdown(self) -> None:
-        """Let the pool's threads go and stop the event loop (cancelling what still runs)."""
+        """Let the pool's threads go, stop the event loop (cancelling what still runs) and the
+        child processes (killing what still runs in them)."""
         self._pool.shutdown()
         self._loop.stop()
+        if self._isolated is not None:
+            self._isolated.shutdown()
 
     def _run(
         self,
@@ -315,6 +352,9 @@ class Executor:
         except Exception as exc:
             return job.failure(exc)
 
+
+# Where a task's handler runs (Executor._kinds).
+_THREAD, _ASYNC, _PROCESS = 0, 1, 2
 
 #: A rate-limited handler starts this long after its slot (pgqueue.limits.claim): the same
 #: delay for every start, within which the claim's commit and the hand-over to a thread fall,

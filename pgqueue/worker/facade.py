@@ -56,6 +56,15 @@ class Worker:
     for due jobs without being woken; ``grace_period`` how long a stop waits for running jobs.
     ``log_completions`` logs one INFO line per completed job on the ``pgqueue.jobs`` logger
     (task, id, duration, attempt); False, or that logger's level, turns it off.
+    ``isolation`` is where handlers run unless their task says otherwise (``@queue.task(
+    isolation=...)``): ``"thread"`` (the default) or ``"process"``, a child process from a warm
+    pool (``concurrency`` children at most) that a ``time_limit``, a cancel or the memory limits
+    can kill (see docs/worker.md, "Process isolation"). Children find the tasks by importing
+    ``app`` (``"module:attribute"``, the attribute a Queue or a function returning one; the CLI
+    passes its ``MODULE[:ATTR]``), or without it the module that defines each handler.
+    ``max_memory`` (bytes, or ``"512MB"``): a child above it after a job is replaced;
+    ``memory_ceiling`` (default twice ``max_memory``): a child above it is killed mid-job;
+    ``max_jobs_per_child``: a child is replaced after that many jobs.
     ``clock`` is the monotonic clock of the worker's timers (tests move it).
 
     Example::
@@ -83,6 +92,11 @@ class Worker:
         poll_interval: float | None = None,
         grace_period: float = DEFAULT_GRACE_PERIOD,
         log_completions: bool = True,
+        isolation: str = "thread",
+        app: str | None = None,
+        max_memory: int | str | None = None,
+        memory_ceiling: int | str | None = None,
+        max_jobs_per_child: int | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if not isinstance(queue, Queue):
@@ -101,6 +115,11 @@ class Worker:
             poll_interval=poll_interval,
             grace_period=grace_period,
             log_completions=log_completions,
+            isolation=isolation,
+            app=app,
+            max_memory=max_memory,
+            memory_ceiling=memory_ceiling,
+            max_jobs_per_child=max_jobs_per_child,
         )
         self.queue = queue
         self.config = config

@@ -86,7 +86,12 @@ class WorkerLoop:
             queue.db, worker_id=self.id, lease=config.lease, queues=config.queues, clock=clock
         )
         self.executor = Executor(
-            queue, self.id, concurrency=config.concurrency, deliver=self._deliver, clock=clock
+            queue,
+            self.id,
+            concurrency=config.concurrency,
+            deliver=self._deliver,
+            clock=clock,
+            isolation=config,
         )
         self.planner = TurnPlanner(
             heartbeat=config.heartbeat, poll_interval=poll_interval, clock=clock
@@ -137,6 +142,7 @@ class WorkerLoop:
             extra={"worker_id": self.id},
         )
         try:
+            self.executor.start()
             self.services.start()
             self._subscribe()
             # A stop() that came before the first turn is honoured before anything is claimed.

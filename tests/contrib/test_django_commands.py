@@ -108,3 +108,29 @@ def test_the_example_project_runs_as_documented(alias: str, tmp_path: Path) -> N
         .endswith("250")
     )
     assert "completed" in run_example("pgqueue", "stats", env=env)
+
+
+def test_worker_settings_reach_the_worker_and_its_children_find_the_queue(
+    alias: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from django.test import override_settings
+
+    from pgqueue import Worker
+    from pgqueue.contrib.django.queues import CHILD_APP, DATABASE_ENVIRONMENT_VARIABLE
+
+    needs_worker_command()
+    seen = []
+    monkeypatch.setattr(Worker, "run", lambda self, burst=False: seen.append(self.config))
+    monkeypatch.delenv(DATABASE_ENVIRONMENT_VARIABLE, raising=False)
+    worker = {"isolation": "process", "max_memory": "256MB", "max_jobs_per_child": 50}
+    with override_settings(PGQUEUE={"DATABASE": alias, "WORKER": worker}):
+        call_command("pgqueue", "worker", "--burst", database=alias)
+    config = seen[0]
+    assert (config.isolation, config.max_memory, config.memory_ceiling) == (
+        "process",
+        256 * 1000**2,
+        512 * 1000**2,
+    )
+    assert config.max_jobs_per_child == 50 and config.app == CHILD_APP
+    # The children's child_queue() picks the same alias.
+    assert os.environ[DATABASE_ENVIRONMENT_VARIABLE] == alias

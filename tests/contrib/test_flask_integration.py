@@ -168,3 +168,17 @@ def test_flow_limits_reach_flask_tasks(app: Flask) -> None:
     drain(app)
     with app.app_context():
         assert shop.pgq.queue.result(first.id) == "A-1"
+
+
+def test_pgqueue_worker_settings_reach_the_worker(
+    app: Flask, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from pgqueue.contrib.flask import CHILD_APP
+
+    seen = []
+    monkeypatch.setattr(pgqueue.Worker, "run", lambda self, burst=False: seen.append(self.config))
+    app.config["PGQUEUE_WORKER"] = {"isolation": "process", "max_jobs_per_child": 9}
+    worked = app.test_cli_runner().invoke(args=["pgqueue", "worker", "--burst"])
+    assert worked.exit_code == 0, worked.output
+    config = seen[0]
+    assert (config.isolation, config.max_jobs_per_child, config.app) == ("process", 9, CHILD_APP)

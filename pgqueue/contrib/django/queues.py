@@ -23,9 +23,12 @@ from pgqueue.queue import ConnectionProvider, Queue
 from pgqueue.task import Task
 
 __all__ = [
+    "CHILD_APP",
+    "DATABASE_ENVIRONMENT_VARIABLE",
     "TASK_FINDERS",
     "DjangoConnections",
     "DjangoQueue",
+    "child_queue",
     "get_queue",
     "with_fresh_connections",
 ]
@@ -235,6 +238,32 @@ def _load_backend_of(name: str) -> None:
 
 _QUEUES: dict[str, DjangoQueue] = {}
 _QUEUES_LOCK = threading.Lock()
+
+
+#: The worker's ``app`` under ``manage.py pgqueue worker``: what its child processes
+#: (``isolation="process"``) import to find the tasks.
+CHILD_APP = "pgqueue.contrib.django.queues:child_queue"
+#: The ``--database`` alias of ``manage.py pgqueue``, for the worker's child processes.
+DATABASE_ENVIRONMENT_VARIABLE = "PGQUEUE_DJANGO_DATABASE"
+
+
+def child_queue() -> DjangoQueue:
+    """In a worker's child process (``isolation="process"``): set Django up (from
+    ``DJANGO_SETTINGS_MODULE``), import every app's ``tasks`` module as the management command
+    does, and return the queue of the worker's alias.
+
+    Example::
+
+        pgqueue.Worker(get_queue(), isolation="process", app=CHILD_APP)
+    """
+    import os
+
+    import django
+    from django.utils.module_loading import autodiscover_modules
+
+    django.setup()
+    autodiscover_modules("tasks")
+    return get_queue(os.environ.get(DATABASE_ENVIRONMENT_VARIABLE) or None)
 
 
 def get_queue(database: str | None = None) -> DjangoQueue:

@@ -9,11 +9,13 @@ Example::
 
     python manage.py pgqueue worker --concurrency 8
     python manage.py pgqueue worker --burst        # drain the due jobs, then exit
+    python manage.py pgqueue worker --isolation process --max-memory 512MB
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
@@ -21,7 +23,11 @@ from django.utils.module_loading import autodiscover_modules
 
 from pgqueue import cli
 from pgqueue.contrib.django.conf import pgqueue_settings
-from pgqueue.contrib.django.queues import get_queue
+from pgqueue.contrib.django.queues import (
+    CHILD_APP,
+    DATABASE_ENVIRONMENT_VARIABLE,
+    get_queue,
+)
 
 
 class Command(BaseCommand):  # type: ignore[misc]
@@ -42,7 +48,10 @@ class Command(BaseCommand):  # type: ignore[misc]
         arguments = list(options["arguments"]) or ["--help"]
         autodiscover_modules("tasks")
         queue = get_queue(options["database"])
-        defaults = {"worker": pgqueue_settings()["WORKER"]}
+        if options["database"]:
+            # Read by child_queue() in the worker's child processes (isolation="process").
+            os.environ[DATABASE_ENVIRONMENT_VARIABLE] = options["database"]
+        defaults = {"worker": {"app": CHILD_APP, **pgqueue_settings()["WORKER"]}}
         code = cli.main(arguments, queue=queue, prog="manage.py pgqueue", defaults=defaults)
         if code:
             raise CommandError(f"pgqueue {arguments[0]} exited with status {code}", returncode=code)
