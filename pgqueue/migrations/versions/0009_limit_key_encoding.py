@@ -84,8 +84,6 @@ def _limits() -> sa.TableClause:
 def _prefix(jobs: sa.TableClause) -> sa.ColumnElement[str]:
     # What pgqueue.limits.keys.stored_key puts before a key: the task's length in characters
     # (SQL's length() counts characters on both databases, as Python's len does) and a colon.
-    # Inline, not a bound parameter: PostgreSQL matches a GROUP BY expression with the SELECT's
-    # only if both are written alike, and two parameters are two different expressions.
     return sa.cast(sa.func.length(jobs.c.task), sa.Text) + sa.literal_column("':'", sa.Text)
 
 
@@ -105,16 +103,17 @@ def _rewrite_limits(
     one new row from several old ones keeps the latest slot (erring on the slow side)."""
     jobs, limits = _jobs(), _limits()
     for kind, column in LIMIT_COLUMNS.items():
-        users = (
-            sa.select(
-                sa.literal_column(f"'{kind}{STAGED}'", sa.Text),
-                recode(jobs, limits.c.key).label("key"),
-                sa.func.max(limits.c.open_at),
-            )
+        recoded = (
+            sa.select(recode(jobs, limits.c.key).label("key"), limits.c.open_at)
             .select_from(limits.join(jobs, jobs.c[column] == limits.c.key))
             .where(limits.c.kind == kind)
-            .group_by(recode(jobs, limits.c.key))
+            .subquery("recoded")
         )
+        users = sa.select(
+            sa.literal_column(f"'{kind}{STAGED}'", sa.Text),
+            recoded.c.key,
+            sa.func.max(recoded.c.open_at),
+        ).group_by(recoded.c.key)
         op.execute(limits.insert().from_select(["kind", "key", "open_at"], users))
     op.execute(limits.delete().where(limits.c.kind.in_(list(LIMIT_COLUMNS))))
     for kind in LIMIT_COLUMNS:
