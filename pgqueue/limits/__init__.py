@@ -28,19 +28,20 @@ from dataclasses import dataclass
 from typing import Any
 
 from pgqueue.errors import ConfigError
-from pgqueue.limits.keys import MAX_KEY_LENGTH, check_key_value, stored_key
+from pgqueue.limits.keys import MAX_KEY_LENGTH, check_key_sizes, check_key_value, stored_key
 
 __all__ = [
     "LIMIT_OPTIONS",
-    "NO_LIMITS",
     "MAX_KEY_LENGTH",
     "MAX_RATE_PERIOD",
     "MIN_RATE_STEP",
+    "NO_LIMITS",
     "RATE_UNITS",
     "UNIQUE_UNTIL",
     "KeySource",
     "Limits",
     "RateLimit",
+    "check_key_sizes",
     "check_key_value",
     "check_limits",
     "stored_key",
@@ -207,7 +208,9 @@ def check_rate(
 
         check_rate(10, 1.0)   # 1.0; check_rate(1, 3e11) raises ConfigError
     """
-    shown = f"count={_shown(count)}, period={_shown(period)}" if written is None else _shown(written)
+    shown = (
+        f"count={_shown(count)}, period={_shown(period)}" if written is None else _shown(written)
+    )
     if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= MAX_RUNNING_LIMIT:
         raise ConfigError(f"{field} needs 1 to {MAX_RUNNING_LIMIT} jobs per period, not {shown}")
     if isinstance(period, bool) or not isinstance(period, int | float):

@@ -24,10 +24,22 @@ from __future__ import annotations
 from pgqueue.config import check_text
 from pgqueue.errors import ConfigError
 
-__all__ = ["MAX_KEY_LENGTH", "check_key_value", "stored_key"]
+__all__ = [
+    "MAX_INDEXED_KEY_BYTES",
+    "MAX_KEY_LENGTH",
+    "check_key_sizes",
+    "check_key_value",
+    "stored_key",
+]
 
 #: A key's value, as text, has at most this many characters.
 MAX_KEY_LENGTH = 512
+# PostgreSQL refuses an index row over 2704 bytes (btree version 4, 8 kB pages), where SQLite
+# would store it: the widest row holding keys is ix_pgqueue_jobs_claim_limited's (concurrency key,
+# rate key, priority, run_at, id). Its fixed parts (tuple header, null bitmap, the 4-byte lengths
+# of the three texts with their alignment, priority and run_at) take less than 64 bytes; the
+# rest is the two stored keys and the id, in UTF-8. ux_pgqueue_jobs_unique holds one key alone.
+MAX_INDEXED_KEY_BYTES = 2704 - 64
 # An int with more bits than this has more than MAX_KEY_LENGTH digits: refused before str(),
 # which raises a bare ValueError past Python's 4300-digit conversion limit.
 _MAX_KEY_BITS = 1702
@@ -72,3 +84,48 @@ def check_key_value(field: str, value: object) -> str:
             f"{field} must be 1 to {MAX_KEY_LENGTH} characters, got {len(text)}: {text[:40]!r}…"
         )
     return text
+
+
+def check_key_sizes(row: dict[str, object]) -> None:
+    """Refuse a job whose stored keys (with its task's name, see :func:`stored_key`) and id would
+    not fit in one PostgreSQL index row: :data:`MAX_INDEXED_KEY_BYTES` in UTF-8 for the
+    concurrency key, the rate key and the id together, and for the unique key. SQLite would
+    store any of them; the check keeps both databases alike. A key's value alone (at most
+    :data:`MAX_KEY_LENGTH` characters) fits unless the task's name and the id are long too.
+
+    Example::
+
+        check_key_sizes({"id": "a", "concurrency_key": "8:app.sync:42", "rate_key": None,
+                         "unique_key": None})   # fits: nothing raised
+    """
+    claim_row = [
+        (name, value)
+        for name, value in (
+            ("concurrency_key", row.get("concurrency_key")),
+            ("rate_limit_key", row.get("rate_key")),
+        )
+        if isinstance(value, str)
+    ]
+    if claim_row:
+        size = sum(_size(value) for _, value in claim_row) + _size(row.get("id"))
+        if size > MAX_INDEXED_KEY_BYTES:
+            fields = " and ".join(name for name, _ in claim_row)
+            raise ConfigError(
+                f"{fields} with the task's name and the job id take {size} bytes in UTF-8; "
+                f"PostgreSQL's index rows hold {MAX_INDEXED_KEY_BYTES}: use shorter keys (hash "
+                "them, e.g. with hashlib.sha256), a shorter id or task name"
+            )
+    unique = row.get("unique_key")
+    if isinstance(unique, str) and (size := _size(unique)) > MAX_INDEXED_KEY_BYTES:
+        raise ConfigError(
+            f"unique_key with the task's name takes {size} bytes in UTF-8; PostgreSQL's index "
+            f"rows hold {MAX_INDEXED_KEY_BYTES}: use a shorter key (hash it, e.g. with "
+            "hashlib.sha256) or task name"
+        )
+
+
+def _size(value: object) -> int:
+    if not isinstance(value, str):
+        return 0
+    # Every character of an ASCII string is one byte: no encoding on the common path.
+    return len(value) if value.isascii() else len(value.encode("utf-8"))

@@ -5,6 +5,7 @@ call, and a rate stored outside those bounds never stops the claim."""
 
 from __future__ import annotations
 
+import random
 from collections.abc import Callable
 from typing import Any
 
@@ -224,7 +225,7 @@ def test_a_bad_rate_fails_at_the_call_and_at_declaration(
         queue.enqueue("t.plain", args=[1], rate_limit=rate)
     with pytest.raises(ConfigError, match=f"^rate_limit.*{message}"):
         queue.task(name="t.other", rate_limit=rate)(lambda: None)
-    with pytest.raises(ConfigError, match="^rate_limit"):
+    with pytest.raises(ConfigError, match=r"^rate_limit"):
         plain.using(rate_limit=pgqueue.RateLimit(1, MAX_RATE_PERIOD * 2)).enqueue(1)
     assert count_jobs(queue) == 0
 
@@ -255,10 +256,13 @@ def test_a_rate_stored_out_of_bounds_never_stops_the_claim(
 
     rated.enqueue_many([(1,), (2,)])
     with queue.engine.begin() as conn:
-        conn.execute(sa.text("UPDATE pgqueue_jobs SET rate_limit = :c, rate_period = :p"), {
-            "c": count,
-            "p": period,
-        })
+        conn.execute(
+            sa.text("UPDATE pgqueue_jobs SET rate_limit = :c, rate_period = :p"),
+            {
+                "c": count,
+                "p": period,
+            },
+        )
     assert len(claim(queue, at(0))) == 1
     free.enqueue(3)
     assert [row["task"] for row in claim(queue, at(1))] == ["t.free"]
@@ -295,3 +299,36 @@ def test_held_back_counts_add_up_to_the_held_jobs(queue: pgqueue.Queue) -> None:
     after = operations.queue_stats(queue, now=at(1))[0].held_back["t.both"]
     assert after == {"concurrency": 3, "rate": 1}
     assert sum(after.values()) == 4
+
+
+CJK = (0x4E00, 0x9FFF)  # 3 bytes each in UTF-8
+SUPPLEMENTARY = (0x20000, 0x2A6DF)  # 4 bytes each
+
+
+def random_text(seed: int, low: int, high: int, count: int) -> str:
+    # Random code points, so PostgreSQL cannot compress the index row below its real size.
+    rng = random.Random(seed)
+    return "".join(chr(rng.randint(low, high)) for _ in range(count))
+
+
+def test_keys_too_large_for_an_index_row_are_refused_on_both_databases(
+    queue: pgqueue.Queue,
+) -> None:
+    # Before, PostgreSQL raised a BackendError ("index row size 5184 exceeds btree version 4
+    # maximum 2704") where SQLite stored the job.
+    name = random_text(1, *SUPPLEMENTARY, 255)  # 1020 bytes
+
+    @queue.task(name=name, max_running=1, concurrency_key="k", rate_limit="1/s", rate_limit_key="k")
+    def wide(k: str) -> None: ...
+
+    with pytest.raises(ConfigError, match=r"^concurrency_key and rate_limit_key .* bytes"):
+        wide.enqueue(random_text(2, *CJK, 512))
+    with pytest.raises(ConfigError, match=r"^concurrency_key and rate_limit_key .* bytes"):
+        wide.using(id="x" * 1024).enqueue("k")
+    with pytest.raises(ConfigError, match=r"^unique_key .* bytes"):
+        wide.using(unique_key=random_text(3, *SUPPLEMENTARY, 512)).enqueue("k")
+    assert count_jobs(queue) == 0
+    # The largest that fit are stored on PostgreSQL too.
+    assert wide.enqueue(random_text(4, *CJK, 60)).status == "queued"
+    assert wide.using(id="y" * 400).enqueue("k").status == "queued"
+    assert wide.using(unique_key=random_text(5, *CJK, 512)).enqueue("k").status == "queued"
