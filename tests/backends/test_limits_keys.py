@@ -5,6 +5,7 @@ call, and a rate stored outside those bounds never stops the claim."""
 
 from __future__ import annotations
 
+import json
 import random
 from collections.abc import Callable
 from typing import Any
@@ -16,6 +17,7 @@ from test_limits_claim import at, claim
 
 import pgqueue
 from pgqueue import ConfigError, JobSpec, operations
+from pgqueue.cli import main
 from pgqueue.limits import MAX_RATE_PERIOD, stored_key
 from pgqueue.limits.claim import claim_limited
 
@@ -37,20 +39,6 @@ def test_unique_keys_of_two_tasks_never_collide(queue: pgqueue.Queue) -> None:
     assert billing.enqueue("x:1").id == first.id
     assert billing_x.using(unique_key="1").enqueue("other").id == second.id
     assert count_jobs(queue) == 2
-
-
-def test_task_wide_and_per_key_unique_keys_stay_apart(queue: pgqueue.Queue) -> None:
-    # Task "a:b"'s own key against task "a"'s key "b": the old form made both "a:b".
-    @queue.task(name="a", unique_key="key")
-    def a(key: str) -> None: ...
-
-    @queue.task(name="a:b")
-    def a_b() -> None: ...
-
-    assert a.enqueue("b").status == "queued"
-    assert a_b.using(unique_key="whole").enqueue().status == "queued"
-    assert a.enqueue("9:a:b").status == "queued"
-    assert count_jobs(queue) == 3
 
 
 def test_concurrency_keys_of_two_tasks_have_their_own_slots(queue: pgqueue.Queue) -> None:
@@ -284,7 +272,9 @@ def test_a_rate_stored_out_of_bounds_never_stops_the_claim(
 # -- pgqueue stats: each held-back job counted once ----------------------------------------------
 
 
-def test_held_back_counts_add_up_to_the_held_jobs(queue: pgqueue.Queue) -> None:
+def test_held_back_counts_add_up_to_the_held_jobs(
+    queue: pgqueue.Queue, db_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     @queue.task(name="t.both", max_running=2, rate_limit="1/h")
     def both(n: int) -> None: ...
 
@@ -294,6 +284,10 @@ def test_held_back_counts_add_up_to_the_held_jobs(queue: pgqueue.Queue) -> None:
     before = operations.queue_stats(queue, now=at(0))[0].held_back["t.both"]
     assert before == {"concurrency": 3, "rate": 1}
     assert sum(before.values()) == 5 - 1
+    # `pgqueue stats` prints the same rows (on the real clock: nothing claimed yet).
+    assert main(["stats", "--url", db_url, "--json"]) == 0
+    document = json.loads(capsys.readouterr().out)
+    assert document["queues"][0]["held_back"] == {"t.both": {"concurrency": 3, "rate": 1}}
     claim(queue, at(0))
     # One runs; room for one more, whose slot is an hour ahead.
     after = operations.queue_stats(queue, now=at(1))[0].held_back["t.both"]
