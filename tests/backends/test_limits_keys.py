@@ -16,6 +16,7 @@ from conftest import count_jobs
 from test_limits_claim import at, claim
 
 import pgqueue
+import pgqueue.testing
 from pgqueue import ConfigError, JobSpec, operations
 from pgqueue.cli import main
 from pgqueue.limits import MAX_RATE_PERIOD, stored_key
@@ -267,6 +268,26 @@ def test_a_rate_stored_out_of_bounds_never_stops_the_claim(
         )
     assert limited.rows == []
     assert limited.wake_in is not None and limited.wake_in <= MAX_RATE_PERIOD
+
+
+def test_a_worker_runs_the_first_job_of_a_rate_stored_as_1_per_3000000_days(
+    queue: pgqueue.Queue,
+) -> None:
+    # The reproduction: "1/3000000d" was accepted before; every claim then failed with
+    # "date value out of range" and the task's first job never ran.
+    ran: list[int] = []
+
+    @queue.task(name="t.slow", rate_limit="1/s")
+    def slow(n: int) -> None:
+        ran.append(n)
+
+    slow.enqueue_many([(1,), (2,)])
+    with queue.engine.begin() as conn:
+        conn.execute(
+            sa.text("UPDATE pgqueue_jobs SET rate_period = :p"), {"p": 3_000_000 * 86400.0}
+        )
+    stats = pgqueue.testing.drain(queue)
+    assert ran == [1] and stats.failed == 0
 
 
 # -- pgqueue stats: each held-back job counted once ----------------------------------------------
