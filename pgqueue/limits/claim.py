@@ -40,6 +40,7 @@ from sqlalchemy import Connection, RowMapping
 
 from pgqueue import statements
 from pgqueue.backends.base import Clock
+from pgqueue.limits import rate_step
 from pgqueue.limits import statements as limit_statements
 from pgqueue.limits.statements import RATE, RUNNING
 
@@ -77,7 +78,7 @@ LOOKAHEAD_SECONDS = 0.1
 
 
 def rate_first_slot(
-    open_at: datetime | None, now: datetime, count: int, period: float
+    open_at: datetime | None, now: datetime, count: object, period: object
 ) -> tuple[datetime, timedelta]:
     """The first slot a claim at ``now`` may take for a rate key whose next slot is ``open_at``
     (<= now), and the step between slots; the claim takes slots while they are not after now.
@@ -87,12 +88,15 @@ def rate_first_slot(
     up: the rhythm starts again at ``now``. Slots are ``period / count`` apart and each start
     lies less than the catch-up after its slot, so any window of ``period`` seconds holds at most
     ``count + 1`` starts (plus ``CATCH_UP_SECONDS`` worth of slots above 20 a second).
+    ``count`` and ``period`` come from the job's row as stored, and are held inside the bounds
+    an enqueue accepts (:func:`pgqueue.limits.rate_step`): a row written by hand or by an older
+    version can slow its key down, never break the claim.
 
     Example::
 
         rate_first_slot(None, now, 4, 1.0)   # (now, timedelta(seconds=0.25))
     """
-    step = timedelta(seconds=period / count)
+    step = timedelta(seconds=rate_step(count, period))
     catch_up = max(step, timedelta(seconds=CATCH_UP_SECONDS))
     if open_at is None or now - open_at >= catch_up:
         return now, step

@@ -3,7 +3,8 @@
 A plain read (no locks): a figure for operators (``pgqueue stats``, the ``pgqueue_jobs_held``
 gauge), not a promise. A due job of a concurrency key is held back when the key's running jobs
 leave it no room; a due job of a rate key is held back beyond the one start its next slot allows
-(all of them while the slot is ahead).
+(all of them while the slot is ahead). A job both limits hold is counted once, under
+concurrency (the limit it meets first): a task's counts add up to its held-back jobs.
 """
 
 from __future__ import annotations
@@ -48,25 +49,32 @@ def held_back(conn: Connection, clock: Clock, current: datetime) -> Held:
         slots = dict(conn.execute(limit_statements.limit_rate_rows(rate_keys)).all())
     # Jobs of one key may carry different limits (a per-enqueue override): room is shared in
     # claim order, which a plain read cannot replay, so each group counts against the key alone.
-    room_left = {key: None for key in running_keys}
+    room_left: dict[str, int | None] = dict.fromkeys(running_keys)
     slot_left = {key: slots.get(key) is None or slots[key] <= current for key in rate_keys}
     held: Held = defaultdict(lambda: defaultdict(dict))
     for group in groups:
         waiting = int(group[-1])
         by_limit = held[group.queue][group.task]
-        if group.concurrency_key is not None:
-            left = room_left[group.concurrency_key]
-            if left is None:
-                left = max(group.max_running - running.get(group.concurrency_key, 0), 0)
-            takes = min(left, waiting)
-            room_left[group.concurrency_key] = left - takes
-            if waiting > takes:
-                by_limit[CONCURRENCY] = by_limit.get(CONCURRENCY, 0) + waiting - takes
+        # Concurrency first: of the group's jobs, those its key has room for; of those, the
+        # ones a rate slot lets start. Each held job is counted once, under the first limit
+        # that holds it, so the rows of a task add up to its held jobs.
+        key = group.concurrency_key
+        room, left = waiting, 0
+        if key is not None:
+            known = room_left[key]
+            left = max(group.max_running - running.get(key, 0), 0) if known is None else known
+            room = min(left, waiting)
+        starts = room
         if group.rate_key is not None:
-            takes = 1 if slot_left[group.rate_key] else 0
-            slot_left[group.rate_key] = False
-            if waiting > takes:
-                by_limit[RATE] = by_limit.get(RATE, 0) + waiting - takes
+            starts = min(room, 1 if slot_left[group.rate_key] else 0)
+            if starts:
+                slot_left[group.rate_key] = False
+        if key is not None:
+            room_left[key] = left - starts
+        if waiting > room:
+            by_limit[CONCURRENCY] = by_limit.get(CONCURRENCY, 0) + waiting - room
+        if room > starts:
+            by_limit[RATE] = by_limit.get(RATE, 0) + room - starts
     return {
         queue: {task: dict(limits) for task, limits in tasks.items() if limits}
         for queue, tasks in held.items()

@@ -19,6 +19,7 @@ from pgqueue.limits import (
     LIMIT_OPTIONS,
     Limits,
     RateLimit,
+    check_key_sizes,
     check_key_value,
     check_max_running,
     check_unique_until,
@@ -91,7 +92,8 @@ def build_row(
     payload = encode_value(serializer, document, "payload")
     limits: Limits = merged["limits"]
     overrides = {name: merged[name] for name in LIMIT_OPTIONS if name in merged}
-    if limits or overrides:
+    keyed = bool(limits or overrides)
+    if keyed:
         limit_columns = limits.columns(task, merged["function"], args, kwargs, overrides)
     else:
         limit_columns = _NO_LIMIT_COLUMNS
@@ -110,6 +112,8 @@ def build_row(
     for key in LINK_FIELDS:
         if merged.get(key) is not None:
             row[key] = merged[key]
+    if keyed:
+        check_key_sizes(row)
     return row
 
 

@@ -390,3 +390,121 @@ def test_task_names_are_checked_even_when_unknown_tasks_are_allowed(
         queue.enqueue_and_wait(name, timeout=1)
     assert count_jobs(queue) == 0
     assert queue.enqueue("x" * 255).status == "queued"
+
+
+# -- flow limits: rate strings and limit keys (issue 25) ---------------------------------------
+
+UNIT_SECONDS = {
+    **dict.fromkeys(["s", "sec", "secs", "second", "seconds"], 1),
+    **dict.fromkeys(["m", "min", "mins", "minute", "minutes"], 60),
+    **dict.fromkeys(["h", "hr", "hrs", "hour", "hours"], 3600),
+    **dict.fromkeys(["d", "day", "days"], 86400),
+}
+# Units a loose parser would take for others: a trailing "s" stripped, capitals, milliseconds.
+NEAR_UNITS = ["ms", "ss", "hs", "ds", "S", "M", "H", "D", "y", "w", "msec", "sm", "mn", "dy", ""]
+rate_strings = (
+    st.builds(
+        lambda count, period, unit, space: f"{count}{space}/{space}{period}{unit}",
+        st.integers(-5, 2_000_000).map(str) | st.sampled_from(["", "1.5", "1e3", "9" * 30]),
+        st.sampled_from(["", "0", "1", "15", "0.5", "1.25", "365", "366", "3000000", "1e5", "-1"]),
+        st.sampled_from([*UNIT_SECONDS, *NEAR_UNITS]),
+        st.sampled_from(["", " "]),
+    )
+    | awkward_text
+)
+
+
+def expected_rate(text: str) -> tuple[int, float] | None:
+    """The documented grammar, written independently of the parser: (count, period) or None."""
+    import re
+
+    match = re.fullmatch(r"\s*(\d{1,7})\s*/\s*(\d{1,9}(?:\.\d{1,6})?)?\s*([a-z]+)\s*", text)
+    if match is None or match[3] not in UNIT_SECONDS:
+        return None
+    count, period = int(match[1]), float(match[2] or 1) * UNIT_SECONDS[match[3]]
+    if not 1 <= count <= 1_000_000 or not 0 < period <= 365 * 86400 or period / count < 1e-6:
+        return None
+    return count, period
+
+
+@SETTINGS
+@given(rate=rate_strings)
+def test_rate_strings_mean_what_they_say_or_fail_cleanly(
+    queue: pgqueue.Queue, echo: pgqueue.Task[..., Any], rate: str
+) -> None:
+    before = count_jobs(queue)
+    expected = expected_rate(rate)
+    if expected is None:
+        with pytest.raises(ConfigError, match=r"^rate_limit"):
+            echo.using(rate_limit=rate).enqueue()
+        assert count_jobs(queue) == before
+        return
+    job = echo.using(rate_limit=rate).enqueue()
+    with queue.engine.connect() as conn:
+        stored = conn.execute(
+            sa.text("SELECT rate_limit, rate_period FROM pgqueue_jobs WHERE id = :id"),
+            {"id": job.id},
+        ).one()
+    assert (stored[0], stored[1]) == (expected[0], pytest.approx(expected[1]))
+    queue.cancel(job.id)
+
+
+LIMIT_FIELDS = ["concurrency_key", "rate_limit_key", "unique_key"]
+key_values = (
+    awkward_text
+    | st.integers()
+    | st.integers(10**500, 10**600)
+    | st.sampled_from([10**5000, -(10**511), 10**511, "k" * 512, "k" * 513, True, 1.5, b"k"])
+)
+
+
+@pytest.fixture
+def limited_echo(queue: pgqueue.Queue) -> pgqueue.Task[..., Any]:
+    @queue.task(name="tasks.limited", max_running=1_000_000, rate_limit="1000000/s")
+    def limited(*args: Any, **kwargs: Any) -> None: ...
+
+    return limited
+
+
+def expected_key(value: Any) -> str | None:
+    if isinstance(value, bool) or not isinstance(value, str | int):
+        return None
+    if isinstance(value, int):
+        if value.bit_length() > 1800:
+            return None
+        value = str(value)
+    return value if value and len(value) <= 512 and storable_text(value) else None
+
+
+@SETTINGS
+@given(field=st.sampled_from(LIMIT_FIELDS), value=key_values, in_spec=st.booleans())
+def test_limit_keys_are_stored_by_task_or_fail_naming_the_field(
+    queue: pgqueue.Queue,
+    limited_echo: pgqueue.Task[..., Any],
+    field: str,
+    value: Any,
+    in_spec: bool,
+) -> None:
+    from pgqueue.limits import stored_key
+
+    before = count_jobs(queue)
+    column = {"rate_limit_key": "rate_key"}.get(field, field)
+
+    def enqueue() -> Any:
+        if in_spec:
+            return limited_echo.enqueue_many([JobSpec(**{field: value})])[0]
+        return limited_echo.using(**{field: value}).enqueue()
+
+    expected = expected_key(value)
+    if expected is None:
+        with pytest.raises(ConfigError, match=f"^{field} "):
+            enqueue()
+        assert count_jobs(queue) == before
+        return
+    job = enqueue()
+    with queue.engine.connect() as conn:
+        stored = conn.execute(
+            sa.text(f"SELECT {column} FROM pgqueue_jobs WHERE id = :id"), {"id": job.id}
+        ).scalar_one()
+    assert stored == stored_key(limited_echo.name, expected)
+    queue.cancel(job.id)

@@ -11,6 +11,7 @@ from django_support import count_jobs, drain
 from pgqueue.contrib.django import limits
 from pgqueue.contrib.django.tasks import TaskResultStatus
 from pgqueue.errors import ConfigError
+from pgqueue.limits import stored_key
 
 try:
     from django.tasks import task
@@ -49,9 +50,10 @@ def test_concurrency_and_rate_keys_come_from_the_django_arguments(alias: str) ->
     sync_customer.using(backend=alias).enqueue("acme")
     sync_customer.using(backend=alias).enqueue(customer="globex", full=True)
     task_name = sync_customer.module_path
-    assert count_jobs(alias, concurrency_key=f"{task_name}:acme", max_running=1) == 1
-    assert count_jobs(alias, concurrency_key=f"{task_name}:globex") == 1
-    assert count_jobs(alias, rate_key=task_name, rate_limit=100) == 2
+    acme, globex = stored_key(task_name, "acme"), stored_key(task_name, "globex")
+    assert count_jobs(alias, concurrency_key=acme, max_running=1) == 1
+    assert count_jobs(alias, concurrency_key=globex) == 1
+    assert count_jobs(alias, rate_key=stored_key(task_name), rate_limit=100) == 2
     # A burst worker stops when the rate holds the second job back for its slot (10 ms later).
     wait_until(lambda: drain(alias) and count_jobs(alias, state="completed") == 2, "both jobs")
 
