@@ -7,7 +7,7 @@ Workers of the previous release keep claiming from paused queues until they are 
 their claim does not read the new table.
 
 Revision ID: 0010_queue_control
-Revises: 0008_key_collation
+Revises: 0009_limit_key_encoding
 Create Date: 2026-11-28
 
 Other branches may add revisions concurrently; the lead re-chains ``down_revision`` at merge.
@@ -19,7 +19,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0010_queue_control"
-down_revision = "0008_key_collation"
+down_revision = "0009_limit_key_encoding"
 branch_labels = None
 depends_on = None
 

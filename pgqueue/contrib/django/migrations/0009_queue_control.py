@@ -11,7 +11,7 @@ from django.db import migrations, models
 from pgqueue.contrib.django.connection import downgrade_schema, upgrade_schema
 
 ALEMBIC_REVISION = "0010_queue_control"
-PREVIOUS_REVISION = "0008_key_collation"
+PREVIOUS_REVISION = "0009_limit_key_encoding"
 
 
 def upgrade(apps: Any, schema_editor: Any) -> None:
@@ -23,7 +23,7 @@ def downgrade(apps: Any, schema_editor: Any) -> None:
 
 
 class Migration(migrations.Migration):  # type: ignore[misc]
-    dependencies = [("pgqueue", "0007_key_collation")]
+    dependencies = [("pgqueue", "0008_limit_key_encoding")]
 
     operations = [
         migrations.RunPython(upgrade, downgrade),
