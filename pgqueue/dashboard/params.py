@@ -77,8 +77,8 @@ def check_query(query: Mapping[str, list[str]]) -> QueryParams:
 
 def check_form(form: Mapping[str, list[str]]) -> FormFields:
     """A group action's form fields, checked like query parameters."""
-    state = form.get("state", [""])[0]
-    kind = form.get("type", [""])[0]
+    state = _given(form, "state")
+    kind = _given(form, "type")
     return FormFields(
         state=_state("state", state) if state else None,
         type=_text("type", kind) if kind else None,
