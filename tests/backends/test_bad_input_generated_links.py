@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
 from conftest import count_jobs
@@ -85,7 +84,7 @@ def test_generated_dependency_graphs(
         for node, parents in graph.items()
     ]
     if cycle_in(graph):
-        with pytest.raises(ConfigError, match="itself|cycle"):
+        with pytest.raises(ConfigError, match=r"itself|cycle"):
             queue.enqueue_many("wf.step", specs)
         assert count_jobs(queue) == before
     else:
