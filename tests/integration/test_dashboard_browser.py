@@ -188,7 +188,12 @@ def test_screenshots(browser: Any, site: str, queue: pgqueue.Queue, tmp_path: Pa
     ]:
         browser.get(site + path)
         # The overview's charts fill in over its live refreshes while the day is counted.
-        wait_until(lambda: not browser.find_elements("css selector", ".counting"), "the counts")
+        # A busy 2-core machine counts the day's minutes slowly: the deadline is generous.
+        wait_until(
+            lambda: not browser.find_elements("css selector", ".counting"),
+            "the counts",
+            timeout=180,
+        )
         # No traceback line runs past its box: long lines wrap.
         assert not browser.execute_script(
             "return [...document.querySelectorAll('pre.traceback')]"
