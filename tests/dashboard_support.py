@@ -69,6 +69,10 @@ def fill(queue: pgqueue.Queue) -> Filled:
     claim_jobs(queue, worker_id="worker-test", lease=3600, limit=1, ids=[ids["processing"]])
     ids["queued"] = queue.enqueue("shop.add", args=[2, 2], id="job-queued").id
     leadership = Leadership.for_queue(queue)
+    # As a service with a 20-minute interval would: the lease (SQLite) and the leader session's
+    # idle timeout (PostgreSQL) last an hour, so a slow test on a busy machine still shows the
+    # leader however long it takes to get to the page.
+    leadership.join(1200.0)
     assert leadership.elect()
     return Filled(ids=ids, presence=presence, leadership=leadership)
 

@@ -47,18 +47,31 @@ def _add_dashboard(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--read-only", action="store_true", help="hide retry, cancel and purge; refuse POSTs"
     )
+    parser.add_argument(
+        "--allowed-host",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="also answer requests for this host name (repeatable; the bound address, "
+        "localhost, 127.0.0.1 and [::1] always are; other Host headers get 400, against "
+        "DNS rebinding; '*' answers any)",
+    )
 
 
 @command("dashboard", "serve the web dashboard (http://127.0.0.1:8787/ by default)", _add_dashboard)
 def _dashboard(args: argparse.Namespace) -> int:
     from pgqueue.dashboard import Dashboard
-    from pgqueue.dashboard.server import make_dashboard_server
+    from pgqueue.dashboard.server import check_allowed_host, make_dashboard_server
 
+    allowed = [check_allowed_host(name) for name in args.allowed_host]
     queue = _queue(args)
     check_database(queue)
     try:
         server = make_dashboard_server(
-            Dashboard(queue, read_only=args.read_only), args.host, args.port
+            Dashboard(queue, read_only=args.read_only),
+            args.host,
+            args.port,
+            allowed_hosts=allowed,
         )
     except OSError as exc:
         raise PgQueueError(f"cannot listen on {args.host}:{args.port}: {exc}") from exc
@@ -73,6 +86,12 @@ def _dashboard(args: argparse.Namespace) -> int:
         print(
             f"  listening on {host}: anyone who can reach this port can "
             + ("see every job" if args.read_only else "retry, cancel and purge jobs"),
+            file=sys.stderr,
+        )
+    if not _loopback(host) and not allowed:
+        print(
+            "  answering only the Host names localhost and the bound address: open it by "
+            "those, or add --allowed-host NAME for the name people use",
             file=sys.stderr,
         )
     print("  Ctrl-C to stop", flush=True)

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, urlencode
 
 from pgqueue import config
-from pgqueue.dashboard import actions, data
+from pgqueue.dashboard import actions, data, params
 from pgqueue.dashboard.csrf import (
     CSRF_COOKIE,
     CSRF_FIELD,
@@ -90,15 +90,19 @@ class Dashboard:
         #: Per-minute counts of finished jobs behind the charts, shared by every request.
         self.throughput = Throughput(queue)
         self._templates = environment()
+        # Job pages take the rest of the path as the id (ids are any text, "/" included); see
+        # job_path() for the ids a path cannot carry.
         self._routes: list[tuple[str, str, Callable[..., Response]]] = [
             ("GET", "", self._overview),
             ("GET", "jobs", self._jobs),
-            ("GET", "jobs/*", self._job),
-            ("POST", "jobs/*/*", self._job_action),
+            ("GET", "jobs/**", self._job),
+            ("POST", "jobs/**/*", self._job_action),
+            ("GET", "job", self._job),
+            ("POST", "job/*", self._job_action),
             ("GET", "failures", self._failures),
             ("GET", "failures/confirm", self._confirm),
             ("POST", "failures/*", self._group_action),
-            ("POST", "queues/*/*", self._queue_action),
+            ("POST", "queues/*", self._queue_action),
             ("GET", "schedules", self._schedules),
             ("GET", "static/*", self._static),
         ]
@@ -126,28 +130,29 @@ class Dashboard:
 
             response = dashboard.handle(Request(method="GET", path="/"))
         """
-        parts = [p for p in request.path.split("/") if p]
-        for method, pattern, view in self._routes:
-            expected = [p for p in pattern.split("/") if p]
-            if len(expected) != len(parts):
-                continue
-            if all(e in ("*", p) for e, p in zip(expected, parts, strict=True)):
-                if method != request.method and not (method == "GET" and request.method == "HEAD"):
-                    return self._error(request, HTTPStatus.METHOD_NOT_ALLOWED, "Method not allowed")
-                if method == "POST" and self.read_only:
-                    return self._error(
-                        request, HTTPStatus.FORBIDDEN, "This dashboard is read-only."
-                    )
-                wild = [p for e, p in zip(expected, parts, strict=True) if e == "*"]
-                try:
-                    return view(request, *wild)
-                except ConfigError as exc:
-                    if isinstance(exc, BackendError):  # no tables: not the request's fault
-                        return self._unavailable(request, exc)
-                    return self._error(request, HTTPStatus.BAD_REQUEST, str(exc))
-                except PgQueueError as exc:
-                    return self._unavailable(request, exc)
-        return self._error(request, HTTPStatus.NOT_FOUND, "No such page.")
+        found = _route(self._routes, request.method, request.path)
+        if found is None:
+            return self._error(request, HTTPStatus.NOT_FOUND, "No such page.")
+        method, view, wild = found
+        if method != request.method and not (method == "GET" and request.method == "HEAD"):
+            return self._error(request, HTTPStatus.METHOD_NOT_ALLOWED, "Method not allowed")
+        if method == "POST" and self.read_only:
+            return self._error(request, HTTPStatus.FORBIDDEN, "This dashboard is read-only.")
+        if method == "POST" and not request.may(wild[-1]):
+            return self._error(
+                request,
+                HTTPStatus.FORBIDDEN,
+                f"You may not {wild[-1][:20]} jobs here: ask an administrator for the permission.",
+            )
+        try:
+            query = params.check_query(request.query)
+            return view(request, query, *wild)
+        except ConfigError as exc:
+            if isinstance(exc, BackendError):  # no tables: not the request's fault
+                return self._unavailable(request, exc)
+            return self._error(request, HTTPStatus.BAD_REQUEST, str(exc))
+        except PgQueueError as exc:
+            return self._unavailable(request, exc)
 
     # -- WSGI (standalone, Flask) ----------------------------------------------------------------
 
@@ -173,15 +178,23 @@ class Dashboard:
     def _now(self) -> datetime | None:
         return self.clock() if self.clock is not None else None
 
-    def _page(self, request: Request, template: str, **context: Any) -> Response:
+    def _page(
+        self,
+        request: Request,
+        template: str,
+        query: params.QueryParams | None = None,
+        **context: Any,
+    ) -> Response:
         html = self._templates.get_template(template).render(
             request=request,
             root=request.root,
             title=self.title,
             read_only=self.read_only,
+            may=request.may,
             refresh_ms=int(self.refresh_seconds * 1000),
-            message=request.arg("message"),
-            url=lambda path, **params: _url(request.root, path, params),
+            message=query.message if query is not None else None,
+            url=lambda path, **given: _url(request.root, path, given),
+            job_url=lambda job_id, action=None: _url(request.root, *job_path(job_id, action)),
             database=self.queue.engine.url.render_as_string(hide_password=True),
             replica_lag=self._replica_lag(),
             **context,
@@ -208,26 +221,30 @@ class Dashboard:
             request, HTTPStatus.SERVICE_UNAVAILABLE, f"The database cannot answer: {message}"
         )
 
-    def _overview(self, request: Request) -> Response:
+    def _overview(self, request: Request, query: params.QueryParams) -> Response:
         overview = data.read_overview(
-            self.queue, queue_name=request.arg("queue"), throughput=self.throughput, now=self._now()
+            self.queue, queue_name=query.queue, throughput=self.throughput, now=self._now()
         )
-        template = "overview_body.html" if request.arg("fragment") else "overview.html"
-        return self._page(request, template, overview=overview, active="overview")
+        template = "overview_body.html" if query.fragment else "overview.html"
+        return self._page(request, template, query, overview=overview, active="overview")
 
-    def _jobs(self, request: Request) -> Response:
-        search = request.arg("id")
-        if search and self.queue.status(search) is not None:
-            return Response.redirect(_url(request.root, f"jobs/{quote(search, safe='')}", {}))
-        states = [_state(s) for s in request.query.get("state", []) if s]
+    def _jobs(self, request: Request, query: params.QueryParams) -> Response:
+        search = query.id
+        if search:
+            # As typed first (ids may start or end with spaces), then as the box trimmed it.
+            typed = params.check_job_id(request.query["id"][0]) if request.query.get("id") else ""
+            for candidate in dict.fromkeys([typed, search]):
+                if candidate and self.queue.status(candidate) is not None:
+                    return Response.redirect(_url(request.root, *job_path(candidate)))
+        states = query.states
         page = data.read_jobs(
             self.queue,
             states=states,
-            queue_name=request.arg("queue"),
-            task=request.arg("task"),
-            since=_time(request.arg("since"), "since"),
-            until=_time(request.arg("until"), "until"),
-            cursor=request.arg("cursor"),
+            queue_name=query.queue,
+            task=query.task,
+            since=query.since,
+            until=query.until,
+            cursor=query.cursor_text,
             limit=PAGE_SIZE,
             now=self._now(),
         )
@@ -239,25 +256,33 @@ class Dashboard:
         return self._page(
             request,
             "jobs.html",
+            query,
             page=page,
             states=[str(s) for s in JobState],
             chosen=[str(s) for s in states],
             filters=filters,
             search=search,
             not_found=bool(search),
-            first_page=not request.arg("cursor"),
+            first_page=query.cursor is None,
             active="jobs",
         )
 
-    def _job(self, request: Request, job_id: str) -> Response:
+    def _job(self, request: Request, query: params.QueryParams, job_id: str = "") -> Response:
+        job_id = _job_id(request, job_id)
         status = self.queue.status(job_id)
+        if status is None and job_id.rpartition("/")[2] in actions.ACTIONS:
+            # jobs/ID/retry opened with GET (a link, a reload): the action's URL, not a job's.
+            return self._error(request, HTTPStatus.METHOD_NOT_ALLOWED, "Method not allowed")
         if status is None:
             return self._error(request, HTTPStatus.NOT_FOUND, f"No job {job_id!r}.")
         now = self._now() or datetime.now(UTC)
-        allowed = [a for a, states in actions.ACTIONS.items() if status.state in states]
+        allowed = [
+            a for a, states in actions.ACTIONS.items() if status.state in states and request.may(a)
+        ]
         return self._page(
             request,
             "job.html",
+            query,
             job=status,
             errors=data.read_attempt_errors(self.queue, job_id),
             # A durable job's steps, sleep or wait (docs/durable.md); [] for other jobs.
@@ -268,17 +293,24 @@ class Dashboard:
             active="jobs",
         )
 
-    def _job_action(self, request: Request, job_id: str, action: str) -> Response:
+    def _job_action(self, request: Request, query: params.QueryParams, *where: str) -> Response:
+        # jobs/ID/ACTION, or job/ACTION?id=ID for the ids a path cannot carry.
+        job_id, action = ("", where[0]) if len(where) == 1 else where
+        job_id = _job_id(request, job_id)
         actions.check_action(action)
         done = actions.apply(self.queue, action, [job_id], now=self._now())
         verb = {"retry": "queued again", "cancel": "cancelled", "purge": "purged"}[action]
         message = (
             f"Job {verb}." if done else f"Nothing to {action}: the job is not in a state for it."
         )
-        target = "jobs" if action == "purge" and done else f"jobs/{quote(job_id, safe='')}"
-        return Response.redirect(_url(request.root, target, {"message": message}))
+        if action == "purge" and done:
+            return Response.redirect(_url(request.root, "jobs", {"message": message}))
+        path, given = job_path(job_id)
+        return Response.redirect(_url(request.root, path, {**given, "message": message}))
 
-    def _queue_action(self, request: Request, name: str, action: str) -> Response:
+    def _queue_action(self, request: Request, query: params.QueryParams, action: str) -> Response:
+        # The name travels as a form field: queue names are any text, "/" included.
+        name = config.check_name("queue", request.field("queue") or "")
         if action == "pause":
             changed = self.queue.pause(name, now=self._now())
             message = f"Queue {name} paused." if changed else f"Queue {name} was paused already."
@@ -289,24 +321,31 @@ class Dashboard:
             raise ConfigError(f"unknown queue action {action!r}; expected pause or resume")
         return Response.redirect(_url(request.root, "", {"message": message}))
 
-    def _failures(self, request: Request) -> Response:
+    def _failures(self, request: Request, query: params.QueryParams) -> Response:
         groups, capped = data.read_failures(self.queue)
         return self._page(
             request,
             "failures.html",
+            query,
             groups=groups,
             capped=capped,
             cap=data.GROUP_CAP,
-            group_actions={str(k): v for k, v in actions.GROUP_ACTIONS.items()},
+            group_actions={
+                str(k): [a for a in v if request.may(a)] for k, v in actions.GROUP_ACTIONS.items()
+            },
             active="failures",
         )
 
-    def _confirm(self, request: Request) -> Response:
-        state = _state(request.arg("state") or "")
-        action = request.arg("action") or ""
-        error_type = request.arg("type")
+    def _confirm(self, request: Request, query: params.QueryParams) -> Response:
+        if not query.states:
+            raise ConfigError("state: which failures? (failed or failing)")
+        state = query.states[0]
+        action = query.action or ""
+        error_type = query.type
         if action not in actions.GROUP_ACTIONS.get(state, ()):
-            raise ConfigError(f"{action!r} does not apply to {state} jobs")
+            raise ConfigError(f"{action[:20]!r} does not apply to {state} jobs")
+        if not request.may(action):
+            return self._error(request, HTTPStatus.FORBIDDEN, f"You may not {action} jobs here.")
         # The count of the failures page (bounded, from the most recent jobs): reading every
         # job of the group would make this page as slow as the action itself.
         groups, capped = data.read_failures(self.queue)
@@ -314,6 +353,7 @@ class Dashboard:
         return self._page(
             request,
             "confirm.html",
+            query,
             state=str(state),
             action=action,
             error_type=error_type,
@@ -322,21 +362,22 @@ class Dashboard:
             active="failures",
         )
 
-    def _group_action(self, request: Request, action: str) -> Response:
-        state = _state(request.field("state") or "")
-        error_type = request.field("type") or None
+    def _group_action(self, request: Request, query: params.QueryParams, action: str) -> Response:
+        form = params.check_form(request.form)
+        if form.state is None:
+            raise ConfigError("state: which failures? (failed or failing)")
         done = actions.apply_to_group(
-            self.queue, action, state=state, error_type=error_type, now=self._now()
+            self.queue, action, state=form.state, error_type=form.type, now=self._now()
         )
         verb = {"retry": "queued again", "cancel": "cancelled", "purge": "purged"}[action]
         message = f"{done:,} {'job' if done == 1 else 'jobs'} {verb}."
         return Response.redirect(_url(request.root, "failures", {"message": message}))
 
-    def _schedules(self, request: Request) -> Response:
+    def _schedules(self, request: Request, query: params.QueryParams) -> Response:
         schedules = data.read_schedules(self.queue, now=self._now())
-        return self._page(request, "schedules.html", schedules=schedules, active="schedules")
+        return self._page(request, "schedules.html", query, schedules=schedules, active="schedules")
 
-    def _static(self, request: Request, name: str) -> Response:
+    def _static(self, request: Request, query: params.QueryParams, name: str) -> Response:
         folder = resources.files("pgqueue.dashboard").joinpath("static")
         if name.startswith(".") or not folder.joinpath(name).is_file():
             return self._error(request, HTTPStatus.NOT_FOUND, "No such file.")
@@ -354,19 +395,68 @@ def _url(root: str, path: str, params: Mapping[str, Any]) -> str:
     return f"{base}?{urlencode(flat, doseq=True)}" if flat else base
 
 
-def _state(value: str) -> JobState:
-    from pgqueue.operations import check_state
+def job_path(job_id: str, action: str | None = None) -> tuple[str, dict[str, str]]:
+    """The path (and query) of a job's page, or of an action on it: ``jobs/ID[/ACTION]`` with
+    the id percent-encoded whole ("/" as %2F; servers decode it, and the route takes the rest of
+    the path), or ``job[/ACTION]?id=ID`` for an id that would not survive as a path: one with an
+    empty segment (proxies merge "//") or a "." / ".." segment (browsers resolve those).
 
-    return check_state(value)
+    Example::
+
+        job_path("invoice/42")          # ("jobs/invoice%2F42", {})
+        job_path("../x", "retry")       # ("job/retry", {"id": "../x"})
+    """
+    segments = job_id.split("/")
+    if any(segment in ("", ".", "..") for segment in segments):
+        return ("job/" + action if action else "job"), {"id": job_id}
+    path = f"jobs/{quote(job_id, safe='')}"
+    return (f"{path}/{action}" if action else path), {}
 
 
-def _time(value: str | None, name: str) -> datetime | None:
-    if value is None:
+def _job_id(request: Request, from_path: str) -> str:
+    # From the path, or (job?id=...) the query's first value as sent: ids may have spaces at
+    # either end, which the filters' parameters would trim.
+    if not from_path:
+        given = request.query.get("id") or [""]
+        if not given[0]:
+            raise ConfigError("id: which job? (job?id=...)")
+        from_path = given[0]
+    return params.check_job_id(from_path)
+
+
+def _route(
+    routes: list[tuple[str, str, Callable[..., Response]]], method: str, path: str
+) -> tuple[str, Callable[..., Response], list[str]] | None:
+    """The route for ``path`` (with its wildcard parts), preferring one of the request's
+    method among those whose pattern matches; None when none matches."""
+    parts = [p for p in path.split("/") if p]
+    matched: list[tuple[str, Callable[..., Response], list[str]]] = []
+    for allowed, pattern, view in routes:
+        expected = [p for p in pattern.split("/") if p]
+        if "**" in expected:
+            wild = _rest(expected, path)
+            if wild is not None:
+                matched.append((allowed, view, wild))
+        elif len(expected) == len(parts) and all(
+            e in ("*", p) for e, p in zip(expected, parts, strict=True)
+        ):
+            wild = [p for e, p in zip(expected, parts, strict=True) if e == "*"]
+            matched.append((allowed, view, wild))
+    for found in matched:
+        if found[0] == method or (found[0] == "GET" and method == "HEAD"):
+            return found
+    return matched[0] if matched else None
+
+
+def _rest(expected: list[str], path: str) -> list[str] | None:
+    # "jobs/**" takes the rest of the path as it is (empty segments too); "jobs/**/*" keeps
+    # the last segment apart.
+    prefix = "/".join(expected[: expected.index("**")]) + "/"
+    raw = path.lstrip("/")
+    if not raw.startswith(prefix):
         return None
-    try:
-        parsed = datetime.fromisoformat(value)
-    except ValueError:
-        raise ConfigError(
-            f"{name}: expected a time like 2026-05-01T12:00 (UTC), got {value!r}"
-        ) from None
-    return parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=UTC)
+    rest = raw[len(prefix) :]
+    if expected[-1] != "*":
+        return [rest] if rest else None
+    rest, sep, last = rest.rpartition("/")
+    return [rest, last] if sep and rest and last else None

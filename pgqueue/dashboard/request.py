@@ -40,7 +40,9 @@ class Request:
     ``path`` is relative to where the dashboard is mounted (``/``, ``/jobs``, ...); ``root`` is
     the mount point that links start with (``""`` standalone, ``/pgqueue`` under a framework).
     ``csrf_field`` and ``csrf_token`` are what each form posts back (the framework's own names
-    under Django). ``user`` is shown in the header when known.
+    under Django). ``user`` is shown in the header when known. ``actions`` are the actions this
+    user may take (``retry``, ``cancel``, ``purge``; None: all): the others' buttons are hidden
+    and their POSTs refused with 403.
 
     Example::
 
@@ -55,6 +57,11 @@ class Request:
     csrf_field: str = CSRF_FIELD
     csrf_token: str = ""
     user: str | None = None
+    actions: frozenset[str] | None = None
+
+    def may(self, action: str) -> bool:
+        """Whether this user may take ``action`` (see ``actions``)."""
+        return self.actions is None or action in self.actions
 
     def arg(self, name: str) -> str | None:
         """The first non-empty value of query parameter ``name``."""
@@ -106,7 +113,7 @@ def wsgi_request(environ: Mapping[str, Any]) -> tuple[Request, bool]:
         body = environ["wsgi.input"].read(min(length, 1 << 20)) if length > 0 else b""
         form = parse_qs(body.decode("utf-8", "replace"), keep_blank_values=True)
     token, minted = csrf_token(str(environ.get("HTTP_COOKIE", "")))
-    path = str(environ.get("PATH_INFO", "")) or "/"
+    path = _path_text(str(environ.get("PATH_INFO", ""))) or "/"
     request = Request(
         method=method,
         path=path,
@@ -116,3 +123,14 @@ def wsgi_request(environ: Mapping[str, Any]) -> tuple[Request, bool]:
         csrf_token=token,
     )
     return request, minted
+
+
+def _path_text(path: str) -> str:
+    # WSGI gives the decoded path's bytes as latin-1 characters (PEP 3333): a job id's UTF-8
+    # (/jobs/%C3%A9t%C3%A9) becomes its text again; bytes that are not UTF-8 stay as lone
+    # surrogates, which the id check then refuses.
+    try:
+        raw = path.encode("latin-1")
+    except UnicodeEncodeError:  # a server that already decoded it
+        return path
+    return raw.decode("utf-8", "surrogateescape")

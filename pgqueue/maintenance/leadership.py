@@ -53,7 +53,6 @@ import os
 import socket
 import threading
 import uuid
-import zlib
 from collections.abc import Iterator
 from datetime import datetime
 from typing import TYPE_CHECKING
@@ -62,6 +61,7 @@ from sqlalchemy import Connection
 from sqlalchemy.exc import DBAPIError
 
 from pgqueue import config, statements
+from pgqueue.backends.lock_keys import advisory_key, leader_key, worker_key
 from pgqueue.errors import ConfigError
 from pgqueue.notifications import Session
 
@@ -94,30 +94,10 @@ LEASE_TTL_INTERVALS = 3.0
 #: That TTL when no service has joined (``elect()`` called directly).
 DEFAULT_LEASE_TTL = 30.0
 
-_LOW_BITS = 0xFFFF_FFFF
-_WORKER_BIT = 0x8000_0000
-
 
 def check_lock_namespace(value: object) -> int:
     """A lock namespace: the high 32 bits of pgqueue's advisory lock keys, kept non-negative."""
     return config.check_int("lock_namespace", value, low=0, high=0x7FFF_FFFF)
-
-
-def advisory_key(namespace: int, low: int) -> int:
-    """The 64-bit advisory lock key ``namespace:low`` (both 32-bit; the result is >= 0)."""
-    return (namespace << 32) | (low & _LOW_BITS)
-
-
-def leader_key(namespace: int, name: str, schema: str | None = None) -> int:
-    """The advisory lock key of the leader role ``name`` of the queue in ``schema`` (top bit of
-    the low half clear). Without a schema the key is the role's alone, as it always was."""
-    role = name if schema is None else f"{schema}\0{name}"
-    return advisory_key(namespace, zlib.crc32(role.encode()) & ~_WORKER_BIT)
-
-
-def worker_key(namespace: int, number: int) -> int:
-    """A worker liveness key (top bit of the low half set, so it never equals a leader key)."""
-    return advisory_key(namespace, number | _WORKER_BIT)
 
 
 def process_label() -> str:

@@ -20,6 +20,7 @@ from typing import Any
 
 from sqlalchemy import Connection
 
+from pgqueue import config
 from pgqueue.backends import Backend, Clock
 from pgqueue.errors import ConfigError
 from pgqueue.job import FINISHED_STATES, JobState
@@ -64,6 +65,8 @@ def check_depends_on(value: Any) -> tuple[str, ...]:
         job_id = getattr(item, "id", item)
         if not isinstance(job_id, str) or not job_id:
             raise ConfigError(f"depends_on must hold job ids (non-empty str), got {item!r}")
+        # NUL or a lone surrogate: no job can have such an id (ids are checked the same way).
+        config.check_text("depends_on id", job_id)
         if job_id not in ids:
             ids.append(job_id)
     if len(ids) > MAX_DEPENDENCIES:
@@ -95,7 +98,53 @@ def lock_dependencies(conn: Connection, rows: Sequence[Mapping[str, Any]]) -> di
     own = [row["id"] for row in rows if row["id"] in (row.get("depends_on") or ())]
     if own:
         raise ConfigError(f"a job cannot depend on itself: {own[0]}")
+    cycle = find_cycle(rows)
+    if cycle:
+        raise ConfigError(
+            "depends_on forms a cycle, so none of its jobs could ever run "
+            f"(each waits for the next): {_path(cycle)}"
+        )
     return found
+
+
+def find_cycle(rows: Sequence[Mapping[str, Any]]) -> list[str]:
+    """A dependency cycle among ``rows`` (``[a, b, c]`` for a→b→c→a), or ``[]``.
+
+    Only the rows of one call can form a cycle: a job may only depend on jobs that exist when it
+    is enqueued, and its edges are written once, so every edge written by an earlier call points
+    at a job older than its dependent. The walk is iterative (an explicit stack, not recursion),
+    so a chain of 100,000 jobs in one ``enqueue_many`` cannot exhaust Python's stack."""
+    graph: dict[str, tuple[str, ...]] = {}
+    for row in rows:
+        graph.setdefault(row["id"], tuple(row.get("depends_on") or ()))
+    done: set[str] = set()
+    for start in graph:
+        if start in done:
+            continue
+        # The path being walked, each id with an iterator over the parents still to visit.
+        path: list[str] = [start]
+        on_path = {start}
+        pending = [iter(graph[start])]
+        while pending:
+            parent = next(pending[-1], None)
+            if parent is None:
+                done.add(path[-1])
+                on_path.discard(path.pop())
+                pending.pop()
+            elif parent in on_path:
+                return path[path.index(parent) :]
+            elif parent not in done and parent in graph:
+                path.append(parent)
+                on_path.add(parent)
+                pending.append(iter(graph[parent]))
+    return []
+
+
+def _path(cycle: Sequence[str], shown: int = 10) -> str:
+    ids = [repr(job_id) for job_id in cycle[:shown]]
+    if len(cycle) > shown:
+        ids.append(f"... ({len(cycle)} jobs)")
+    return " -> ".join([*ids, repr(cycle[0])])
 
 
 def attach(

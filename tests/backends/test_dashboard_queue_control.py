@@ -37,17 +37,17 @@ def test_pause_and_resume_from_the_overview(queue: pgqueue.Queue) -> None:
     dashboard = Dashboard(queue)
     page = page_text(dashboard.handle(request("GET", "/")).body)
     assert "Pause" in page and "paused" not in page
-    paused = dashboard.handle(request("POST", "/queues/emails/pause"))
+    paused = dashboard.handle(request("POST", "/queues/pause", queue="emails"))
     assert paused.status == 303 and "paused" in dict(paused.headers)["Location"]
     assert list(queue.paused()) == ["emails"]
     rows = {row.name: row for row in read_overview(queue).queues}
     assert rows["emails"].paused
     page = page_text(dashboard.handle(request("GET", "/")).body)
     assert "paused" in page and "Resume" in page
-    dashboard.handle(request("POST", "/queues/emails/resume"))
+    dashboard.handle(request("POST", "/queues/resume", queue="emails"))
     assert queue.paused() == {}
-    assert dashboard.handle(request("POST", "/queues/emails/explode")).status == 400
-    assert dashboard.handle(request("GET", "/queues/emails/pause")).status == 405
+    assert dashboard.handle(request("POST", "/queues/explode", queue="emails")).status == 400
+    assert dashboard.handle(request("GET", "/queues/pause", queue="emails")).status == 405
     # A paused queue without any job is listed too (to be resumed).
     queue.pause("idle")
     assert "idle" in {row.name for row in read_overview(queue).queues}
@@ -58,7 +58,7 @@ def test_a_read_only_dashboard_cannot_pause(queue: pgqueue.Queue) -> None:
     queue.enqueue("t.mail", queue="emails")
     dashboard = Dashboard(queue, read_only=True)
     assert "Pause" not in page_text(dashboard.handle(request("GET", "/")).body)
-    assert dashboard.handle(request("POST", "/queues/emails/pause")).status == 403
+    assert dashboard.handle(request("POST", "/queues/pause", queue="emails")).status == 403
     assert queue.paused() == {}
 
 
@@ -67,3 +67,31 @@ def test_the_job_page_shows_snoozes(queue: pgqueue.Queue) -> None:
     job_id = queue.enqueue("t.wait").id
     page = page_text(Dashboard(queue).handle(request("GET", f"/jobs/{job_id}")).body)
     assert "<dt>Snoozes</dt><dd>0</dd>" in page
+
+
+@pytest.mark.queue_options(allow_unknown_tasks=True)
+def test_a_queue_whose_name_has_a_slash_is_paused_from_the_overview(queue: pgqueue.Queue) -> None:
+    queue.enqueue("t.mail", queue="team/emails")
+    dashboard = Dashboard(queue)
+    assert 'name="queue" value="team/emails"' in page_text(
+        dashboard.handle(request("GET", "/")).body
+    )
+    paused = dashboard.handle(request("POST", "/queues/pause", queue="team/emails"))
+    assert paused.status == 303
+    assert list(queue.paused()) == ["team/emails"]
+    assert dashboard.handle(request("POST", "/queues/pause")).status == 400  # which queue?
+
+
+@pytest.mark.queue_options(allow_unknown_tasks=True)
+def test_the_pause_button_needs_the_permission(queue: pgqueue.Queue) -> None:
+    from pgqueue.dashboard import Request
+
+    queue.enqueue("t.mail", queue="emails")
+    dashboard = Dashboard(queue)
+    looker = Request(method="GET", path="/", actions=frozenset())
+    assert "Pause</button>" not in page_text(dashboard.handle(looker).body)
+    post = Request(
+        method="POST", path="/queues/pause", form={"queue": ["emails"]}, actions=frozenset()
+    )
+    assert dashboard.handle(post).status == 403
+    assert queue.paused() == {}

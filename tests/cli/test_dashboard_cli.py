@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 
@@ -63,9 +64,22 @@ def test_the_dashboard_binds_loopback_and_says_so(db_url: str, filled: Filled) -
         assert "listening on 127.0.0.1 only" in lines[2]
         with urllib.request.urlopen(url + "jobs", timeout=30) as response:
             assert b"job-failed" in response.read()
+        # Another host name (a DNS-rebinding page's) is refused; --allowed-host adds names.
+        rebound = urllib.request.Request(url + "jobs", headers={"Host": "evil.example"})
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(rebound, timeout=30)
+        refused.value.close()  # the error holds the response's socket
+        assert refused.value.code == 400
     finally:
         process.terminate()
         process.communicate(timeout=30)
+
+
+def test_the_dashboard_refuses_a_bad_allowed_host(
+    db_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = main(["dashboard", "--url", db_url, "--port", "0", "--allowed-host", "http://x:80"])
+    assert code == 2 and "allowed host" in capsys.readouterr().err
 
 
 def test_the_dashboard_refuses_a_bad_database(

@@ -31,11 +31,18 @@ def filled(alias: str) -> Iterator[Filled]:
     _dashboard.cache_clear()
 
 
-def _user(name: str, *, staff: bool) -> Client:
-    from django.contrib.auth.models import User
+ALL_PERMISSIONS = ("view", "change", "delete")
+
+
+def _user(name: str, *, staff: bool, perms: tuple[str, ...] = ALL_PERMISSIONS) -> Client:
+    from django.contrib.auth.models import Permission, User
 
     User.objects.filter(username=name).delete()
-    User.objects.create_user(name, password="password", is_staff=staff)
+    user = User.objects.create_user(name, password="password", is_staff=staff)
+    codenames = [f"{kind}_job" for kind in perms]
+    user.user_permissions.set(
+        Permission.objects.filter(content_type__app_label="pgqueue", codename__in=codenames)
+    )
     client = Client(enforce_csrf_checks=True)
     client.login(username=name, password="password")
     return client
@@ -58,6 +65,79 @@ def test_others_are_refused(filled: Filled) -> None:
     assert anonymous.status_code == 302 and "/admin/login/" in anonymous["Location"]
     assert _user("visitor", staff=False).get(ROOT).status_code == 403
     assert _user("visitor", staff=False).post(ROOT + "jobs/job-failed/retry").status_code == 403
+
+
+def _token(client: Client, path: str) -> str:
+    client.get(ROOT + path)
+    return str(client.cookies["csrftoken"].value)
+
+
+@pytest.mark.parametrize(
+    ("perms", "looks", "may"),
+    [
+        ((), False, set()),
+        (("view",), True, set()),
+        (("view", "change"), True, {"retry", "cancel"}),
+        (("change",), True, {"retry", "cancel"}),  # as the admin: change implies view
+        (("view", "delete"), True, {"purge"}),
+    ],
+)
+def test_staff_need_the_job_models_permissions(
+    filled: Filled, alias: str, perms: tuple[str, ...], looks: bool, may: set[str]
+) -> None:
+    client = _user("clerk", staff=True, perms=perms)
+    page = client.get(ROOT + "jobs/job-failed")
+    assert page.status_code == (200 if looks else 403)
+    if not looks:
+        return
+    text = page.content.decode()
+    for action in ("retry", "purge"):  # what a failed job offers
+        assert (f'action="/pgqueue/jobs/job-failed/{action}"' in text) == (action in may)
+    failures = client.get(ROOT + "failures").content.decode()
+    assert ("action=retry" in failures) == ("retry" in may)
+    assert ("action=purge" in failures) == ("purge" in may)
+    queue = get_queue(alias)
+    token = _token(client, "jobs/job-failed")
+    for action, job_id, after in [
+        ("cancel", "job-queued", JobState.CANCELLED),
+        ("retry", "job-failed", JobState.QUEUED),
+        ("purge", "job-failed-2", None),
+    ]:
+        before = queue.status(job_id)
+        answer = client.post(ROOT + f"jobs/{job_id}/{action}", {"csrfmiddlewaretoken": token})
+        status = queue.status(job_id)
+        if action in may:
+            assert answer.status_code == 303, action
+            assert (status.state if status else None) == after, action
+        else:
+            assert answer.status_code == 403, action
+            assert status is not None and before is not None and status.state == before.state
+    group = client.post(
+        ROOT + "failures/purge",
+        {"csrfmiddlewaretoken": token, "state": "failed", "type": "ConnectionError"},
+    )
+    assert group.status_code == (303 if "purge" in may else 403)
+
+
+def test_a_superuser_may_do_everything(filled: Filled) -> None:
+    from django.contrib.auth.models import User
+
+    User.objects.filter(username="root").delete()
+    User.objects.create_superuser("root", password="password")
+    client = Client()
+    client.login(username="root", password="password")
+    text = client.get(ROOT + "jobs/job-failed").content.decode()
+    assert "/jobs/job-failed/retry" in text and "/jobs/job-failed/purge" in text
+
+
+def test_a_job_whose_id_has_a_slash_opens(filled: Filled, alias: str) -> None:
+    get_queue(alias).enqueue("shop.add", args=[1, 1], id="invoice/42 ü?#%")
+    client = _user("staff", staff=True)
+    listing = client.get(ROOT + "jobs").content.decode()
+    link = "/pgqueue/jobs/invoice%2F42%20%C3%BC%3F%23%25"
+    assert f'href="{link}"' in listing
+    page = client.get(link)
+    assert page.status_code == 200 and "invoice/42 ü?#%" in page.content.decode()
 
 
 def test_actions_need_djangos_csrf_token(filled: Filled, alias: str) -> None:

@@ -107,3 +107,19 @@ def test_the_extension_resolves_the_current_apps_queue(db_url: str) -> None:
     finally:
         with app.app_context():
             pgq.queue.close()
+
+
+@pytest.mark.parametrize("job_id", ["invoice/42", "naïve 50%?#", "a//b", ".."])
+def test_a_job_with_any_id_opens_from_the_list(queue: pgqueue.Queue, job_id: str) -> None:
+    fill(queue).close()
+    queue.enqueue("shop.add", args=[1, 1], id=job_id)
+    client = _app(queue, auth=_staff).test_client()
+    staff = {"X-Role": "staff"}
+    listing = client.get("/ops/queue/jobs", headers=staff).get_data(as_text=True)
+    from html import escape, unescape
+
+    link = re.search(rf'<a href="([^"]+)">{re.escape(escape(job_id))}</a>', listing)
+    assert link is not None, job_id
+    page = client.get(unescape(link.group(1)), headers=staff)
+    assert page.status_code == 200, (job_id, link.group(1))
+    assert f"<code>{escape(job_id)}</code>" in page.get_data(as_text=True)

@@ -23,6 +23,7 @@ from pgqueue.backends.base import (
     split_holder,
 )
 from pgqueue.backends.identifiers import qualified
+from pgqueue.backends.lock_keys import leader_key
 from pgqueue.backends.postgres import documents, locks, prepared, vacuum
 from pgqueue.backends.postgres import statements as pg_statements
 from pgqueue.backends.postgres.enqueue_verbs import EnqueueVerbs
@@ -361,12 +362,22 @@ class PostgresBackend(EnqueueVerbs):
         return sqlstate is None or sqlstate.startswith(("08", "57P"))
 
     def leaders(self, connection: Connection, now: datetime) -> list[tuple[str, str, Any]]:
+        held: dict[tuple[str, str], set[int]] = {}
+        for label, address, key in connection.execute(_LEADERS):
+            held.setdefault((label, address), set()).add(int(key))
         leaders: list[tuple[str, str, Any]] = []
-        for label, address in connection.execute(_LEADERS):
+        for (label, address), keys in held.items():
             roles, process = split_holder(label)
             holder = address if process is None else f"{process[0]}@{process[1]}"
+            namespaces = {key >> 32 for key in keys}
             # A worker holds all the roles it leads on its one session: "reaper,scheduler".
-            leaders.extend((role, holder, None) for role in roles.split(","))
+            # A role is this queue's when its session holds the role's key for this schema
+            # (in whichever lock namespace the service was given).
+            leaders.extend(
+                (role, holder, None)
+                for role in roles.split(",")
+                if any(leader_key(ns, role, self.schema) in keys for ns in namespaces)
+            )
         return leaders
 
     def replica_lag(self, connection: Connection) -> float | None:

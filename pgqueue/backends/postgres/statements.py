@@ -323,19 +323,25 @@ def notify_many() -> Select[Any]:
 
 
 def leaders_holding_locks() -> TextClause:
-    """Who holds a leader's session lock: ``label`` (the role and process after the connection
-    name's "pgqueue leader " prefix) and ``holder`` (the client address and server pid).
+    """Who holds a leader's session lock in this database: ``label`` (the role and process after
+    the connection name's "pgqueue leader " prefix), ``holder`` (the client address and server
+    pid) and ``key`` (the 64-bit advisory key held: one row per key).
 
     Leaders hold a session advisory lock on a connection named "pgqueue leader ROLE[,ROLE...]
     PID@HOST" (a worker's one session holds every role it leads, see backends/postgres/listener.py);
-    followers have the same name but no granted lock.
+    followers have the same name but no granted lock. pg_locks and pg_stat_activity show the
+    whole cluster: the database is filtered here, the schema by the key (the backend's
+    ``leaders``), since queues in other schemas of this database lead under other keys.
     """
     return text(
-        "SELECT DISTINCT substr(a.application_name, 16) AS label,"
-        " coalesce(host(a.client_addr), 'local') || ' pid ' || a.pid AS holder"
-        " FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid"
-        " WHERE l.locktype = 'advisory' AND l.granted"
-        " AND a.application_name LIKE 'pgqueue leader %' ORDER BY label"
+        "SELECT substr(a.application_name, 16) AS label,"
+        " coalesce(host(a.client_addr), 'local') || ' pid ' || a.pid AS holder,"
+        " l.classid::bigint * 4294967296 + l.objid::bigint AS key"
+        " FROM pg_catalog.pg_locks l JOIN pg_catalog.pg_stat_activity a ON a.pid = l.pid"
+        " WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1"
+        " AND l.database = (SELECT oid FROM pg_catalog.pg_database"
+        " WHERE datname = current_database())"
+        " AND a.application_name LIKE 'pgqueue leader %' ORDER BY label, holder"
     )
 
 

@@ -9,13 +9,17 @@ urls.py::
         path("pgqueue/", include("pgqueue.contrib.django.dashboard")),
     ]
 
-Who may see it: active staff users (``is_staff``); anyone else gets 403, and a visitor who is not
-logged in is sent to the admin's login page. Settings (all optional)::
+Who may do what, by default as in the admin: active staff users with the Job model's
+permissions. ``view_job`` (or ``change_job``) to look, ``change_job`` to retry and cancel,
+``delete_job`` to purge; a superuser has them all. Anyone else gets 403 (buttons they may not use
+are hidden), and a visitor who is not logged in is sent to the admin's login page. Settings (all
+optional)::
 
     PGQUEUE = {
         "DASHBOARD": {
             "READ_ONLY": False,               # True: no retry/cancel/purge buttons, POSTs refused
-            "PERMISSION": "myapp.auth.can_see_queue",  # a callable(user) -> bool instead of staff
+            "PERMISSION": "myapp.auth.can_see_queue",  # a callable(user) -> bool instead: it
+                                              # alone decides, for looking and every action
             "TITLE": "pgqueue",
         },
     }
@@ -40,7 +44,7 @@ from pgqueue.contrib.django.conf import pgqueue_settings
 from pgqueue.contrib.django.queues import get_queue
 from pgqueue.dashboard import Dashboard, Request
 
-__all__ = ["DASHBOARD_DEFAULTS", "dashboard_view", "urlpatterns"]
+__all__ = ["ACTION_PERMISSIONS", "DASHBOARD_DEFAULTS", "dashboard_view", "urlpatterns"]
 
 DASHBOARD_DEFAULTS: dict[str, Any] = {"READ_ONLY": False, "PERMISSION": None, "TITLE": "pgqueue"}
 
@@ -56,11 +60,34 @@ def _dashboard(alias: str, read_only: bool, title: str) -> Dashboard:
     return Dashboard(get_queue(alias), read_only=read_only, title=title)
 
 
-def _permitted(user: Any, permission: Any) -> bool:
-    if permission is None:
-        return bool(user.is_active and user.is_staff)
-    check = import_string(permission) if isinstance(permission, str) else permission
-    return bool(check(user))
+#: The Job model permission each dashboard action needs (the admin's: change to retry or
+#: cancel; purge deletes rows).
+ACTION_PERMISSIONS = {
+    "retry": "change",
+    "cancel": "change",
+    "purge": "delete",
+    "pause": "change",
+    "resume": "change",
+}
+
+
+def _permitted(user: Any, permission: Any) -> tuple[bool, frozenset[str] | None]:
+    """Whether ``user`` may look, and the actions they may take (None: all)."""
+    if permission is not None:
+        check = import_string(permission) if isinstance(permission, str) else permission
+        return bool(check(user)), None
+    if not (user.is_active and user.is_staff):
+        return False, frozenset()
+    from pgqueue.contrib.django.models import Job
+
+    label = Job._meta.app_label
+
+    def has(kind: str) -> bool:
+        return bool(user.has_perm(f"{label}.{kind}_job"))
+
+    looks = has("view") or has("change")  # as the admin: change implies view
+    allowed = frozenset(a for a, kind in ACTION_PERMISSIONS.items() if has(kind))
+    return looks, allowed
 
 
 def _to_login(request: HttpRequest) -> HttpResponse:
@@ -81,8 +108,12 @@ def dashboard_view(request: HttpRequest, path: str = "") -> HttpResponse:
     user = request.user
     if not user.is_authenticated:
         return _to_login(request)
-    if not _permitted(user, options["PERMISSION"]):
-        return HttpResponse("Forbidden: the queue dashboard is for staff.", status=403)
+    looks, allowed = _permitted(user, options["PERMISSION"])
+    if not looks:
+        return HttpResponse(
+            "Forbidden: the queue dashboard is for staff with the view permission on jobs.",
+            status=403,
+        )
     dashboard = _dashboard(
         pgqueue_settings()["DATABASE"], bool(options["READ_ONLY"]), str(options["TITLE"])
     )
@@ -97,6 +128,7 @@ def dashboard_view(request: HttpRequest, path: str = "") -> HttpResponse:
             csrf_field="csrfmiddlewaretoken",
             csrf_token=get_token(request),
             user=user.get_username(),
+            actions=allowed,
         )
     )
     answer = HttpResponse(response.body, status=response.status)
