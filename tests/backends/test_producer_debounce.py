@@ -74,7 +74,7 @@ def test_a_failing_job_starts_over_when_replaced(queue: pgqueue.Queue) -> None:
         error = {"type": "E", "message": "no", "traceback": None}
         conn.execute(
             pgqueue.statements.job_fail(
-                first.id, token, error, retry_in=600, result_ttl=60, clock=queue.backend.clock()
+                first.id, token, error, retry_in=600, clock=queue.backend.clock()
             )
         )
     assert queue.status(first.id).state is JobState.FAILING
