@@ -77,6 +77,9 @@ class TaskDeclarations:
         rate_limit_key: KeySource | None = ...,
         unique_key: KeySource | None = ...,
         unique_until: str = ...,
+        fairness_key: KeySource | None = ...,
+        fairness_weight: float | None = ...,
+        priority_aging: float | timedelta | None = ...,
         transactional: bool = ...,
     ) -> Callable[[Callable[P, R]], Task[P, R]]: ...
 
@@ -97,6 +100,9 @@ class TaskDeclarations:
         rate_limit_key: KeySource | None = None,
         unique_key: KeySource | None = None,
         unique_until: str = "started",
+        fairness_key: KeySource | None = None,
+        fairness_weight: float | None = None,
+        priority_aging: float | timedelta | None = None,
         transactional: bool = False,
     ) -> Any:
         """Register a function as a task (usable bare or with options).
@@ -113,6 +119,9 @@ class TaskDeclarations:
         time, in order); ``rate_limit`` starts per period (``"10/s"``, ``"600/m"``, ``"1000/h"``),
         or per ``rate_limit_key``; ``unique_key``: at most one waiting job per key (and running
         too with ``unique_until="finished"``), a second enqueue is a ``duplicate``.
+        Fair share (docs/fairness.md): ``fairness_key`` (an argument name or a callable, e.g. the
+        tenant) interleaves keys' jobs by ``fairness_weight``; ``priority_aging`` (seconds or a
+        timedelta) raises a waiting job's priority one step per that much waiting.
 
         Example::
 
@@ -148,6 +157,9 @@ class TaskDeclarations:
                 rate_limit_key=rate_limit_key,
                 unique_key=unique_key,
                 unique_until=unique_until,
+                fairness_key=fairness_key,
+                fairness_weight=fairness_weight,
+                priority_aging=priority_aging,
             )
             task_name = config.check_name("task name", name or f"{fn.__module__}.{fn.__qualname__}")
             existing = self.tasks.get(task_name)

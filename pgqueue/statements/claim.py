@@ -95,9 +95,14 @@ def job_claim(
     if ids is not None:
         conditions.append(JOBS.c.id.in_(list(ids)))
     else:
-        # Jobs with flow limits have a claim of their own (pgqueue.limits); the same terms as
-        # the claim indexes' predicate, so the planner can prove they cover this query.
-        conditions += [JOBS.c.concurrency_key.is_(None), JOBS.c.rate_key.is_(None)]
+        # Jobs with flow limits or a fairness key have claims of their own (pgqueue.limits);
+        # the same terms as the claim indexes' predicate, so the planner can prove they cover
+        # this query.
+        conditions += [
+            JOBS.c.concurrency_key.is_(None),
+            JOBS.c.rate_key.is_(None),
+            JOBS.c.fairness_key.is_(None),
+        ]
     picked = (
         select(JOBS.c.id)
         .where(*conditions)

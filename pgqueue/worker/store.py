@@ -31,6 +31,7 @@ from pgqueue.errors import BackendError
 from pgqueue.execution import Outcome
 from pgqueue.job import JobState, error_fields
 from pgqueue.limits.claim import claim_limited
+from pgqueue.limits.fair import claim_fair
 from pgqueue.notifications import FINISHED_CHANNEL, finished_payload
 from pgqueue.worker.ledger import Claimed
 from pgqueue.workflow import dependencies
@@ -67,6 +68,8 @@ class JobStore:
         self._monotonic = clock
         #: Until when (``clock``) claims skip the limited claim: its last run found nothing.
         self._limited_idle_until = float("-inf")
+        #: The same for the fair claim (jobs with a fairness key).
+        self._fair_idle_until = float("-inf")
         #: A claim passed the limited claim over to the next one (see :meth:`claim`).
         self._limited_owed = False
         self.backend = db.backend
@@ -179,9 +182,10 @@ class JobStore:
         values = {statements.CLAIM_LIMIT: limit, statements.CLAIM_LOCK_TOKEN: lock_token}
         rows = self.backend.claim(conn, statement, values)
         skip = self._limited_idle_until - self._monotonic()
-        if len(rows) < limit and skip > 0:
+        fair_skip = self._fair_idle_until - self._monotonic()
+        if len(rows) < limit and skip > 0 and fair_skip > 0:
             # A limited job enqueued since the last look is claimed by then, not at the next poll.
-            self.rate_wake_in = skip
+            self.rate_wake_in = min(skip, fair_skip)
         elif rows and len(rows) < limit and not self._limited_owed:
             # Jobs claimed, slots left: commit now so their handlers start at once (the limited
             # claim is two more statements, a wait between a wake-up and its job's start), and
@@ -190,30 +194,65 @@ class JobStore:
             self._limited_owed = True
             self.rate_wake_in = 0.0
         elif len(rows) < limit and self._single_statement:
-            # The limited claim is several statements in one transaction: the next turn, at
-            # once, is one (claims_alone() is False until the limited claim has run).
+            # The limited and fair claims are several statements in one transaction: the next
+            # turn, at once, is one (claims_alone() is False until they have run).
             self._limited_owed = True
             self.rate_wake_in = 0.0
         elif len(rows) < limit:
             self._limited_owed = False
-            # Slots left over: jobs with flow limits have a claim of their own (pgqueue.limits).
-            limited = claim_limited(
-                conn,
-                self.backend.insert,
-                worker_id=self.worker_id,
-                lock_token=lock_token,
-                limit=limit - len(rows),
-                lease=self.lease,
-                queues=self.queues,
-                clock=clock,
-            )
-            rows += limited.rows
-            self.limited.update(row["id"] for row in limited.rows)
-            self.rate_wake_in = limited.wake_in
-            if not limited.rows and limited.wake_in is None:
-                self._limited_idle_until = self._monotonic() + LIMITED_IDLE_SECONDS
-            self.start_at.update((i, at.timestamp()) for i, at in limited.starts.items())
+            if skip > 0:
+                self.rate_wake_in = skip
+            else:
+                rows += self._claim_limited(conn, limit - len(rows), lock_token, clock)
+            if len(rows) < limit and fair_skip > 0:
+                self._wake_within(fair_skip)
+            elif len(rows) < limit:
+                rows += self._claim_fair(conn, limit - len(rows), lock_token, clock)
         return rows
+
+    def _wake_within(self, seconds: float) -> None:
+        self.rate_wake_in = seconds if self.rate_wake_in is None else min(self.rate_wake_in, seconds)
+
+    def _claim_limited(
+        self, conn: Connection, slots: int, lock_token: str, clock: Clock
+    ) -> list[Any]:
+        """Slots left over: jobs with flow limits have a claim of their own (pgqueue.limits)."""
+        limited = claim_limited(
+            conn,
+            self.backend.insert,
+            worker_id=self.worker_id,
+            lock_token=lock_token,
+            limit=slots,
+            lease=self.lease,
+            queues=self.queues,
+            clock=clock,
+        )
+        self.limited.update(row["id"] for row in limited.rows)
+        self.rate_wake_in = limited.wake_in
+        if not limited.rows and limited.wake_in is None:
+            self._limited_idle_until = self._monotonic() + LIMITED_IDLE_SECONDS
+        self.start_at.update((i, at.timestamp()) for i, at in limited.starts.items())
+        return limited.rows
+
+    def _claim_fair(self, conn: Connection, slots: int, lock_token: str, clock: Clock) -> list[Any]:
+        """Slots still left: jobs with a fairness key (pgqueue.limits.fair). Claims skip it for
+        a moment after it found none, like the limited claim."""
+        fair = claim_fair(
+            conn,
+            self.backend.insert,
+            worker_id=self.worker_id,
+            lock_token=lock_token,
+            limit=slots,
+            lease=self.lease,
+            queues=self.queues,
+            clock=clock,
+        )
+        if not fair.found:
+            self._fair_idle_until = self._monotonic() + LIMITED_IDLE_SECONDS
+        elif fair.more:
+            # Some key may have more due jobs than this claim reached: look again at once.
+            self._wake_within(0.0)
+        return fair.rows
 
     def extend(self, conn: Connection, holding: list[Claimed], clock: Clock) -> set[str]:
         """Extend the leases of ``holding``; returns the ids still held."""
