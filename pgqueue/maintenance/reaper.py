@@ -35,6 +35,7 @@ from pgqueue.maintenance.leadership import (
     Leadership,
     check_lock_namespace,
 )
+from pgqueue.limits.aging import age_priorities
 from pgqueue.maintenance.service import MaintenanceService, check_interval
 from pgqueue.notifications import ENQUEUED_CHANNEL, FINISHED_CHANNEL, finished_payload
 from pgqueue.retries import DEFAULT_RETRY
@@ -242,6 +243,9 @@ class Reaper(MaintenanceService):
             )
         with self.leadership.connect() as conn:
             conn.execute(statements.worker_prune(c.worker_ttl, self.db.backend.clock(now)))
+            # Priority aging rides on the reaper's tick (pgqueue.limits.aging): its bound is
+            # the reaper's interval past each step.
+            age_priorities(conn, self.db.backend.clock(now))
         if released:
             logger.warning("released stale running jobs count=%d", released)
         return released
