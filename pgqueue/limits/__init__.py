@@ -307,7 +307,9 @@ def check_fairness_key(value: object) -> str:
     try:
         text.encode("utf-8")
     except UnicodeEncodeError as exc:
-        raise ConfigError(f"fairness_key must be valid Unicode text: {exc.reason}") from exc
+        raise ConfigError(
+            f"fairness_key contains a lone surrogate ({text[exc.start]!r} at index {exc.start})"
+        ) from exc
     return text
 
 
