@@ -32,7 +32,7 @@ from pgqueue.schema import JOBS
 __all__ = ["AGING_BATCH", "age_priorities", "job_age"]
 
 #: Rows rewritten per statement: a tick loops until a batch comes back short.
-AGING_BATCH = 1_000
+AGING_BATCH = 500
 _EPSILON = 0.001
 
 
@@ -58,13 +58,14 @@ def job_age(clock: Clock, limit: int = AGING_BATCH) -> Update:
         )
         .limit(limit)
         .with_for_update(skip_locked=True)
-        .scalar_subquery()
+        # A CTE, as in the claim: evaluated once, then each row found by its primary key.
+        .cte("aged_ids")
     )
     waited_here = EpochSeconds(clock.now()) - EpochSeconds(JOBS.c.run_at) + _EPSILON
     steps_here = WholePart(waited_here / JOBS.c.priority_aging)
     return (
         update(JOBS)
-        .where(JOBS.c.id.in_(picked))
+        .where(JOBS.c.id.in_(select(picked.c.id)))
         .values(
             priority=case(
                 (JOBS.c.base_priority + steps_here > PRIORITY_RANGE[1], PRIORITY_RANGE[1]),
