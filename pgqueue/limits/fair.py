@@ -6,6 +6,7 @@ A claim serves the keys with the lowest pass first, so while several keys have d
 its weight's share of the starts, and a key alone gets every slot (nothing is capped).
 
 1. ``fair_keys``: every key with a due job (a loose index scan: one probe per key) and its pass.
+   A key alone is claimed like jobs without a key: one statement, ``SKIP LOCKED``, full batch.
    A key's effective pass is lifted to one step below the lowest pass among the *other* keys: a
    key that arrives, or comes back after an idle spell, is served next, once, and then in turn,
    instead of claiming the time it was idle as credit (so it cannot starve the others), and it
@@ -99,6 +100,38 @@ def share(
     return {k: n for k, n in counts.items() if n}, passes
 
 
+def _claim_alone(
+    conn: Connection,
+    key: str,
+    worker_id: str,
+    lock_token: str,
+    limit: int,
+    lease: float,
+    queues: Sequence[str] | None,
+    clock: Clock,
+) -> FairClaim:
+    """A lone key takes every slot, in one statement with ``SKIP LOCKED`` like the claim of jobs
+    without a key: no lock on its row, so workers claim it in parallel, and no pass to move
+    (passes only order keys against each other; a key that joins is placed against this one's
+    pass as it stands)."""
+    rows = list(
+        conn.execute(
+            statements.job_claim(
+                worker_id=worker_id,
+                lock_token=lock_token,
+                limit=limit,
+                lease=lease,
+                queues=queues,
+                clock=clock,
+                fairness_key=key,
+            )
+        )
+        .mappings()
+        .all()
+    )
+    return FairClaim(rows, True, False)
+
+
 def claim_fair(
     conn: Connection,
     insert: Callable[[Any], Any],
@@ -122,6 +155,8 @@ def claim_fair(
     active = conn.execute(fair_statements.fair_keys(queues=queues, clock=clock)).all()
     if not active:
         return FairClaim()
+    if len(active) == 1:
+        return _claim_alone(conn, active[0].key, worker_id, lock_token, limit, lease, queues, clock)
     stored: dict[str, float | None] = {row.key: row[1] for row in active}
     weights: dict[str, float] = {row.key: row.weight or 1.0 for row in active}
     lifted = effective(stored, weights)

@@ -75,9 +75,11 @@ def job_claim(
     queues: Sequence[str] | None,
     clock: Clock,
     ids: Sequence[str] | None = None,
+    fairness_key: str | None = None,
 ) -> Update:
     """Claim up to ``limit`` due jobs, highest priority first, then oldest ``run_at``, then id
-    (only among ``ids`` if given: ``pgqueue.testing.run_job``).
+    (only among ``ids`` if given: ``pgqueue.testing.run_job``; only the jobs without flow
+    limits of one ``fairness_key`` if given: the fair claim of a lone key).
 
     The CTE is an optimisation fence as well as the lock: PostgreSQL evaluates it once, locking
     exactly the rows it returns and skipping rows another claimer holds, instead of re-running a
@@ -94,6 +96,14 @@ def job_claim(
         conditions.append(JOBS.c.queue.in_(list(queues)))
     if ids is not None:
         conditions.append(JOBS.c.id.in_(list(ids)))
+    elif fairness_key is not None:
+        # The terms of the fair claim index's predicate, and its first column.
+        conditions += [
+            JOBS.c.concurrency_key.is_(None),
+            JOBS.c.rate_key.is_(None),
+            JOBS.c.fairness_key.is_not(None),
+            JOBS.c.fairness_key == fairness_key,
+        ]
     else:
         # Jobs with flow limits or a fairness key have claims of their own (pgqueue.limits);
         # the same terms as the claim indexes' predicate, so the planner can prove they cover

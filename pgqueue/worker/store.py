@@ -70,6 +70,8 @@ class JobStore:
         self._limited_idle_until = float("-inf")
         #: The same for the fair claim (jobs with a fairness key).
         self._fair_idle_until = float("-inf")
+        #: The last fair claim found jobs: the next claim is a transaction from the start.
+        self._fair_busy = False
         #: A claim passed the limited claim over to the next one (see :meth:`claim`).
         self._limited_owed = False
         self.backend = db.backend
@@ -114,8 +116,9 @@ class JobStore:
 
     def claims_alone(self) -> bool:
         """Whether the next claim may run as :meth:`claim_only`: not when it owes the claim of
-        jobs with flow limits, which takes several statements in one transaction."""
-        return not self._limited_owed
+        jobs with flow limits, which takes several statements in one transaction, nor while the
+        fair claim keeps finding jobs (a one-statement claim would only pass it on)."""
+        return not self._limited_owed and not self._fair_busy
 
     @contextmanager
     def _connected(self) -> Iterator[Connection]:
@@ -247,6 +250,7 @@ class JobStore:
             queues=self.queues,
             clock=clock,
         )
+        self._fair_busy = bool(fair.rows)
         if not fair.found:
             self._fair_idle_until = self._monotonic() + LIMITED_IDLE_SECONDS
         elif fair.more:
