@@ -38,7 +38,11 @@ from pgqueue import statements
 from pgqueue.backends.base import Clock
 from pgqueue.limits import fair_statements
 
-__all__ = ["FairClaim", "claim_fair", "share"]
+__all__ = ["LONE_SECONDS", "FairClaim", "claim_fair", "share"]
+
+#: How long a worker that found one key alone keeps claiming it without looking for others: the
+#: delay a key arriving beside a lone key's backlog may add to the bound (see docs/fairness.md).
+LONE_SECONDS = 0.05
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +58,8 @@ class FairClaim:
     rows: list[RowMapping] = field(default_factory=list)
     found: bool = False
     more: bool = False
+    #: The key, when it was the only one with due jobs (the claim took no lock).
+    lone: str | None = None
 
 
 def effective(passes: dict[str, float | None], weights: dict[str, float]) -> dict[str, float]:
@@ -129,7 +135,7 @@ def _claim_alone(
         .mappings()
         .all()
     )
-    return FairClaim(rows, True, False)
+    return FairClaim(rows, True, False, key)
 
 
 def claim_fair(
@@ -142,9 +148,13 @@ def claim_fair(
     lease: float,
     queues: Sequence[str] | None,
     clock: Clock,
+    lone: str | None = None,
 ) -> FairClaim:
     """Claim up to ``limit`` due jobs with a fairness key and no flow limit, the least served
     keys first (see the module docstring). Runs inside the caller's transaction.
+
+    ``lone``: a key the caller's last claim found alone: claim it without looking for other
+    keys (the worker does so for at most ``LONE_SECONDS`` before it looks again).
 
     Example::
 
@@ -152,6 +162,8 @@ def claim_fair(
             claimed = claim_fair(conn, queue.backend.insert, worker_id="w", lock_token=token,
                                  limit=8, lease=30, queues=None, clock=queue.backend.clock())
     """
+    if lone is not None:
+        return _claim_alone(conn, lone, worker_id, lock_token, limit, lease, queues, clock)
     active = conn.execute(fair_statements.fair_keys(queues=queues, clock=clock)).all()
     if not active:
         return FairClaim()

@@ -31,7 +31,7 @@ from pgqueue.errors import BackendError
 from pgqueue.execution import Outcome
 from pgqueue.job import JobState, error_fields
 from pgqueue.limits.claim import claim_limited
-from pgqueue.limits.fair import claim_fair
+from pgqueue.limits.fair import LONE_SECONDS, claim_fair
 from pgqueue.notifications import FINISHED_CHANNEL, finished_payload
 from pgqueue.worker.ledger import Claimed
 from pgqueue.workflow import dependencies
@@ -72,6 +72,12 @@ class JobStore:
         self._fair_idle_until = float("-inf")
         #: The last fair claim found jobs: the next claim is a transaction from the start.
         self._fair_busy = False
+        #: Until when (``clock``) claims skip the claim of jobs without a key: it found none
+        #: while the fair claim found some. A wake-up (:meth:`woken`) ends it at once.
+        self._unkeyed_idle_until = float("-inf")
+        #: A key the last fair claims found alone, and until when (``clock``) to claim it
+        #: without looking for other keys.
+        self._lone: tuple[str, float] | None = None
         #: A claim passed the limited claim over to the next one (see :meth:`claim`).
         self._limited_owed = False
         self.backend = db.backend
@@ -113,6 +119,10 @@ class JobStore:
                 yield connection
             finally:
                 self._single_statement = False
+
+    def woken(self) -> None:
+        """Jobs were enqueued: the next claim runs every claim statement again."""
+        self._unkeyed_idle_until = float("-inf")
 
     def claims_alone(self) -> bool:
         """Whether the next claim may run as :meth:`claim_only`: not when it owes the claim of
@@ -183,7 +193,12 @@ class JobStore:
             ),
         )
         values = {statements.CLAIM_LIMIT: limit, statements.CLAIM_LOCK_TOKEN: lock_token}
-        rows = self.backend.claim(conn, statement, values)
+        if self._single_statement or self._monotonic() >= self._unkeyed_idle_until:
+            rows = self.backend.claim(conn, statement, values)
+        else:
+            # Draining keyed jobs with none without a key due: the plan is the fair claim alone
+            # until a wake-up (an enqueue) or LIMITED_IDLE_SECONDS, whichever comes first.
+            rows = []
         skip = self._limited_idle_until - self._monotonic()
         fair_skip = self._fair_idle_until - self._monotonic()
         if len(rows) < limit and skip > 0 and fair_skip > 0:
@@ -210,7 +225,10 @@ class JobStore:
             if len(rows) < limit and fair_skip > 0:
                 self._wake_within(fair_skip)
             elif len(rows) < limit:
+                unkeyed = len(rows)
                 rows += self._claim_fair(conn, limit - len(rows), lock_token, clock)
+                if not unkeyed and len(rows) >= limit:
+                    self._unkeyed_idle_until = self._monotonic() + LIMITED_IDLE_SECONDS
         return rows
 
     def _wake_within(self, seconds: float) -> None:
@@ -240,6 +258,8 @@ class JobStore:
     def _claim_fair(self, conn: Connection, slots: int, lock_token: str, clock: Clock) -> list[Any]:
         """Slots still left: jobs with a fairness key (pgqueue.limits.fair). Claims skip it for
         a moment after it found none, like the limited claim."""
+        now = self._monotonic()
+        lone = self._lone[0] if self._lone is not None and now < self._lone[1] else None
         fair = claim_fair(
             conn,
             self.backend.insert,
@@ -249,7 +269,15 @@ class JobStore:
             lease=self.lease,
             queues=self.queues,
             clock=clock,
+            lone=lone,
         )
+        if fair.lone is None or len(fair.rows) < slots:
+            # Another key, or the lone key's due jobs ran out: the next claim looks at once.
+            self._lone = None
+            if lone is not None and len(fair.rows) < slots:
+                self._wake_within(0.0)
+        elif lone is None:
+            self._lone = (fair.lone, now + LONE_SECONDS)
         self._fair_busy = bool(fair.rows)
         if not fair.found:
             self._fair_idle_until = self._monotonic() + LIMITED_IDLE_SECONDS

@@ -55,6 +55,11 @@ class Job(models.Model):  # type: ignore[misc]
     unique_until = models.TextField(null=True)
     workflow_id = models.TextField(null=True)
     has_dependents = models.BooleanField(default=False)
+    # Fair share and priority aging (docs/fairness.md); None for a job without them.
+    fairness_key = models.TextField(null=True)
+    fairness_weight = models.FloatField(null=True)
+    priority_aging = models.FloatField(null=True)
+    base_priority = models.IntegerField(null=True)
 
     class Meta:
         managed = False
