@@ -216,11 +216,11 @@ def claim_fair(
     )
     key_of = {row.id: row.fairness_key for row in heads}
     got: dict[str, int] = {}
-    for row in rows:
-        got[key_of[row["id"]]] = got.get(key_of[row["id"]], 0) + 1
+    for claimed in rows:
+        got[key_of[claimed["id"]]] = got.get(key_of[claimed["id"]], 0) + 1
     fetched: dict[str, int] = {}
-    for row in heads:
-        fetched[row.fairness_key] = fetched.get(row.fairness_key, 0) + 1
+    for head in heads:
+        fetched[head.fairness_key] = fetched.get(head.fairness_key, 0) + 1
     drained = sorted(k for k, n in counts.items() if fetched.get(k, 0) < n)
     moved = []
     for key in sorted(counts):

@@ -117,7 +117,12 @@ def fair_record() -> Update:
     return (
         update(FAIRNESS)
         .where(FAIRNESS.c.key == bindparam("fair_key"))
-        .values({FAIRNESS.c["pass"]: bindparam("fair_pass"), FAIRNESS.c.weight: bindparam("fair_weight")})
+        .values(
+            {
+                FAIRNESS.c["pass"]: bindparam("fair_pass"),
+                FAIRNESS.c.weight: bindparam("fair_weight"),
+            }
+        )
     )
 
 

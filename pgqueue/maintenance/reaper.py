@@ -30,12 +30,12 @@ from sqlalchemy import Connection, RowMapping, Select
 from pgqueue import config, metrics, statements
 from pgqueue.config import DEFAULT_WORKER_TTL, STALLED_ERROR_TYPE
 from pgqueue.job import JobState, error_fields
+from pgqueue.limits.aging import age_priorities
 from pgqueue.maintenance.leadership import (
     DEFAULT_LOCK_NAMESPACE,
     Leadership,
     check_lock_namespace,
 )
-from pgqueue.limits.aging import age_priorities
 from pgqueue.maintenance.service import MaintenanceService, check_interval
 from pgqueue.notifications import ENQUEUED_CHANNEL, FINISHED_CHANNEL, finished_payload
 from pgqueue.retries import DEFAULT_RETRY

@@ -30,6 +30,7 @@ from pgqueue.schema import (
 
 __all__ = [
     "CLAIMED_COLUMNS",
+    "CLAIM_FAIRNESS_KEY",
     "CLAIM_LIMIT",
     "CLAIM_LOCK_TOKEN",
     "fenced",
@@ -44,6 +45,8 @@ CLAIM_LIMIT = "claim_limit"
 
 
 CLAIM_LOCK_TOKEN = "claim_lock_token"
+#: The key of job_claim(fairness_key=...), a parameter too: a worker keeps that statement.
+CLAIM_FAIRNESS_KEY = "claim_fairness_key"
 
 
 #: What a claim returns: only what a worker needs to run the job. Every column and above all
@@ -102,7 +105,7 @@ def job_claim(
             JOBS.c.concurrency_key.is_(None),
             JOBS.c.rate_key.is_(None),
             JOBS.c.fairness_key.is_not(None),
-            JOBS.c.fairness_key == fairness_key,
+            JOBS.c.fairness_key == bindparam(CLAIM_FAIRNESS_KEY, fairness_key, type_=Text),
         ]
     else:
         # Jobs with flow limits or a fairness key have claims of their own (pgqueue.limits);

@@ -232,7 +232,9 @@ class JobStore:
         return rows
 
     def _wake_within(self, seconds: float) -> None:
-        self.rate_wake_in = seconds if self.rate_wake_in is None else min(self.rate_wake_in, seconds)
+        self.rate_wake_in = (
+            seconds if self.rate_wake_in is None else min(self.rate_wake_in, seconds)
+        )
 
     def _claim_limited(
         self, conn: Connection, slots: int, lock_token: str, clock: Clock
@@ -259,7 +261,34 @@ class JobStore:
         """Slots still left: jobs with a fairness key (pgqueue.limits.fair). Claims skip it for
         a moment after it found none, like the limited claim."""
         now = self._monotonic()
-        lone = self._lone[0] if self._lone is not None and now < self._lone[1] else None
+        if self._lone is not None and now < self._lone[1]:
+            # The key the last look found alone: its claim alone, the statement kept and run
+            # like the claim of jobs without a key (one SKIP LOCKED statement, a full batch).
+            statement = self._statement(
+                "claim_lone",
+                clock,
+                lambda: statements.job_claim(
+                    worker_id=self.worker_id,
+                    lock_token=lock_token,
+                    limit=slots,
+                    lease=self.lease,
+                    queues=self.queues,
+                    clock=clock,
+                    fairness_key=self._lone[0] if self._lone else None,
+                ),
+            )
+            values = {
+                statements.CLAIM_LIMIT: slots,
+                statements.CLAIM_LOCK_TOKEN: lock_token,
+                statements.CLAIM_FAIRNESS_KEY: self._lone[0],
+            }
+            rows = self.backend.claim(conn, statement, values)
+            if len(rows) < slots:
+                # Its due jobs ran out, or another key's may wait: look again at once.
+                self._lone = None
+                self._wake_within(0.0)
+            self._fair_busy = bool(rows)
+            return rows
         fair = claim_fair(
             conn,
             self.backend.insert,
@@ -269,15 +298,11 @@ class JobStore:
             lease=self.lease,
             queues=self.queues,
             clock=clock,
-            lone=lone,
         )
-        if fair.lone is None or len(fair.rows) < slots:
-            # Another key, or the lone key's due jobs ran out: the next claim looks at once.
-            self._lone = None
-            if lone is not None and len(fair.rows) < slots:
-                self._wake_within(0.0)
-        elif lone is None:
+        if fair.lone is not None and len(fair.rows) >= slots:
             self._lone = (fair.lone, now + LONE_SECONDS)
+        else:
+            self._lone = None
         self._fair_busy = bool(fair.rows)
         if not fair.found:
             self._fair_idle_until = self._monotonic() + LIMITED_IDLE_SECONDS
