@@ -40,9 +40,10 @@ from pgqueue.limits import fair_statements
 
 __all__ = ["LONE_SECONDS", "FairClaim", "claim_fair", "share"]
 
-#: How long a worker that found one key alone keeps claiming it without looking for others: the
-#: delay a key arriving beside a lone key's backlog may add to the bound (see docs/fairness.md).
-LONE_SECONDS = 0.05
+#: How long a worker that found one key alone keeps claiming it without looking for others (a
+#: wake-up, i.e. an enqueue, ends it at once): the delay a key arriving beside a lone key's
+#: backlog may add to the bound when its wake-up is lost (see docs/fairness.md).
+LONE_SECONDS = 0.25
 
 
 @dataclass(frozen=True, slots=True)

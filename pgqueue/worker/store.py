@@ -121,8 +121,10 @@ class JobStore:
                 self._single_statement = False
 
     def woken(self) -> None:
-        """Jobs were enqueued: the next claim runs every claim statement again."""
+        """Jobs were enqueued: the next claim runs every claim statement again, and looks for
+        every fairness key (a new one competes from its first claim)."""
         self._unkeyed_idle_until = float("-inf")
+        self._lone = None
 
     def claims_alone(self) -> bool:
         """Whether the next claim may run as :meth:`claim_only`: not when it owes the claim of
@@ -197,7 +199,7 @@ class JobStore:
             rows = self.backend.claim(conn, statement, values)
         else:
             # Draining keyed jobs with none without a key due: the plan is the fair claim alone
-            # until a wake-up (an enqueue) or LIMITED_IDLE_SECONDS, whichever comes first.
+            # until a wake-up (an enqueue) or LONE_SECONDS, whichever comes first.
             rows = []
         skip = self._limited_idle_until - self._monotonic()
         fair_skip = self._fair_idle_until - self._monotonic()
@@ -228,7 +230,7 @@ class JobStore:
                 unkeyed = len(rows)
                 rows += self._claim_fair(conn, limit - len(rows), lock_token, clock)
                 if not unkeyed and len(rows) >= limit:
-                    self._unkeyed_idle_until = self._monotonic() + LIMITED_IDLE_SECONDS
+                    self._unkeyed_idle_until = self._monotonic() + LONE_SECONDS
         return rows
 
     def _wake_within(self, seconds: float) -> None:
