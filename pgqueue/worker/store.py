@@ -195,12 +195,17 @@ class JobStore:
             ),
         )
         values = {statements.CLAIM_LIMIT: limit, statements.CLAIM_LOCK_TOKEN: lock_token}
-        if self._single_statement or self._monotonic() >= self._unkeyed_idle_until:
-            rows = self.backend.claim(conn, statement, values)
-        else:
-            # Draining keyed jobs with none without a key due: the plan is the fair claim alone
-            # until a wake-up (an enqueue) or LONE_SECONDS, whichever comes first.
-            rows = []
+        if not self._single_statement and self._monotonic() < self._unkeyed_idle_until:
+            # Draining keyed jobs with none without a key due: the plan is the fair claim in
+            # the unkeyed claim's place (limited jobs get the slots it leaves, as they get those
+            # the unkeyed claim leaves), until a wake-up (an enqueue), LONE_SECONDS or a short
+            # batch, whichever comes first.
+            rows = self._claim_fair(conn, limit, lock_token, clock)
+            if len(rows) < limit:
+                self._unkeyed_idle_until = float("-inf")
+                self._wake_within(0.0)
+            return rows
+        rows = self.backend.claim(conn, statement, values)
         skip = self._limited_idle_until - self._monotonic()
         fair_skip = self._fair_idle_until - self._monotonic()
         if len(rows) < limit and skip > 0 and fair_skip > 0:
