@@ -1,6 +1,6 @@
 """Drain throughput: no-op jobs, 1 and 2 worker processes, several concurrency settings; then
 the flow-limited claim path: jobs of a ``max_running=50`` task, and of a ``rate_limit="200/s"``
-task (whose ceiling is the limit itself).
+task (whose ceiling is the limit itself); then the fair claim of one fairness key alone.
 
 The workers start first and wait, idle; the jobs are then enqueued in one transaction, whose
 commit wakes them. The rate is jobs over the span from the first job's start to the last job's
@@ -35,6 +35,8 @@ QUICK_SETTINGS = ((1, 10), (2, 10))
 LIMITED: tuple[tuple[str, dict[str, Any], int, int], ...] = (
     ("bench.capped", {"max_running": 50}, 20_000, 200),
     ("bench.paced", {"rate_limit": "200/s"}, 2_000, 100),
+    # One fairness key alone (docs/fairness.md): its drain against the unkeyed one above.
+    ("bench.noop", {"fairness_key": "tenant-a"}, 20_000, 200),
 )
 
 

@@ -77,6 +77,9 @@ class TaskDeclarations:
         rate_limit_key: KeySource | None = ...,
         unique_key: KeySource | None = ...,
         unique_until: str = ...,
+        fairness_key: KeySource | None = ...,
+        fairness_weight: float | None = ...,
+        priority_aging: float | timedelta | None = ...,
         transactional: bool = ...,
         max_snoozes: int | None = ...,
         on_conflict: str = ...,
@@ -101,6 +104,9 @@ class TaskDeclarations:
         rate_limit_key: KeySource | None = None,
         unique_key: KeySource | None = None,
         unique_until: str = "started",
+        fairness_key: KeySource | None = None,
+        fairness_weight: float | None = None,
+        priority_aging: float | timedelta | None = None,
         transactional: bool = False,
         max_snoozes: int | None = None,
         on_conflict: str = "keep",
@@ -131,6 +137,9 @@ class TaskDeclarations:
         ``on_conflict="replace"`` (debounce) or ``"replace_keep_run_at"``, replaces the waiting
         job's arguments (docs/scheduling.md). ``max_snoozes`` caps how many times a job may
         :class:`Snooze` (None: no cap).
+        Fair share (docs/fairness.md): ``fairness_key`` (an argument name or a callable, e.g. the
+        tenant) interleaves keys' jobs by ``fairness_weight``; ``priority_aging`` (seconds or a
+        timedelta) raises a waiting job's priority one step per that much waiting.
 
         Example::
 
@@ -183,6 +192,9 @@ class TaskDeclarations:
                 rate_limit_key=rate_limit_key,
                 unique_key=unique_key,
                 unique_until=unique_until,
+                fairness_key=fairness_key,
+                fairness_weight=fairness_weight,
+                priority_aging=priority_aging,
             )
             task_name = config.check_name("task name", name or f"{fn.__module__}.{fn.__qualname__}")
             existing = self.tasks.get(task_name)

@@ -30,6 +30,7 @@ __all__ = [
     "DEPENDENCIES",
     "EVENTS",
     "EVENT_LISTENERS",
+    "FAIRNESS",
     "JOBS",
     "KEPT_ERRORS",
     "LEADERS",
@@ -59,9 +60,13 @@ KEPT_ERRORS = 10
 _CLAIMABLE = _in("state", CLAIMABLE_STATES)
 #: Claimable jobs without a flow limit: the unlimited claim's rows (its statement repeats the
 #: predicate term for term, so both databases can prove the claim indexes cover it).
-UNLIMITED_PREDICATE = "concurrency_key IS NULL AND rate_key IS NULL"
+UNLIMITED_PREDICATE = "concurrency_key IS NULL AND rate_key IS NULL AND fairness_key IS NULL"
 LIMITED_PREDICATE = "(concurrency_key IS NOT NULL OR rate_key IS NOT NULL)"
+#: Claimable jobs with a fairness key and no flow limit: the fair claim's rows (pgqueue.limits.fair).
+FAIR_PREDICATE = "concurrency_key IS NULL AND rate_key IS NULL AND fairness_key IS NOT NULL"
 _CLAIMABLE_UNLIMITED = text(f"{_CLAIMABLE.text} AND {UNLIMITED_PREDICATE}")
+_CLAIMABLE_FAIR = text(f"{_CLAIMABLE.text} AND {FAIR_PREDICATE}")
+_AGING = text(f"{_CLAIMABLE.text} AND priority_aging IS NOT NULL")
 _CLAIMABLE_LIMITED = text(f"{_CLAIMABLE.text} AND {LIMITED_PREDICATE}")
 _RUNNING_LIMITED = text("state = 'processing' AND concurrency_key IS NOT NULL")
 #: The states in which a unique key is taken: waiting always, running too with
@@ -125,6 +130,15 @@ JOBS = Table(
     # How many times a handler snoozed the job (``pgqueue.Snooze``): each snooze sends it back to
     # ``queued`` without spending an attempt, so this is the only trace; ``max_snoozes`` caps it.
     Column("snoozes", Integer, nullable=False, server_default=text("0")),
+    # Fair share (docs/fairness.md): claims interleave the jobs of different fairness keys by
+    # each key's share, ``fairness_weight`` (None: 1). The key is the caller's value, not scoped
+    # by task: a tenant's share spans every task.
+    Column("fairness_key", Text),
+    Column("fairness_weight", Float),
+    # Priority aging: a waiting job gains one priority step per ``priority_aging`` seconds past
+    # its ``run_at``, counted from ``base_priority`` (the priority it was enqueued with).
+    Column("priority_aging", Float),
+    Column("base_priority", Integer),
     CheckConstraint(
         "state IN ({})".format(", ".join(repr(str(s)) for s in JobState)),
         name="ck_pgqueue_jobs_state",
@@ -150,6 +164,17 @@ partial_index(
     JOBS.c.id,
     where=_CLAIMABLE_UNLIMITED,
 )
+# The fair claim's scan: per fairness key, in claim order (a loose index scan finds the keys).
+partial_index(
+    "ix_pgqueue_jobs_claim_fair",
+    JOBS.c.fairness_key,
+    JOBS.c.priority.desc(),
+    JOBS.c.run_at,
+    JOBS.c.id,
+    where=_CLAIMABLE_FAIR,
+)
+# Priority aging's scan: waiting jobs that age (pgqueue.limits.aging), and only those.
+partial_index("ix_pgqueue_jobs_aging", JOBS.c.run_at, where=_AGING)
 # The limited claim's scan: waiting jobs with a limit, by key, in claim order.
 partial_index(
     "ix_pgqueue_jobs_claim_limited",
@@ -258,6 +283,19 @@ PAUSED_QUEUES = Table(
     METADATA,
     Column("queue", Text, primary_key=True),
     Column("paused_at", UTCDateTime, nullable=False),
+)
+
+# Fair share's state, one row per fairness key that has claimable jobs: its ``pass``, the virtual
+# time it has been served up to (each claimed job adds 1 / weight). Claims lock the rows of the
+# keys they claim from and serve the keys with the lowest pass first (pgqueue.limits.fair). A key
+# left without due jobs loses its row, so no key banks credit while it is idle.
+FAIRNESS = Table(
+    "pgqueue_fairness",
+    METADATA,
+    Column("key", Text, primary_key=True),
+    Column("pass", Float, nullable=False),
+    # The key's weight as its last claimed job gave it (a key's first claim counts 1).
+    Column("weight", Float, nullable=False, server_default=text("1")),
 )
 
 # Lifecycle events (pgqueue/events/). Who listens: a row per live listener, renewed while it

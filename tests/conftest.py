@@ -61,7 +61,7 @@ def _truncate(url: str) -> None:
             "TRUNCATE pgqueue_jobs, pgqueue_workers, pgqueue_leaders, pgqueue_schedules, "
             "pgqueue_event_listeners, pgqueue_events, "
             "pgqueue_limits, pgqueue_dependencies, pgqueue_steps, pgqueue_signals, "
-            "pgqueue_paused_queues"
+            "pgqueue_paused_queues, pgqueue_fairness"
         )
     engine.dispose()
 

@@ -7,14 +7,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import ColumnElement, literal_column
+from sqlalchemy import ColumnElement, Float, Integer, literal_column
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.expression import FunctionElement
 
 from pgqueue.backends.types import Document, UTCDateTime
 
-__all__ = ["BoundedAppend", "DatabaseNow"]
+__all__ = ["BoundedAppend", "DatabaseNow", "EpochSeconds", "WholePart"]
 
 
 class BoundedAppend(FunctionElement[Any]):
@@ -124,3 +124,55 @@ def _now_sqlite(element: DatabaseNow, compiler: SQLCompiler, **kw: Any) -> str:
 @compiles(DatabaseNow)
 def _now_other(element: DatabaseNow, compiler: SQLCompiler, **kw: Any) -> str:
     raise NotImplementedError(f"DatabaseNow has no form for {compiler.dialect.name}")
+
+
+class EpochSeconds(FunctionElement[float]):
+    """Seconds since 1970-01-01 UTC of an instant (a ``UTCDateTime`` expression), as a float.
+
+    Example::
+
+        EpochSeconds(clock.now()) - EpochSeconds(JOBS.c.run_at)   # seconds waited
+    """
+
+    type = Float()
+    inherit_cache = True
+    name = "pgqueue_epoch_seconds"
+
+
+@compiles(EpochSeconds, "postgresql")
+def _epoch_postgresql(element: EpochSeconds, compiler: SQLCompiler, **kw: Any) -> str:
+    (instant,) = element.clauses
+    return f"EXTRACT(EPOCH FROM {compiler.process(instant, **kw)})::float8"
+
+
+@compiles(EpochSeconds, "sqlite")
+def _epoch_sqlite(element: EpochSeconds, compiler: SQLCompiler, **kw: Any) -> str:
+    # Naive UTC text (backends.types.UTCDateTime); julianday() parses it on every SQLite.
+    (instant,) = element.clauses
+    return f"((julianday({compiler.process(instant, **kw)}) - 2440587.5) * 86400.0)"
+
+
+class WholePart(FunctionElement[int]):
+    """The whole part of a non-negative number, as an integer (PostgreSQL's CAST rounds,
+    SQLite's truncates, and SQLite has no FLOOR without its math extension).
+
+    Example::
+
+        WholePart(seconds / step)   # whole steps
+    """
+
+    type = Integer()
+    inherit_cache = True
+    name = "pgqueue_whole_part"
+
+
+@compiles(WholePart, "postgresql")
+def _whole_postgresql(element: WholePart, compiler: SQLCompiler, **kw: Any) -> str:
+    (value,) = element.clauses
+    return f"FLOOR({compiler.process(value, **kw)})::integer"
+
+
+@compiles(WholePart, "sqlite")
+def _whole_sqlite(element: WholePart, compiler: SQLCompiler, **kw: Any) -> str:
+    (value,) = element.clauses
+    return f"CAST({compiler.process(value, **kw)} AS INTEGER)"

@@ -25,6 +25,7 @@ import math
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 from pgqueue.errors import ConfigError
@@ -55,6 +56,9 @@ LIMIT_OPTIONS = (
     "rate_limit_key",
     "unique_key",
     "unique_until",
+    "fairness_key",
+    "fairness_weight",
+    "priority_aging",
 )
 
 #: ``unique_until`` values: the key is free again once the holder starts (``"started"``, the
@@ -81,6 +85,13 @@ MIN_RATE_STEP = 1e-6
 # thousand digits), then the unit; spaces allowed around each part.
 _RATE = re.compile(r"^\s*(\d{1,7})\s*/\s*(\d{1,9}(?:\.\d{1,6})?)?\s*([a-z]+)\s*$")
 _RATE_FORMS = "'10/s', '600/m', '1000/h', '5/d' or '100/15m' (units: s, m, h, d)"
+#: Bounds of ``fairness_weight``: a key's share is its weight over the weights of the keys
+#: waiting beside it.
+MAX_FAIRNESS_WEIGHT = 1_000_000.0
+MIN_FAIRNESS_WEIGHT = 1e-6
+#: Bounds of ``priority_aging`` in seconds per priority step (one second to one year).
+MIN_PRIORITY_AGING = 1.0
+MAX_PRIORITY_AGING = 366 * 86400.0
 
 #: Where a key comes from: the name of one of the handler's arguments, or a callable given the
 #: job's arguments (``lambda order, **_: order["customer"]``).
@@ -153,9 +164,18 @@ class Limits:
     rate_limit_key: KeySource | None = None
     unique_key: KeySource | None = None
     unique_until: str = "started"
+    fairness_key: KeySource | None = None
+    fairness_weight: float | None = None
+    priority_aging: float | None = None
 
     def __bool__(self) -> bool:
-        return bool(self.max_running or self.rate_limit or self.unique_key is not None)
+        return bool(
+            self.max_running
+            or self.rate_limit
+            or self.unique_key is not None
+            or self.fairness_key is not None
+            or self.priority_aging is not None
+        )
 
     def columns(
         self,
@@ -194,6 +214,17 @@ class Limits:
             if key is not _NONE:
                 until = options.get("unique_until", self.unique_until)
                 columns.update(unique_key=key, unique_until=until)
+        if "fairness_key" in options or self.fairness_key is not None:
+            value = _value("fairness_key", options, self.fairness_key, task, function, args, kwargs)
+            if value is not None:
+                # Not scoped by task: a tenant's share spans every task it has jobs of.
+                weight = options.get("fairness_weight", self.fairness_weight)
+                columns.update(fairness_key=check_fairness_key(value), fairness_weight=weight)
+        elif "fairness_weight" in options:
+            raise ConfigError(f"fairness_weight needs fairness_key (task {task!r} declares none)")
+        aging = options.get("priority_aging", self.priority_aging)
+        if aging is not None:
+            columns["priority_aging"] = aging
         return columns
 
 
@@ -264,8 +295,32 @@ _COLUMNS = (
     "rate_period",
     "unique_key",
     "unique_until",
+    "fairness_key",
+    "fairness_weight",
+    "priority_aging",
 )
 _NONE = object()
+
+
+def _value(
+    field: str,
+    options: Mapping[str, Any],
+    source: KeySource | None,
+    task: str,
+    function: Callable[..., Any] | None,
+    args: Sequence[Any],
+    kwargs: Mapping[str, Any],
+) -> Any:
+    """A key's raw value: the per-call option, else what the task's source gives."""
+    if field in options:
+        return options[field]
+    if callable(source):
+        try:
+            return source(*args, **kwargs)
+        except Exception as exc:
+            raise ConfigError(f"{field} of task {task!r} raised {exc!r}") from exc
+    assert source is not None
+    return _argument(task, field, source, function, args, kwargs)
 
 
 def _key(
@@ -313,6 +368,56 @@ def _argument(
         raise ConfigError(f"{field}: the arguments do not fit task {task!r}: {exc}") from exc
     bound.apply_defaults()
     return bound.arguments[name]
+
+
+def check_fairness_key(value: object) -> str:
+    """A fairness key as text (:func:`check_key_value`: a str both databases store as given, or
+    an int).
+
+    Example::
+
+        check_fairness_key("tenant-42")   # "tenant-42"
+    """
+    return check_key_value("fairness_key", value)
+
+
+def check_fairness_weight(value: object) -> float:
+    """A key's share, a finite number from ``MIN_FAIRNESS_WEIGHT`` to ``MAX_FAIRNESS_WEIGHT``.
+
+    Example::
+
+        check_fairness_weight(2)   # 2.0; 0, -1, nan, inf and True raise ConfigError
+    """
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not MIN_FAIRNESS_WEIGHT <= value <= MAX_FAIRNESS_WEIGHT
+    ):
+        raise ConfigError(
+            f"fairness_weight must be a number from {MIN_FAIRNESS_WEIGHT:g} to "
+            f"{MAX_FAIRNESS_WEIGHT:g}, not {value!r}"
+        )
+    return float(value)
+
+
+def check_priority_aging(value: object) -> float:
+    """Seconds (or a timedelta) per priority step a waiting job gains, 1 s to 366 days.
+
+    Example::
+
+        check_priority_aging(timedelta(minutes=1))   # 60.0
+    """
+    seconds = value.total_seconds() if isinstance(value, timedelta) else value
+    if (
+        isinstance(seconds, bool)
+        or not isinstance(seconds, int | float)
+        or not MIN_PRIORITY_AGING <= seconds <= MAX_PRIORITY_AGING
+    ):
+        raise ConfigError(
+            f"priority_aging must be a timedelta or seconds from {MIN_PRIORITY_AGING:g} to "
+            f"{MAX_PRIORITY_AGING:g}, not {value!r}"
+        )
+    return float(seconds)
 
 
 def check_max_running(value: object) -> int:
@@ -371,6 +476,9 @@ def check_limits(
     rate_limit_key: object = None,
     unique_key: object = None,
     unique_until: object = "started",
+    fairness_key: object = None,
+    fairness_weight: object = None,
+    priority_aging: object = None,
 ) -> Limits:
     """Validate a task's declared limits against its function (an argument name must be one of
     its parameters), at declaration time.
@@ -380,6 +488,8 @@ def check_limits(
         check_limits(sync, max_running=1, concurrency_key="customer_id")   # Limits(...)
     """
     running = None if max_running is None else check_max_running(max_running)
+    if fairness_weight is not None and fairness_key is None:
+        raise ConfigError("fairness_weight needs fairness_key")
     rate = None if rate_limit is None else RateLimit.parse(rate_limit)
     return Limits(
         max_running=running,
@@ -392,4 +502,7 @@ def check_limits(
         ),
         unique_key=_check_source("unique_key", unique_key, function, None),
         unique_until=check_unique_until(unique_until),
+        fairness_key=_check_source("fairness_key", fairness_key, function, None),
+        fairness_weight=None if fairness_weight is None else check_fairness_weight(fairness_weight),
+        priority_aging=None if priority_aging is None else check_priority_aging(priority_aging),
     )

@@ -30,6 +30,7 @@ from sqlalchemy import Connection, RowMapping, Select
 from pgqueue import config, metrics, statements
 from pgqueue.config import DEFAULT_WORKER_TTL, STALLED_ERROR_TYPE
 from pgqueue.job import JobState, error_fields
+from pgqueue.limits.aging import age_priorities
 from pgqueue.maintenance.leadership import (
     DEFAULT_LOCK_NAMESPACE,
     Leadership,
@@ -242,6 +243,9 @@ class Reaper(MaintenanceService):
             )
         with self.leadership.connect() as conn:
             conn.execute(statements.worker_prune(c.worker_ttl, self.db.backend.clock(now)))
+            # Priority aging rides on the reaper's tick (pgqueue.limits.aging): its bound is
+            # the reaper's interval past each step.
+            age_priorities(conn, self.db.backend.clock(now))
         if released:
             logger.warning("released stale running jobs count=%d", released)
         return released

@@ -19,9 +19,12 @@ from pgqueue.limits import (
     LIMIT_OPTIONS,
     Limits,
     RateLimit,
+    check_fairness_key,
+    check_fairness_weight,
     check_key_sizes,
     check_key_value,
     check_max_running,
+    check_priority_aging,
     check_unique_until,
 )
 from pgqueue.producer.spec import EnqueueOptions, JobSpec
@@ -109,6 +112,8 @@ def build_row(
         "delay": timedelta(seconds=merged.get("delay", 0.0)),
         **limit_columns,
     }
+    # Aging counts from the priority the job was enqueued with (pgqueue.limits.aging).
+    row["base_priority"] = None if row["priority_aging"] is None else row["priority"]
     for key in LINK_FIELDS:
         if merged.get(key) is not None:
             row[key] = merged[key]
@@ -157,6 +162,9 @@ _CHECKS: dict[str, Callable[[Any], Any]] = {
     "rate_limit_key": _key_check("rate_limit_key"),
     "unique_key": _key_check("unique_key"),
     "unique_until": check_unique_until,
+    "fairness_key": check_fairness_key,
+    "fairness_weight": check_fairness_weight,
+    "priority_aging": check_priority_aging,
     "id": config.check_job_id,
     "priority": config.check_priority,
     "delay": _delay,
@@ -184,5 +192,6 @@ _SPEC_FIELDS = (
     "concurrency_key",
     "rate_limit_key",
     "unique_key",
+    "fairness_key",
     *LINK_FIELDS,
 )

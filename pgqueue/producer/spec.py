@@ -32,6 +32,8 @@ class EnqueueOptions(TypedDict, total=False):
     Flow limits (docs/limits.md) override the task's for this job: ``max_running`` and
     ``concurrency_key`` (the key's value, e.g. ``"acme"``), ``rate_limit`` (``"10/s"``) and
     ``rate_limit_key``, ``unique_key`` and ``unique_until`` (``"started"`` or ``"finished"``).
+    Fair share and aging (docs/fairness.md): ``fairness_key`` (e.g. ``"tenant-42"``) and
+    ``fairness_weight`` (default 1), ``priority_aging`` (seconds or a timedelta per step).
     ``depends_on`` (job ids or EnqueueResults) makes the job ``waiting`` until every one of them
     has finished; ``on_dependency_failure`` is ``"cancel"`` (default: the job is cancelled when
     one of them fails or is cancelled, and so are its own dependents) or ``"run"`` (it runs
@@ -60,6 +62,9 @@ class EnqueueOptions(TypedDict, total=False):
     rate_limit_key: str | int
     unique_key: str | int
     unique_until: str
+    fairness_key: str | int
+    fairness_weight: float
+    priority_aging: float | timedelta
     depends_on: Iterable[str | EnqueueResult]
     on_dependency_failure: str
     workflow_id: str
@@ -88,6 +93,8 @@ class JobSpec:
     concurrency_key: str | int | None = None
     rate_limit_key: str | int | None = None
     unique_key: str | int | None = None
+    #: This job's fairness key (docs/fairness.md).
+    fairness_key: str | int | None = None
     depends_on: Iterable[str | EnqueueResult] | None = None
     on_dependency_failure: str | None = None
     workflow_id: str | None = None

@@ -31,6 +31,7 @@ from pgqueue.statements.pauses import queue_not_paused
 
 __all__ = [
     "CLAIMED_COLUMNS",
+    "CLAIM_FAIRNESS_KEY",
     "CLAIM_LIMIT",
     "CLAIM_LOCK_TOKEN",
     "fenced",
@@ -45,6 +46,8 @@ CLAIM_LIMIT = "claim_limit"
 
 
 CLAIM_LOCK_TOKEN = "claim_lock_token"
+#: The key of job_claim(fairness_key=...), a parameter too: a worker keeps that statement.
+CLAIM_FAIRNESS_KEY = "claim_fairness_key"
 
 
 #: What a claim returns: only what a worker needs to run the job. Every column and above all
@@ -76,9 +79,11 @@ def job_claim(
     queues: Sequence[str] | None,
     clock: Clock,
     ids: Sequence[str] | None = None,
+    fairness_key: str | None = None,
 ) -> Update:
     """Claim up to ``limit`` due jobs, highest priority first, then oldest ``run_at``, then id
-    (only among ``ids`` if given: ``pgqueue.testing.run_job``).
+    (only among ``ids`` if given: ``pgqueue.testing.run_job``; only the jobs without flow
+    limits of one ``fairness_key`` if given: the fair claim of a lone key).
 
     The CTE is an optimisation fence as well as the lock: PostgreSQL evaluates it once, locking
     exactly the rows it returns and skipping rows another claimer holds, instead of re-running a
@@ -97,12 +102,26 @@ def job_claim(
         # Named jobs (Worker.run_jobs, pgqueue.testing.run_job; the limited claim's picks,
         # which skipped paused queues already) are claimed even in a paused queue.
         conditions.append(JOBS.c.id.in_(list(ids)))
+    elif fairness_key is not None:
+        conditions.append(queue_not_paused())
+        # The terms of the fair claim index's predicate, and its first column.
+        conditions += [
+            JOBS.c.concurrency_key.is_(None),
+            JOBS.c.rate_key.is_(None),
+            JOBS.c.fairness_key.is_not(None),
+            JOBS.c.fairness_key == bindparam(CLAIM_FAIRNESS_KEY, fairness_key, type_=Text),
+        ]
     else:
         # Queue.pause: one primary-key probe per candidate row, no statement of its own.
         conditions.append(queue_not_paused())
-        # Jobs with flow limits have a claim of their own (pgqueue.limits); the same terms as
-        # the claim indexes' predicate, so the planner can prove they cover this query.
-        conditions += [JOBS.c.concurrency_key.is_(None), JOBS.c.rate_key.is_(None)]
+        # Jobs with flow limits or a fairness key have claims of their own (pgqueue.limits);
+        # the same terms as the claim indexes' predicate, so the planner can prove they cover
+        # this query.
+        conditions += [
+            JOBS.c.concurrency_key.is_(None),
+            JOBS.c.rate_key.is_(None),
+            JOBS.c.fairness_key.is_(None),
+        ]
     picked = (
         select(JOBS.c.id)
         .where(*conditions)

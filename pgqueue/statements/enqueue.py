@@ -49,6 +49,10 @@ LIMIT_COLUMNS = (
     "rate_period",
     "unique_key",
     "unique_until",
+    "fairness_key",
+    "fairness_weight",
+    "priority_aging",
+    "base_priority",
 )
 
 

@@ -26,9 +26,10 @@ __all__ = [
 ]
 
 
-def queue_not_paused() -> ColumnElement[bool]:
-    """The claim's condition: the candidate job's queue has no pause row."""
-    return ~exists().where(PAUSED_QUEUES.c.queue == JOBS.c.queue)
+def queue_not_paused(jobs: Any = JOBS) -> ColumnElement[bool]:
+    """The claim's condition: the candidate job's queue has no pause row (``jobs``: the jobs
+    table, or an alias of it)."""
+    return ~exists().where(PAUSED_QUEUES.c.queue == jobs.c.queue)
 
 
 def queue_pause(insert: Any, name: str, clock: Clock) -> Any:

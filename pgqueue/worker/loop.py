@@ -221,6 +221,7 @@ class WorkerLoop:
         elif message is _WAKE:
             self._wake_posted = False
             self.planner.due = True
+            self.store.woken()
         elif isinstance(message, _Stop):
             running = len(self.ledger.running())
             if message.force:

@@ -31,6 +31,7 @@ from pgqueue.errors import BackendError
 from pgqueue.execution import Outcome
 from pgqueue.job import JobState, error_fields
 from pgqueue.limits.claim import claim_limited
+from pgqueue.limits.fair import LONE_SECONDS, claim_fair
 from pgqueue.notifications import FINISHED_CHANNEL, finished_payload
 from pgqueue.worker.ledger import Claimed
 from pgqueue.workflow import dependencies
@@ -67,6 +68,16 @@ class JobStore:
         self._monotonic = clock
         #: Until when (``clock``) claims skip the limited claim: its last run found nothing.
         self._limited_idle_until = float("-inf")
+        #: The same for the fair claim (jobs with a fairness key).
+        self._fair_idle_until = float("-inf")
+        #: The last fair claim found jobs: the next claim is a transaction from the start.
+        self._fair_busy = False
+        #: Until when (``clock``) claims skip the claim of jobs without a key: it found none
+        #: while the fair claim found some. A wake-up (:meth:`woken`) ends it at once.
+        self._unkeyed_idle_until = float("-inf")
+        #: A key the last fair claims found alone, and until when (``clock``) to claim it
+        #: without looking for other keys.
+        self._lone: tuple[str, float] | None = None
         #: A claim passed the limited claim over to the next one (see :meth:`claim`).
         self._limited_owed = False
         self.backend = db.backend
@@ -109,10 +120,17 @@ class JobStore:
             finally:
                 self._single_statement = False
 
+    def woken(self) -> None:
+        """Jobs were enqueued: the next claim runs every claim statement again, and looks for
+        every fairness key (a new one competes from its first claim)."""
+        self._unkeyed_idle_until = float("-inf")
+        self._lone = None
+
     def claims_alone(self) -> bool:
         """Whether the next claim may run as :meth:`claim_only`: not when it owes the claim of
-        jobs with flow limits, which takes several statements in one transaction."""
-        return not self._limited_owed
+        jobs with flow limits, which takes several statements in one transaction, nor while the
+        fair claim keeps finding jobs (a one-statement claim would only pass it on)."""
+        return not self._limited_owed and not self._fair_busy
 
     @contextmanager
     def _connected(self) -> Iterator[Connection]:
@@ -177,11 +195,22 @@ class JobStore:
             ),
         )
         values = {statements.CLAIM_LIMIT: limit, statements.CLAIM_LOCK_TOKEN: lock_token}
+        if not self._single_statement and self._monotonic() < self._unkeyed_idle_until:
+            # Draining keyed jobs with none without a key due: the plan is the fair claim in
+            # the unkeyed claim's place (limited jobs get the slots it leaves, as they get those
+            # the unkeyed claim leaves), until a wake-up (an enqueue), LONE_SECONDS or a short
+            # batch, whichever comes first.
+            rows = self._claim_fair(conn, limit, lock_token, clock)
+            if len(rows) < limit:
+                self._unkeyed_idle_until = float("-inf")
+                self._wake_within(0.0)
+            return rows
         rows = self.backend.claim(conn, statement, values)
         skip = self._limited_idle_until - self._monotonic()
-        if len(rows) < limit and skip > 0:
+        fair_skip = self._fair_idle_until - self._monotonic()
+        if len(rows) < limit and skip > 0 and fair_skip > 0:
             # A limited job enqueued since the last look is claimed by then, not at the next poll.
-            self.rate_wake_in = skip
+            self.rate_wake_in = min(skip, fair_skip)
         elif rows and len(rows) < limit and not self._limited_owed:
             # Jobs claimed, slots left: commit now so their handlers start at once (the limited
             # claim is two more statements, a wait between a wake-up and its job's start), and
@@ -190,30 +219,104 @@ class JobStore:
             self._limited_owed = True
             self.rate_wake_in = 0.0
         elif len(rows) < limit and self._single_statement:
-            # The limited claim is several statements in one transaction: the next turn, at
-            # once, is one (claims_alone() is False until the limited claim has run).
+            # The limited and fair claims are several statements in one transaction: the next
+            # turn, at once, is one (claims_alone() is False until they have run).
             self._limited_owed = True
             self.rate_wake_in = 0.0
         elif len(rows) < limit:
             self._limited_owed = False
-            # Slots left over: jobs with flow limits have a claim of their own (pgqueue.limits).
-            limited = claim_limited(
-                conn,
-                self.backend.insert,
-                worker_id=self.worker_id,
-                lock_token=lock_token,
-                limit=limit - len(rows),
-                lease=self.lease,
-                queues=self.queues,
-                clock=clock,
-            )
-            rows += limited.rows
-            self.limited.update(row["id"] for row in limited.rows)
-            self.rate_wake_in = limited.wake_in
-            if not limited.rows and limited.wake_in is None:
-                self._limited_idle_until = self._monotonic() + LIMITED_IDLE_SECONDS
-            self.start_at.update((i, at.timestamp()) for i, at in limited.starts.items())
+            if skip > 0:
+                self.rate_wake_in = skip
+            else:
+                rows += self._claim_limited(conn, limit - len(rows), lock_token, clock)
+            if len(rows) < limit and fair_skip > 0:
+                self._wake_within(fair_skip)
+            elif len(rows) < limit:
+                unkeyed = len(rows)
+                rows += self._claim_fair(conn, limit - len(rows), lock_token, clock)
+                if not unkeyed and len(rows) >= limit:
+                    self._unkeyed_idle_until = self._monotonic() + LONE_SECONDS
         return rows
+
+    def _wake_within(self, seconds: float) -> None:
+        self.rate_wake_in = (
+            seconds if self.rate_wake_in is None else min(self.rate_wake_in, seconds)
+        )
+
+    def _claim_limited(
+        self, conn: Connection, slots: int, lock_token: str, clock: Clock
+    ) -> list[Any]:
+        """Slots left over: jobs with flow limits have a claim of their own (pgqueue.limits)."""
+        limited = claim_limited(
+            conn,
+            self.backend.insert,
+            worker_id=self.worker_id,
+            lock_token=lock_token,
+            limit=slots,
+            lease=self.lease,
+            queues=self.queues,
+            clock=clock,
+        )
+        self.limited.update(row["id"] for row in limited.rows)
+        self.rate_wake_in = limited.wake_in
+        if not limited.rows and limited.wake_in is None:
+            self._limited_idle_until = self._monotonic() + LIMITED_IDLE_SECONDS
+        self.start_at.update((i, at.timestamp()) for i, at in limited.starts.items())
+        return limited.rows
+
+    def _claim_fair(self, conn: Connection, slots: int, lock_token: str, clock: Clock) -> list[Any]:
+        """Slots still left: jobs with a fairness key (pgqueue.limits.fair). Claims skip it for
+        a moment after it found none, like the limited claim."""
+        now = self._monotonic()
+        if self._lone is not None and now < self._lone[1]:
+            # The key the last look found alone: its claim alone, the statement kept and run
+            # like the claim of jobs without a key (one SKIP LOCKED statement, a full batch).
+            statement = self._statement(
+                "claim_lone",
+                clock,
+                lambda: statements.job_claim(
+                    worker_id=self.worker_id,
+                    lock_token=lock_token,
+                    limit=slots,
+                    lease=self.lease,
+                    queues=self.queues,
+                    clock=clock,
+                    fairness_key=self._lone[0] if self._lone else None,
+                ),
+            )
+            values = {
+                statements.CLAIM_LIMIT: slots,
+                statements.CLAIM_LOCK_TOKEN: lock_token,
+                statements.CLAIM_FAIRNESS_KEY: self._lone[0],
+            }
+            rows = self.backend.claim(conn, statement, values)
+            if len(rows) < slots:
+                # Its due jobs ran out, or another key's may wait: look again at once.
+                self._lone = None
+                self._wake_within(0.0)
+            self._fair_busy = bool(rows)
+            return rows
+        fair = claim_fair(
+            conn,
+            self.backend.insert,
+            worker_id=self.worker_id,
+            lock_token=lock_token,
+            limit=slots,
+            lease=self.lease,
+            queues=self.queues,
+            clock=clock,
+        )
+        if fair.lone is not None and len(fair.rows) >= slots:
+            self._lone = (fair.lone, now + LONE_SECONDS)
+        else:
+            self._lone = None
+        self._fair_busy = bool(fair.rows)
+        if not fair.found:
+            self._fair_idle_until = self._monotonic() + LIMITED_IDLE_SECONDS
+        elif fair.more:
+            # Some key may have more due jobs than this claim reached: look again at once.
+            self._wake_within(0.0)
+        return fair.rows
 
     def extend(self, conn: Connection, holding: list[Claimed], clock: Clock) -> set[str]:
         """Extend the leases of ``holding``; returns the ids still held."""

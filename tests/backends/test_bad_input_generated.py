@@ -356,6 +356,8 @@ def assert_refused_everywhere(
         ("task name", lambda: queue.enqueue_many(bad, [()])),
         ("task name", lambda: queue.task(name=bad)(lambda: None)),
         ("schedule name", lambda: queue.periodic(every=60, name=bad)),
+        ("fairness_key", lambda: echo.using(fairness_key=bad).enqueue()),
+        ("fairness_key", lambda: echo.enqueue_many([JobSpec(fairness_key=bad)])),
     ]
     for field, call in name_fields:
         with pytest.raises(ConfigError, match=f"^{field} .*{why}|^{field} must not contain {why}"):
@@ -372,6 +374,41 @@ def assert_refused_everywhere(
     for where, call in documents:
         with pytest.raises(SerializationError, match=f"^cannot store {where}.*{why}"):
             call()
+    assert count_jobs(queue) == 0
+
+
+BAD_FAIRNESS: list[tuple[str, Any]] = [
+    *[("fairness_weight", v) for v in (-1, 0, float("nan"), float("inf"), -float("inf"), True)],
+    *[("fairness_weight", v) for v in ("2", 1e7, [2])],
+    *[("priority_aging", v) for v in (-60, 0, 0.5, float("nan"), float("inf"), True, "1m")],
+    *[("priority_aging", v) for v in (timedelta(seconds=-1), timedelta(days=400))],
+]
+
+
+@pytest.mark.parametrize(("field", "value"), BAD_FAIRNESS, ids=repr)
+def test_bad_fairness_and_aging_values_are_refused(
+    queue: pgqueue.Queue, echo: pgqueue.Task[..., Any], field: str, value: Any
+) -> None:
+    key = {"fairness_key": "tenant-1"} if field == "fairness_weight" else {}
+    with pytest.raises(ConfigError, match=f"^{field} "):
+        echo.using(**key, **{field: value}).enqueue()
+    with pytest.raises(ConfigError, match=f"^{field} "):
+        echo.using(**key, **{field: value}).enqueue_many([(1,), (2,)])
+    with pytest.raises(ConfigError, match=f"^{field} "):
+
+        @queue.task(name="tasks.fair", **({"fairness_key": "n"} if key else {}), **{field: value})
+        def fair(n: int) -> None: ...
+
+    assert count_jobs(queue) == 0
+
+
+def test_a_weight_without_a_fairness_key_is_refused(
+    queue: pgqueue.Queue, echo: pgqueue.Task[..., Any]
+) -> None:
+    with pytest.raises(ConfigError, match="fairness_weight needs fairness_key"):
+        echo.using(fairness_weight=2).enqueue()
+    with pytest.raises(ConfigError, match="fairness_weight needs fairness_key"):
+        queue.task(name="tasks.w", fairness_weight=2)(lambda n: None)
     assert count_jobs(queue) == 0
 
 

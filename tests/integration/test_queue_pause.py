@@ -84,6 +84,25 @@ def test_limited_jobs_of_a_paused_queue_wait_too(queue: pgqueue.Queue) -> None:
     wait_until(ran, "both limited jobs run after the resume", timeout=DEADLINE)
 
 
+def test_fair_share_jobs_of_a_paused_queue_wait_too(queue: pgqueue.Queue) -> None:
+    @queue.task(name="t.tenant", queue="tenants", fairness_key="tenant")
+    def tenant(tenant: str, n: int) -> None: ...
+
+    @queue.task(name="t.other", queue="other", fairness_key="tenant")
+    def other(tenant: str, n: int) -> None: ...
+
+    queue.pause("tenants")
+    # Two keys (the fair claim over several keys) and one alone (its one-statement claim).
+    held = [tenant.enqueue(key, n).id for key in ("a", "b") for n in range(3)]
+    free = [other.enqueue("c", n).id for n in range(2)]
+    pgqueue.Worker(queue, concurrency=4).run(burst=True)
+    assert {queue.status(i).state for i in held} == {JobState.QUEUED}
+    assert {queue.status(i).state for i in free} == {JobState.COMPLETED}
+    queue.resume("tenants")
+    pgqueue.Worker(queue, concurrency=4).run(burst=True)
+    assert {queue.status(i).state for i in held} == {JobState.COMPLETED}
+
+
 def test_a_running_worker_stops_and_starts_within_a_second(queue: pgqueue.Queue) -> None:
     """Running jobs finish; nothing new starts while paused; a resume starts the backlog at once
     (the resume wakes idle workers: no wait for their poll)."""

@@ -58,6 +58,7 @@ def test_upgrade_matches_metadata_then_downgrade_and_upgrade_again(empty_url: st
         "pgqueue_events",
         "pgqueue_steps",
         "pgqueue_signals",
+        "pgqueue_fairness",
         migrate.VERSION_TABLE,
     }
     assert "alembic_version" not in tables(engine)
@@ -72,7 +73,16 @@ def test_upgrade_matches_metadata_then_downgrade_and_upgrade_again(empty_url: st
         "ix_pgqueue_jobs_claim_limited",
         "ix_pgqueue_jobs_running_limited",
         "ux_pgqueue_jobs_unique",
+        "ix_pgqueue_jobs_claim_fair",
+        "ix_pgqueue_jobs_aging",
     } <= set(migrated_indexes)
+
+    # 0011_fairness down and up again: the claim indexes come back as they were, then as now.
+    migrate.downgrade(engine, "0008_key_collation")
+    assert "pgqueue_fairness" not in tables(engine)
+    assert "fairness_key" not in str(index_definitions(engine)["ix_pgqueue_jobs_claim"])
+    queue.migrate()
+    assert index_definitions(engine) == migrated_indexes
 
     migrate.downgrade(engine)
     assert tables(engine) == {migrate.VERSION_TABLE}

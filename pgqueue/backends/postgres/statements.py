@@ -82,6 +82,10 @@ ENQUEUE_FIELDS: tuple[tuple[str, Any], ...] = (
     ("rate_period", Float),
     ("unique_key", Text),
     ("unique_until", Text),
+    ("fairness_key", Text),
+    ("fairness_weight", Float),
+    ("priority_aging", Float),
+    ("base_priority", Integer),
 )
 
 

@@ -56,6 +56,11 @@ class Job(models.Model):  # type: ignore[misc]
     workflow_id = models.TextField(null=True)
     has_dependents = models.BooleanField(default=False)
     snoozes = models.IntegerField(default=0)
+    # Fair share and priority aging (docs/fairness.md); None for a job without them.
+    fairness_key = models.TextField(null=True)
+    fairness_weight = models.FloatField(null=True)
+    priority_aging = models.FloatField(null=True)
+    base_priority = models.IntegerField(null=True)
 
     class Meta:
         managed = False

@@ -7,7 +7,7 @@ run while workers of the previous release drain. Downgrading drops both tables: 
 jobs then run again from the top when they wake (their finished steps forgotten).
 
 Revision ID: 0012_durable
-Revises: 0010_queue_control
+Revises: 0011_fairness
 Create Date: 2026-11-28
 
 Other branches may add revisions concurrently; the lead re-chains ``down_revision`` at merge.
@@ -23,7 +23,7 @@ from pgqueue.backends.types import Key
 TIMESTAMP = sa.DateTime(timezone=True)
 
 revision = "0012_durable"
-down_revision = "0010_queue_control"
+down_revision = "0011_fairness"
 branch_labels = None
 depends_on = None
 

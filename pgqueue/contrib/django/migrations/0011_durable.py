@@ -11,7 +11,7 @@ from django.db import migrations
 from pgqueue.contrib.django.connection import downgrade_schema, upgrade_schema
 
 ALEMBIC_REVISION = "0012_durable"
-PREVIOUS_REVISION = "0010_queue_control"
+PREVIOUS_REVISION = "0011_fairness"
 
 
 def upgrade(apps: Any, schema_editor: Any) -> None:
@@ -23,6 +23,6 @@ def downgrade(apps: Any, schema_editor: Any) -> None:
 
 
 class Migration(migrations.Migration):  # type: ignore[misc]
-    dependencies = [("pgqueue", "0009_queue_control")]
+    dependencies = [("pgqueue", "0010_fairness")]
 
     operations = [migrations.RunPython(upgrade, downgrade)]

@@ -1,0 +1,134 @@
+"""The statements of fair share (see :mod:`pgqueue.limits.fair`), one small builder each."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from sqlalchemy import (
+    ColumnElement,
+    CompoundSelect,
+    Delete,
+    Select,
+    Update,
+    bindparam,
+    delete,
+    func,
+    literal_column,
+    select,
+    union_all,
+    update,
+)
+
+from pgqueue.backends.base import Clock
+from pgqueue.job import CLAIMABLE_STATES
+from pgqueue.schema import FAIRNESS, JOBS
+from pgqueue.statements.pauses import queue_not_paused
+
+__all__ = [
+    "fair_delete",
+    "fair_ensure",
+    "fair_heads",
+    "fair_keys",
+    "fair_lock",
+    "fair_record",
+]
+
+
+def _fair_waiting(queues: Sequence[str] | None, clock: Clock) -> list[ColumnElement[bool]]:
+    return _alias_waiting(JOBS, queues, clock)
+
+
+def fair_keys(*, queues: Sequence[str] | None, clock: Clock) -> Select[Any]:
+    """Every fairness key with a due job, and its pass (None: no row yet).
+
+    A loose index scan, on both databases: each step is one probe of the fair claim index for
+    the next key after the last, so it costs one probe per active key, however many jobs each
+    has waiting.
+    """
+    nxt = JOBS.alias("next_key")
+    first = select(func.min(JOBS.c.fairness_key).label("key")).where(*_fair_waiting(queues, clock))
+    keys = first.cte("fair_keys", recursive=True)
+    step = (
+        select(func.min(nxt.c.fairness_key))
+        .where(*_alias_waiting(nxt, queues, clock), nxt.c.fairness_key > keys.c.key)
+        .scalar_subquery()
+    )
+    keys = keys.union_all(select(step).where(keys.c.key.is_not(None)))
+    return (
+        select(keys.c.key, FAIRNESS.c["pass"], FAIRNESS.c.weight)
+        .select_from(keys.outerjoin(FAIRNESS, FAIRNESS.c.key == keys.c.key))
+        .where(keys.c.key.is_not(None))
+    )
+
+
+def _alias_waiting(
+    table: Any, queues: Sequence[str] | None, clock: Clock
+) -> list[ColumnElement[bool]]:
+    # The terms of ix_pgqueue_jobs_claim_fair's predicate, literally, so it serves every scan.
+    conditions: list[ColumnElement[bool]] = [
+        table.c.state.in_([literal_column(f"'{s}'") for s in CLAIMABLE_STATES]),
+        table.c.concurrency_key.is_(None),
+        table.c.rate_key.is_(None),
+        table.c.fairness_key.is_not(None),
+        table.c.run_at <= clock.now(),
+        queue_not_paused(table),
+    ]
+    if queues is not None:
+        conditions.append(table.c.queue.in_(list(queues)))
+    return conditions
+
+
+def fair_ensure(insert: Any) -> Any:
+    """Create a key's row if it is missing (run with ``key``, ``pass`` and ``weight`` per row)."""
+    return insert(FAIRNESS).on_conflict_do_nothing(index_elements=[FAIRNESS.c.key])
+
+
+def fair_lock(keys: Sequence[str]) -> Select[Any]:
+    """Lock these keys' rows for this transaction, in key order (two claimers never deadlock),
+    waiting for a claimer that holds one: its claim commits first, and this one then sees
+    which jobs it took. Returns each key's pass."""
+    return (
+        select(FAIRNESS.c.key, FAIRNESS.c["pass"], FAIRNESS.c.weight)
+        .where(FAIRNESS.c.key.in_(list(keys)))
+        .order_by(FAIRNESS.c.key)
+        .with_for_update()
+    )
+
+
+def fair_heads(
+    wanted: Sequence[tuple[str, int]], *, queues: Sequence[str] | None, clock: Clock
+) -> CompoundSelect[Any] | Select[Any]:
+    """The first ``n`` due jobs of each ``(key, n)`` in claim order (priority, then run_at,
+    then id), with their weight: one index range per key."""
+    parts = []
+    for key, count in wanted:
+        part = (
+            select(JOBS.c.id, JOBS.c.fairness_key, JOBS.c.fairness_weight)
+            .where(*_fair_waiting(queues, clock), JOBS.c.fairness_key == key)
+            .order_by(JOBS.c.priority.desc(), JOBS.c.run_at, JOBS.c.id)
+            .limit(count)
+            .subquery()
+        )
+        parts.append(select(part.c.id, part.c.fairness_key, part.c.fairness_weight))
+    return parts[0] if len(parts) == 1 else union_all(*parts)
+
+
+def fair_record() -> Update:
+    """Move keys' passes on (run with ``fair_key``, ``fair_pass`` and ``fair_weight`` per row)."""
+    return (
+        update(FAIRNESS)
+        .where(FAIRNESS.c.key == bindparam("fair_key"))
+        .values(
+            {
+                FAIRNESS.c["pass"]: bindparam("fair_pass"),
+                FAIRNESS.c.weight: bindparam("fair_weight"),
+            }
+        )
+    )
+
+
+def fair_delete(keys: Sequence[str]) -> Delete:
+    """Forget keys left without due jobs: when one has jobs again it starts level with the
+    least served key, instead of with the credit of the time it was idle."""
+    return delete(FAIRNESS).where(FAIRNESS.c.key.in_(list(keys)))
