@@ -9,6 +9,7 @@ import os
 import re
 import signal
 import time
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -79,6 +80,25 @@ def register(queue: pgqueue.Queue) -> None:
     @queue.task(name="iso.pid", isolation="process")
     def pid() -> int:
         return os.getpid()
+
+    @queue.task(name="iso.snooze", isolation="process", max_snoozes=1)
+    def snooze(raised: bool) -> int:
+        if raised:
+            raise pgqueue.Snooze(3600)
+        return pgqueue.Snooze(3600)  # type: ignore[return-value]
+
+    @queue.task(name="iso.durable", isolation="process")
+    def durable(log: str) -> str:
+        job = pgqueue.current_job()
+        first = job.step("first", _note, log, "first")
+        job.sleep(timedelta(seconds=1))
+        return first
+
+
+def _note(log: str, what: str) -> str:
+    with open(log, "a") as out:
+        out.write(what + "\n")
+    return what
 
 
 def make_queue() -> pgqueue.Queue:

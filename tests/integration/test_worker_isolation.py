@@ -228,3 +228,30 @@ def test_a_stopping_worker_hands_isolated_jobs_back_and_ends_their_children(
     status = isolated.status(job_id)
     assert status is not None and status.state is JobState.QUEUED and status.attempts == 0
     wait_until(lambda: _gone(pid), "the child gone", timeout=DEADLINE)
+
+
+def test_isolated_handlers_snooze_and_park_as_threads_do(
+    isolated: pgqueue.Queue, tmp_path: Path
+) -> None:
+    """A Snooze (raised or returned) and a durable sleep in a child: the job goes back to
+    ``queued`` without spending an attempt, as from a thread; the durable job's finished step
+    is not run again when it wakes."""
+    raised = isolated.enqueue("iso.snooze", args=[True]).id
+    returned = isolated.enqueue("iso.snooze", args=[False]).id
+    log = tmp_path / "steps.log"
+    durable = isolated.enqueue("iso.durable", args=[str(log)]).id
+    _worker(isolated).run(burst=True)
+    for job_id in (raised, returned):
+        status = isolated.status(job_id)
+        assert status is not None and status.state is JobState.QUEUED, status
+        assert status.snoozes == 1 and status.attempts == 0
+    assert [step.name for step in isolated.steps(durable)][:1] == ["first"]
+
+    def woke_and_finished() -> bool:
+        _worker(isolated).run(burst=True)  # once its second has passed, it runs again
+        return isolated.result(durable) == "first"
+
+    wait_until(woke_and_finished, "the durable job to wake and finish", timeout=DEADLINE)
+    assert log.read_text().split() == ["first"]  # the finished step did not run again
+    finished = isolated.status(durable)
+    assert finished is not None and finished.attempts == 1  # the parking spent none

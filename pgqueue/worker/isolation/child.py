@@ -29,10 +29,11 @@ from queue import SimpleQueue
 from typing import TYPE_CHECKING, Any
 
 from pgqueue import serde
+from pgqueue.durable.run import Parked
 from pgqueue.errors import PgQueueError, UnknownTaskError
 from pgqueue.execution import JobContext, error_document, running
 from pgqueue.queue import Queue
-from pgqueue.retries import Retry
+from pgqueue.retries import Retry, Snooze
 from pgqueue.worker.isolation.protocol import (
     CANCEL,
     DONE,
@@ -189,9 +190,18 @@ def run_job(
             value = task.function(*args, **kwargs)
             if inspect.iscoroutine(value):
                 value = asyncio.run(value)
+            if isinstance(value, Snooze):
+                raise value  # returned or raised, the same outcome (as in a thread)
             text = serde.encode_document(serializer, value)
             settled = _end_transaction(context, transaction, text)
         return {"op": DONE, "state": "completed", "result": text, "settled": settled}
+    except Parked as parked:
+        # A durable sleep or wait: the job's own transaction moved it back to queued already.
+        return {"op": DONE, "state": "parked", "settled": parked.held}
+    except Snooze as snooze:
+        if transaction is not None and transaction.open:
+            transaction.rollback()
+        return {"op": DONE, "state": "snoozed", "seconds": snooze.seconds}
     except BaseException as exc:
         if transaction is not None and transaction.open:
             transaction.rollback()

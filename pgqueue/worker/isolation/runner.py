@@ -25,8 +25,9 @@ from typing import TYPE_CHECKING, Any
 
 from pgqueue import config as checks
 from pgqueue import statements
-from pgqueue.execution import Outcome
+from pgqueue.execution import Outcome, snoozed
 from pgqueue.job import JobState, error_fields
+from pgqueue.retries import Snooze
 from pgqueue.worker.isolation.pool import ProcessPool
 from pgqueue.worker.isolation.protocol import RUN, encode
 
@@ -204,6 +205,10 @@ def outcome(job: Claimed, reply: dict[str, Any] | None, error: dict[str, Any] | 
         return Outcome(JobState.QUEUED)
     if state == "completed":
         return Outcome(JobState.COMPLETED, result=reply.get("result"), settled=reply.get("settled"))
+    if state == "parked":
+        return Outcome(JobState.QUEUED, settled=bool(reply.get("settled")))
+    if state == "snoozed":
+        return snoozed(Snooze(float(reply.get("seconds") or 0.0)))
     document = reply.get("error") or error_fields("Exception", "the handler failed", None)
     delay = reply.get("retry_delay")
     if isinstance(delay, int | float) and delay >= 0:
