@@ -118,6 +118,10 @@ class Backend(Protocol):
     #: True when the database takes one writer at a time (SQLite): writers in parallel only
     #: queue for its lock, so a bulk writer should not split its work.
     single_writer: bool
+    #: True when every process using the database runs on this host (an SQLite file): a lease
+    #: holder's process id then says whether it is alive, so a crashed leader's lease row is
+    #: taken over at once instead of when it expires.
+    single_host: bool
     #: The column that addresses a row version physically (PostgreSQL's ``ctid``), for the
     #: completion of a worker's batch to update the rows it locked without a second index
     #: look-up; None where there is none to rely on. (Not the claim: a claim by address misses a

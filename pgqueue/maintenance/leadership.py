@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import abc
 import contextlib
+import functools
 import logging
 import os
 import socket
@@ -61,6 +62,7 @@ from sqlalchemy import Connection
 from sqlalchemy.exc import DBAPIError
 
 from pgqueue import config, statements
+from pgqueue.backends.base import split_holder
 from pgqueue.backends.lock_keys import advisory_key, leader_key, worker_key
 from pgqueue.errors import ConfigError
 from pgqueue.notifications import Session
@@ -77,6 +79,7 @@ __all__ = [
     "advisory_key",
     "check_lock_namespace",
     "close_quietly",
+    "holder_is_dead",
     "leader_key",
     "worker_key",
 ]
@@ -105,6 +108,36 @@ def process_label() -> str:
     the dashboard can name the worker that leads (a process runs one worker; see
     ``backends.base.split_holder``)."""
     return f"{os.getpid()}@{socket.gethostname()}"
+
+
+def holder_is_dead(holder: str) -> bool:
+    """Whether a lease row's ``holder`` (``"<uuid> PID@HOST"``) names a process of this host
+    that no longer runs (a zombie, killed but not yet waited for, counts as dead). False
+    whenever that cannot be told: another host, a label without a pid, a pid taken again.
+
+    Example::
+
+        holder_is_dead(f"{uuid.uuid4()} {process_label()}")  # False: this very process
+    """
+    _, process = split_holder(holder)
+    if process is None:
+        return False
+    pid, host = process
+    if host != socket.gethostname() or pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except OSError:
+        return False  # e.g. EPERM: alive, under another user
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            # The state follows the parenthesised command name, which may hold spaces.
+            state = stat.read().rpartition(b")")[2].split()[0]
+    except (OSError, IndexError):
+        return False  # no /proc (not Linux): only a vanished pid counts
+    return state in (b"Z", b"X")
 
 
 def close_quietly(connection: Connection | None) -> None:
@@ -359,16 +392,27 @@ class LeaseRowLeadership(Leadership):
     def _elect(self, now: datetime | None) -> bool:
         db = self.db
         with db.connect() as conn:
-            holder = conn.scalar(
-                statements.leader_elect(
-                    db.backend.insert,
-                    name=self.name,
-                    holder=self.holder,
-                    ttl=self.ttl,
-                    clock=db.backend.clock(now),
-                )
+            elect = functools.partial(
+                statements.leader_elect,
+                db.backend.insert,
+                name=self.name,
+                holder=self.holder,
+                ttl=self.ttl,
+                clock=db.backend.clock(now),
             )
-        return holder is not None
+            if conn.scalar(elect()) is not None:
+                return True
+            if not db.backend.single_host:
+                return False
+            # A SIGKILLed leader leaves its row behind until it expires (TTL: a few intervals,
+            # every periodic job waiting meanwhile). On one host its process id says it died.
+            holder = conn.scalar(statements.leader_holder(name=self.name))
+            if holder is None or not holder_is_dead(holder):
+                return False
+            taken = conn.scalar(elect(dead_holder=holder)) is not None
+        if taken:
+            logger.warning("leader %r of %r is gone; this process takes over", holder, self.name)
+        return taken
 
     def _resign(self) -> None:
         with self.db.connect() as conn:

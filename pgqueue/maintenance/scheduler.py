@@ -54,7 +54,8 @@ __all__ = [
 
 logger = logging.getLogger("pgqueue.scheduler")
 
-#: Seconds between checks: how late a fire time's job may be enqueued in normal operation.
+#: Seconds between checks: how soon a follower takes over from a leader that stopped. The
+#: leader also checks at each fire time, so jobs are enqueued on time whatever the interval.
 DEFAULT_INTERVAL = 5.0
 #: A fire time seen later than this (seconds) was missed, and its schedule's ``catch_up`` decides.
 DEFAULT_MISFIRE_GRACE = 60.0
@@ -141,6 +142,7 @@ class Scheduler(MaintenanceService):
                 queue, name=LEADER_NAME, lock_namespace=self.config.lock_namespace
             )
         super().__init__(queue, interval=self.config.interval, leadership=leadership)
+        self._next_fire_in: float | None = None
 
     def __repr__(self) -> str:
         c = self.config
@@ -168,7 +170,20 @@ class Scheduler(MaintenanceService):
                 now = conn.scalar(statements.clock_read(self.db.backend.clock()))
             rows = conn.execute(statements.schedule_states([s.name for s in schedules]))
             states = {row.name: row for row in rows}
-        return sum(self._fire(schedule, states.get(schedule.name), now) for schedule in schedules)
+        enqueued = sum(
+            self._fire(schedule, states.get(schedule.name), now) for schedule in schedules
+        )
+        upcoming = [t for s in schedules if (t := s.next_fire_time(now)) is not None]
+        # Relative to the clock the fire times were judged by (the database's), so a host clock
+        # that differs from it does not shift the wake-up.
+        self._next_fire_in = (min(upcoming) - now).total_seconds() if upcoming else None
+        return enqueued
+
+    def wake_delay(self) -> float | None:
+        """Seconds from the last check to the next fire time of any schedule: the leader
+        checks again then, so a job is enqueued at its fire time, not up to ``interval`` late
+        (nor several in one burst)."""
+        return self._next_fire_in
 
     def _fire(self, schedule: Schedule, state: Row[Any] | None, now: datetime) -> int:
         if state is None:

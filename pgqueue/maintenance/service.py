@@ -12,6 +12,9 @@ The base class adds the rest:
   ``leadership_lost`` events, and calls ``run_once()`` only while this process leads. A process
   that just became leader therefore works in the same tick: a new leader scans at once.
 - Failures are logged, reported as ``error`` events, and never stop the schedule.
+- A service whose work falls due between ticks (the periodic-jobs scheduler: a fire time)
+  says when in :meth:`~MaintenanceService.wake_delay`; while it leads, its next tick comes
+  then instead of at the interval.
 
 Several services share one leader by passing the same :class:`Leadership`.
 
@@ -33,9 +36,10 @@ import abc
 import logging
 import threading
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from apscheduler.events import EVENT_JOB_ERROR, EVENT_JOB_EXECUTED, JobExecutionEvent
 from apscheduler.executors.pool import ThreadPoolExecutor
 from apscheduler.schedulers.background import BackgroundScheduler
 from apscheduler.triggers.interval import IntervalTrigger
@@ -62,6 +66,10 @@ logging.getLogger(f"apscheduler.executors.{_EXECUTOR}").setLevel(logging.WARNING
 #: Events every service emits. Callbacks: ``leadership_acquired()``, ``leadership_lost()``,
 #: ``error(exception)``.
 LEADERSHIP_EVENTS = frozenset({"leadership_acquired", "leadership_lost", "error"})
+
+# The shortest wait before an early tick: work due "now" (a clock a little behind) is looked at
+# again at once, but never in a busy loop.
+_MIN_WAKE_SECONDS = 0.01
 
 
 def check_interval(value: object) -> float:
@@ -103,6 +111,8 @@ class MaintenanceService(abc.ABC):
         self._scheduler: BackgroundScheduler | None = None
         self._state_lock = threading.Lock()
         self._leader = False
+        # When the last tick asked for the next one (wake_delay), until it is scheduled.
+        self._wake_at: datetime | None = None
 
     @property
     def is_leader(self) -> bool:
@@ -157,6 +167,9 @@ class MaintenanceService(abc.ABC):
                 executors={_EXECUTOR: ThreadPoolExecutor(max_workers=1)},
                 job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": None},
             )
+            # After the tick has ended (its one instance slot free again), not from inside it: a
+            # run moved to before the tick's end would be skipped as a second instance.
+            scheduler.add_listener(self._after_tick, EVENT_JOB_EXECUTED | EVENT_JOB_ERROR)
             scheduler.add_job(
                 self.tick,
                 IntervalTrigger(seconds=self.interval, timezone=UTC),
@@ -190,10 +203,33 @@ class MaintenanceService(abc.ABC):
         if not leader:
             return None
         try:
-            return self.run_once(now)
+            result = self.run_once(now)
         except Exception as exc:
             self._report(exc)
             return None
+        delay = self.wake_delay()
+        if delay is not None:
+            delay = max(delay, _MIN_WAKE_SECONDS)
+            self._wake_at = datetime.now(UTC) + timedelta(seconds=delay)
+        return result
+
+    def wake_delay(self) -> float | None:
+        """Seconds until this service has work due again, asked after each ``run_once`` of a
+        tick; a tick sooner than the interval then follows. None (the default): the interval."""
+        return None
+
+    def _after_tick(self, event: JobExecutionEvent) -> None:
+        wake_at, self._wake_at = self._wake_at, None
+        scheduler = self._scheduler
+        if wake_at is None or scheduler is None or event.job_id != self.service_name:
+            return
+        try:
+            job = scheduler.get_job(self.service_name)
+            if job is not None and job.next_run_time is not None and wake_at < job.next_run_time:
+                scheduler.modify_job(self.service_name, next_run_time=wake_at)
+        except Exception:
+            # Stopped meanwhile: the interval (or nothing) is what is left.
+            logger.debug("%s: early tick not scheduled", self.service_name, exc_info=True)
 
     @abc.abstractmethod
     def run_once(self, now: datetime | None = None) -> Any:

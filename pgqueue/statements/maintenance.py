@@ -49,6 +49,7 @@ __all__ = [
     "job_ttl_kept",
     "leader_current",
     "leader_elect",
+    "leader_holder",
     "leader_resign",
     "schedule_advance",
     "schedule_delete_all",
@@ -338,17 +339,33 @@ def worker_list() -> Select[Any]:
 # -- leadership -----------------------------------------------------------------------------------
 
 
-def leader_elect(insert: Any, *, name: str, holder: str, ttl: float, clock: Clock) -> Any:
+def leader_elect(
+    insert: Any,
+    *,
+    name: str,
+    holder: str,
+    ttl: float,
+    clock: Clock,
+    dead_holder: str | None = None,
+) -> Any:
     """Take or renew the lease row for role ``name`` (SQLite's leadership); returns ``holder``
-    when ``holder`` leads for the next ``ttl`` seconds, no row when someone else does."""
+    when ``holder`` leads for the next ``ttl`` seconds, no row when someone else does.
+    ``dead_holder``: a holder known to be dead, whose lease is taken over though unexpired
+    (only if it still holds it)."""
     statement = insert(LEADERS).values(name=name, holder=holder, expires_at=clock.after(ttl))
+    takeable = [LEADERS.c.holder == statement.excluded.holder, LEADERS.c.expires_at < clock.now()]
+    if dead_holder is not None:
+        takeable.append(LEADERS.c.holder == dead_holder)
     return statement.on_conflict_do_update(
         index_elements=[LEADERS.c.name],
         set_={"holder": statement.excluded.holder, "expires_at": statement.excluded.expires_at},
-        where=or_(
-            LEADERS.c.holder == statement.excluded.holder, LEADERS.c.expires_at < clock.now()
-        ),
+        where=or_(*takeable),
     ).returning(LEADERS.c.holder)
+
+
+def leader_holder(*, name: str) -> Select[Any]:
+    """Who holds the lease row for role ``name`` (no row: nobody)."""
+    return select(LEADERS.c.holder).where(LEADERS.c.name == name)
 
 
 def leader_resign(*, name: str, holder: str) -> Delete:

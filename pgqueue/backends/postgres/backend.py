@@ -91,6 +91,8 @@ class PostgresBackend(EnqueueVerbs):
     # Notifications wake waiters; their own re-read is a rarely needed safety net.
     wait_poll = (0.5, 5.0)
     single_writer = False
+    # Clients on other hosts share the database: a process id read from a lease row says nothing.
+    single_host = False
     row_address: str | None = "ctid"
     vacuums_jobs = True
 

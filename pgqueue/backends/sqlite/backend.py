@@ -49,6 +49,7 @@ class SQLiteBackend:
 
     name = "sqlite"
     single_writer = True
+    single_host = True
     row_address: str | None = None
     vacuums_jobs = False
     supports_notify = False
