@@ -25,6 +25,8 @@ from pgqueue.cli import main
 from pgqueue.errors import ConfigError
 from pgqueue.job import JobState
 from pgqueue.maintenance.leadership import DEFAULT_LOCK_NAMESPACE, Leadership, leader_key
+from pgqueue.migrate import VERSION_TABLE
+from pgqueue.schema import METADATA
 
 
 @pytest.fixture
@@ -63,18 +65,8 @@ def test_each_schema_gets_its_own_tables_and_version_table(url: str) -> None:
         queue = pgqueue.Queue(url, schema=schema)
         queue.migrate()
         queue.close()
-    names = [
-        "pgqueue_alembic_version",
-        "pgqueue_dependencies",
-        "pgqueue_event_listeners",
-        "pgqueue_events",
-        "pgqueue_jobs",
-        "pgqueue_leaders",
-        "pgqueue_limits",
-        "pgqueue_paused_queues",
-        "pgqueue_schedules",
-        "pgqueue_workers",
-    ]
+    # Every table of the schema (METADATA) and the version table, in each schema.
+    names = sorted([*METADATA.tables, VERSION_TABLE])
     assert tables(url) == [("a", name) for name in names] + [("b", name) for name in names]
     unqualified = pgqueue.Queue(url)
     with pytest.raises(pgqueue.SchemaMissingError):  # nothing landed in public

@@ -39,7 +39,6 @@ class Plan:
     """Everything an executor needs, as plain data: no Queue, no engine, no Spark objects."""
 
     url: str = field(repr=False)  # carries the password
-    schema: str | None
     task: str
     options: dict[str, Any]
     args: tuple[str, ...]
@@ -49,6 +48,8 @@ class Plan:
     run_at_col: str | None
     batch_size: int
     map_columns: frozenset[str]  # their values hold maps, which Arrow hands over as pairs
+    #: The PostgreSQL schema of pgqueue's tables (None: the connection's default).
+    schema: str | None = None
 
     def columns(self) -> list[str]:
         """The DataFrame columns this plan reads, each once."""
