@@ -5,7 +5,8 @@
 enqueue (``None -> queued`` or ``None -> waiting``), a claim (``queued -> processing``), a
 completion (``processing -> completed``), a failure to be retried (``processing -> failing``) or
 for good (``-> failed``), a stall found by the reaper (``processing -> stalled -> failing``), a
-cancel, a retry, a workflow's release (``waiting -> queued``) and cascade (``waiting ->
+durable job's park (``processing -> parked -> queued``) and resume (``queued -> resumed ->
+processing``), a cancel, a retry, a workflow's release (``waiting -> queued``) and cascade (``waiting ->
 cancelled``). Triggers on the jobs table emit them, so none is missed whatever code moved the
 job, and they cost nothing but one look at a tiny table while nobody listens (see
 ``pgqueue/events/statements.py`` and docs/events.md).
@@ -19,7 +20,7 @@ Example::
 
 from __future__ import annotations
 
-from pgqueue.events.event import STALLED, Event
+from pgqueue.events.event import PARKED, RESUMED, STALLED, Event
 from pgqueue.events.stream import AsyncEventStream, EventStream
 
-__all__ = ["STALLED", "AsyncEventStream", "Event", "EventStream"]
+__all__ = ["PARKED", "RESUMED", "STALLED", "AsyncEventStream", "Event", "EventStream"]

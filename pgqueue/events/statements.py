@@ -92,19 +92,43 @@ _PG_INSERTED = (
     "SELECT n.id, n.task, n.queue, NULL::text AS old_state, n.state AS new_state,"
     " n.updated_at AS at FROM pgqueue_events_new n"
 )
-# A stall (the reaper: processing with one more stall) is two events: processing -> stalled,
-# then stalled -> what the reaper made of it (failing, failed).
-_PG_UPDATED = f"""
+# A job parked by a durable sleep or wait, or claimed again while one is pending, has a step
+# row that is still ``sleeping`` or ``waiting``: that row is what tells a park from a graceful
+# release (both processing -> queued) and a resume from a first claim.
+_PG_DURABLE = (
+    "EXISTS (SELECT 1 FROM {steps} s WHERE s.job_id = n.id AND s.state IN ('sleeping', 'waiting'))"
+)
+_PG_PARKED = (
+    "(o.state = 'processing' AND n.state = 'queued' AND n.snoozes = o.snoozes AND {durable})"
+)
+_PG_RESUMED = "(o.state = 'queued' AND n.state = 'processing' AND {durable})"
+# A transition through a pseudo-state (the reaper's stall: processing with one more stall; a
+# durable park or resume) is two events: old -> pseudo, then pseudo -> new.
+_PG_UPDATED = """
     SELECT n.id, n.task, n.queue,
-           CASE WHEN step = 1 THEN 'stalled' ELSE o.state END AS old_state,
-           CASE WHEN step = 0 AND {_STALLED} THEN 'stalled' ELSE n.state END AS new_state,
+           CASE WHEN step = 1 THEN pseudo ELSE o.state END AS old_state,
+           CASE WHEN step = 0 AND pseudo IS NOT NULL THEN pseudo ELSE n.state END AS new_state,
            n.updated_at AS at
     FROM pgqueue_events_new n
     JOIN pgqueue_events_old o ON o.id = n.id
-    CROSS JOIN LATERAL (SELECT 0 AS step UNION ALL SELECT 1 WHERE {_STALLED}) AS steps
-    WHERE o.state IS DISTINCT FROM n.state OR {_STALLED}
+    CROSS JOIN LATERAL (
+        SELECT CASE WHEN {stalled} THEN 'stalled' {durable_cases} END AS pseudo
+    ) AS kinds
+    CROSS JOIN LATERAL (SELECT 0 AS step UNION ALL SELECT 1 WHERE pseudo IS NOT NULL) AS steps
+    WHERE o.state IS DISTINCT FROM n.state OR pseudo IS NOT NULL
     ORDER BY n.id, step
 """
+
+
+def _pg_updated(schema: str | None, *, durable: bool) -> str:
+    cases = ""
+    if durable:
+        exists = _PG_DURABLE.format(steps=_qualified(schema, "pgqueue_steps"))
+        cases = (
+            f"WHEN {_PG_PARKED.format(durable=exists)} THEN 'parked'"
+            f" WHEN {_PG_RESUMED.format(durable=exists)} THEN 'resumed'"
+        )
+    return _PG_UPDATED.format(stalled=_STALLED, durable_cases=cases)
 
 
 def _qualified(schema: str | None, name: str) -> str:
@@ -112,8 +136,10 @@ def _qualified(schema: str | None, name: str) -> str:
     return name if schema is None else f"{quote_identifier(schema)}.{name}"
 
 
-def postgres_ddl(schema: str | None, channel: str) -> list[str]:
-    """The trigger functions and statement triggers that NOTIFY events on ``channel``.
+def postgres_ddl(schema: str | None, channel: str, *, durable: bool = True) -> list[str]:
+    """The trigger functions and statement triggers that NOTIFY events on ``channel``;
+    ``durable``: report parks and resumes of durable jobs (needs ``pgqueue_steps``, revision
+    0012; the migrations before it pass False).
 
     Table names inside the functions are qualified with ``schema``: workers reach their tables
     through a schema translate map, not the search path, and a trigger function runs with the
@@ -122,7 +148,8 @@ def postgres_ddl(schema: str | None, channel: str) -> list[str]:
     jobs = _qualified(schema, "pgqueue_jobs")
     listeners = _qualified(schema, "pgqueue_event_listeners")
     statements: list[str] = []
-    for kind, rows in (("insert", _PG_INSERTED), ("update", _PG_UPDATED)):
+    updated = _pg_updated(schema, durable=durable)
+    for kind, rows in (("insert", _PG_INSERTED), ("update", updated)):
         function = _qualified(schema, f"pgqueue_events_on_{kind}")
         statements.append(
             _PG_FUNCTION.format(
@@ -172,8 +199,26 @@ _SQLITE_STALL = "(OLD.state = 'processing' AND NEW.stall_count > OLD.stall_count
 _SQLITE_PARKED = "(OLD.state = 'queued' AND NEW.state = 'waiting')"
 
 
-def sqlite_ddl() -> list[str]:
-    """The row triggers that append events to ``pgqueue_events`` while somebody listens."""
+_SQLITE_DURABLE = (
+    "EXISTS (SELECT 1 FROM pgqueue_steps s"
+    " WHERE s.job_id = NEW.id AND s.state IN ('sleeping', 'waiting'))"
+)
+_SQLITE_PSEUDO = (
+    "(OLD.state = 'processing' AND NEW.state = 'queued' AND NEW.snoozes = OLD.snoozes"
+    f" AND {_SQLITE_DURABLE})",
+    f"(OLD.state = 'queued' AND NEW.state = 'processing' AND {_SQLITE_DURABLE})",
+)
+
+
+def sqlite_ddl(*, durable: bool = True) -> list[str]:
+    """The row triggers that append events to ``pgqueue_events`` while somebody listens;
+    ``durable`` as for :func:`postgres_ddl`."""
+    # The pseudo-state a transition passes through (NULL: none): old -> pseudo -> new.
+    pseudo = f"CASE WHEN {_SQLITE_STALL} THEN 'stalled'"
+    if durable:
+        parked, resumed = _SQLITE_PSEUDO
+        pseudo += f" WHEN {parked} THEN 'parked' WHEN {resumed} THEN 'resumed'"
+    pseudo += " END"
     return [
         f"""CREATE TRIGGER pgqueue_events_insert AFTER INSERT ON pgqueue_jobs
 WHEN {_SQLITE_LISTENING}
@@ -185,15 +230,14 @@ END""",
 WHEN (OLD.state IS NOT NEW.state OR {_SQLITE_STALL}) AND {_SQLITE_LISTENING}
 BEGIN
     INSERT INTO pgqueue_events {_SQLITE_COLUMNS}
-    SELECT NEW.id, NEW.task, NEW.queue, OLD.state, 'stalled', NEW.updated_at
-    WHERE {_SQLITE_STALL};
+    SELECT NEW.id, NEW.task, NEW.queue, OLD.state, pseudo, NEW.updated_at
+    FROM (SELECT {pseudo} AS pseudo) WHERE pseudo IS NOT NULL;
     UPDATE pgqueue_events SET new_state = NEW.state, at = NEW.updated_at
     WHERE {_SQLITE_PARKED} AND new_state = 'queued'
       AND seq = (SELECT max(seq) FROM pgqueue_events WHERE job_id = NEW.id);
     INSERT INTO pgqueue_events {_SQLITE_COLUMNS}
-    SELECT NEW.id, NEW.task, NEW.queue,
-           CASE WHEN {_SQLITE_STALL} THEN 'stalled' ELSE OLD.state END,
-           NEW.state, NEW.updated_at
+    SELECT NEW.id, NEW.task, NEW.queue, coalesce(pseudo, OLD.state), NEW.state, NEW.updated_at
+    FROM (SELECT {pseudo} AS pseudo)
     WHERE NOT ({_SQLITE_PARKED} AND EXISTS (
         SELECT 1 FROM pgqueue_events
         WHERE job_id = NEW.id AND new_state = 'waiting'

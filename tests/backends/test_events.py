@@ -7,8 +7,6 @@ from __future__ import annotations
 import asyncio
 import json
 import math
-import time
-from collections import defaultdict
 from datetime import timedelta
 from typing import Any
 
@@ -16,6 +14,7 @@ import pytest
 import sqlalchemy as sa
 from conditions import wait_until
 from conftest import POSTGRES_ONLY, SQLITE_ONLY, claim_jobs
+from events_support import Transitions, by_job, collect
 
 import pgqueue
 import pgqueue.schema
@@ -25,30 +24,8 @@ from pgqueue.config import utc_now
 from pgqueue.events import statements as event_statements
 from pgqueue.testing import drain
 
-Transitions = list[tuple[str | None, str]]
-
 ENQUEUED: Transitions = [(None, "queued")]
 RUN: Transitions = [("queued", "processing"), ("processing", "completed")]
-
-
-def collect(events: pgqueue.EventStream, count: int, *, timeout: float = 60.0) -> list[Event]:
-    """Read ``count`` events, failing after ``timeout`` seconds without them."""
-    got: list[Event] = []
-    deadline = time.monotonic() + timeout
-    while len(got) < count:
-        left = deadline - time.monotonic()
-        assert left > 0, f"heard {len(got)} events of {count}: {got[-5:]}"
-        event = events.get(timeout=min(left, 1.0))
-        if event is not None:
-            got.append(event)
-    return got
-
-
-def by_job(events: list[Event]) -> dict[str, Transitions]:
-    transitions: dict[str, Transitions] = defaultdict(list)
-    for event in events:
-        transitions[event.job_id].append((event.old_state, event.new_state))
-    return dict(transitions)
 
 
 def listeners(queue: pgqueue.Queue) -> int:

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 from conditions import wait_until
+from events_support import by_job, collect
 
 import pgqueue
 from pgqueue import JobState
@@ -251,3 +252,44 @@ def test_the_pruner_deletes_events_nobody_consumed_within_their_retention(
     assert pgqueue.Pruner(queue, signals=None).run_once(now=later).signals == 0
     with pytest.raises(pgqueue.ConfigError, match="signals retention"):
         pgqueue.Pruner(queue, signals=-1)
+
+
+def test_lifecycle_events_report_the_park_and_the_resume(queue: pgqueue.Queue) -> None:
+    @queue.task(name="p.events")
+    def flow() -> str:
+        job = pgqueue.current_job()
+        return str(job.wait_for("go", timeout=timedelta(hours=1)))
+
+    runs: list[int] = []
+
+    @queue.task(name="p.snoozes")
+    def snoozes() -> None:
+        runs.append(1)
+        if len(runs) == 1:
+            raise pgqueue.Snooze(0)
+
+    with queue.events() as events:
+        job = flow.enqueue()
+        other = snoozes.enqueue()
+        assert drain(queue).parked == 1
+        queue.send_event("go", "yes")
+        wait_until(lambda: _finished(queue, job.id) or None, "the woken job to finish")
+        wait_until(lambda: _finished(queue, other.id) or None, "the snoozed job to finish")
+        heard = by_job(collect(events, 7 + 5))
+    assert heard[job.id] == [
+        (None, "queued"),
+        ("queued", "processing"),
+        ("processing", pgqueue.events.PARKED),
+        (pgqueue.events.PARKED, "queued"),
+        ("queued", pgqueue.events.RESUMED),
+        (pgqueue.events.RESUMED, "processing"),
+        ("processing", "completed"),
+    ]
+    # A snooze is processing -> queued too, but no park: no pseudo-state.
+    assert heard[other.id] == [
+        (None, "queued"),
+        ("queued", "processing"),
+        ("processing", "queued"),
+        ("queued", "processing"),
+        ("processing", "completed"),
+    ]

@@ -36,10 +36,10 @@ def _trigger_ddl(*, drop: bool) -> list[str]:
     # Offline (--sql) runs have a dialect but no connection: the backend is found by its name.
     backend = backend_for(sa.make_url(f"{context.dialect.name}://"), schema=schema)
     if backend.events_in_table:
-        return statements.sqlite_drop_ddl() if drop else statements.sqlite_ddl()
+        return statements.sqlite_drop_ddl() if drop else statements.sqlite_ddl(durable=False)
     if drop:
         return statements.postgres_drop_ddl(schema)
-    return statements.postgres_ddl(schema, backend.channel(statements.CHANNEL))
+    return statements.postgres_ddl(schema, backend.channel(statements.CHANNEL), durable=False)
 
 
 def upgrade() -> None:

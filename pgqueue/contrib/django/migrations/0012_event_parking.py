@@ -1,0 +1,27 @@
+"""Lifecycle events report durable parks and resumes: pgqueue's Alembic revision
+0013_event_parking (the event triggers again) on Django's connection."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db import migrations
+
+from pgqueue.contrib.django.connection import downgrade_schema, upgrade_schema
+
+ALEMBIC_REVISION = "0013_event_parking"
+PREVIOUS_REVISION = "0012_durable"
+
+
+def upgrade(apps: Any, schema_editor: Any) -> None:
+    upgrade_schema(schema_editor.connection.alias, ALEMBIC_REVISION)
+
+
+def downgrade(apps: Any, schema_editor: Any) -> None:
+    downgrade_schema(schema_editor.connection.alias, PREVIOUS_REVISION)
+
+
+class Migration(migrations.Migration):  # type: ignore[misc]
+    dependencies = [("pgqueue", "0011_durable")]
+
+    operations = [migrations.RunPython(upgrade, downgrade)]
