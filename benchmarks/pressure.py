@@ -17,7 +17,7 @@ and the peaks of queued depth, dead tuples and the jobs table's size (heap + ind
 after each recovery, how long until the completion rate was back within 10 % of the clean one.
 
 Phase lengths: ``PGQUEUE_PRESSURE_SECONDS`` = ``clean,pinned,recovery`` (default 45,240,90; the
-issue's ceiling target needs a pin of at least 4 minutes); ``--quick``: 4,6,4.
+issue's ceiling target needs a pin of at least 4 minutes); ``--quick``: 2,3,2.
 """
 
 from __future__ import annotations
@@ -182,7 +182,7 @@ def nothing(url: str) -> Iterator[None]:
 
 
 def phases(quick: bool) -> list[tuple[str, float, Callable[[str], AbstractContextManager[None]]]]:
-    raw = "4,6,4" if quick else os.environ.get("PGQUEUE_PRESSURE_SECONDS", "45,240,90")
+    raw = "2,3,2" if quick else os.environ.get("PGQUEUE_PRESSURE_SECONDS", "45,240,90")
     clean, pinned, recovery = (float(x) for x in raw.split(","))
     return [
         ("clean", clean, nothing),
