@@ -34,7 +34,8 @@ __all__ = ["ACTIONS", "GROUP_ACTIONS", "apply", "apply_to_group", "group_ids"]
 #: Actions on one job, and the states each applies to.
 ACTIONS: dict[str, tuple[JobState, ...]] = {
     "retry": (JobState.FAILED, JobState.CANCELLED),
-    "cancel": (JobState.QUEUED, JobState.FAILING),
+    # A running job only from its own page (cooperatively, see apply's ``running``).
+    "cancel": (JobState.WAITING, JobState.QUEUED, JobState.FAILING, JobState.PROCESSING),
     "purge": FINISHED_STATES,
 }
 #: Actions on a group of failures, by the group's state.
@@ -64,8 +65,11 @@ def apply(
     *,
     batch_size: int = DEFAULT_BATCH_SIZE,
     now: datetime | None = None,
+    running: bool = False,
 ) -> int:
     """Do ``action`` (retry, cancel, purge) to the jobs ``ids``; returns how many it changed.
+    ``running=True`` cancels running jobs too (``Queue.cancel(..., running=True)``: the worker
+    holding one stops its handler at its next heartbeat); without it they are left alone.
 
     Example::
 
@@ -76,7 +80,9 @@ def apply(
     for chunk in iter_chunks(ids, batch_size):
         if action == "cancel":
             # Queue.cancel wakes anyone waiting on the job; cancels are rare, so one at a time.
-            done += sum(queue.cancel(job_id, now=now).cancelled for job_id in chunk)
+            done += sum(
+                queue.cancel(job_id, now=now, running=running).cancelled for job_id in chunk
+            )
             continue
         with queue.connect() as conn:
             if action == "retry":

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import mimetypes
 from collections.abc import Callable, Iterable, Mapping
-from datetime import UTC, datetime
+from datetime import datetime
 from http import HTTPStatus
 from importlib import resources
 from typing import TYPE_CHECKING, Any
@@ -31,7 +31,7 @@ from pgqueue.dashboard.render import environment
 from pgqueue.dashboard.request import Request, Response, wsgi_request
 from pgqueue.dashboard.throughput import Throughput
 from pgqueue.errors import BackendError, ConfigError, PgQueueError
-from pgqueue.job import JobState
+from pgqueue.job import FINISHED_STATES, JobState
 from pgqueue.schema import KEPT_ERRORS
 
 if TYPE_CHECKING:
@@ -194,8 +194,10 @@ class Dashboard:
             refresh_ms=int(self.refresh_seconds * 1000),
             message=query.message if query is not None else None,
             url=lambda path, **given: _url(request.root, path, given),
-            job_url=lambda job_id, action=None: _url(request.root, *job_path(job_id, action)),
-            database=self.queue.engine.url.render_as_string(hide_password=True),
+            job_url=lambda job_id, action=None, **given: _job_url(
+                request.root, job_id, action, given
+            ),
+            database=database_label(self.queue.engine.url),
             replica_lag=self._replica_lag(),
             **context,
         )
@@ -275,16 +277,33 @@ class Dashboard:
             return self._error(request, HTTPStatus.METHOD_NOT_ALLOWED, "Method not allowed")
         if status is None:
             return self._error(request, HTTPStatus.NOT_FOUND, f"No job {job_id!r}.")
-        now = self._now() or datetime.now(UTC)
+        around = data.read_surroundings(
+            self.queue, job_id, locked_by=status.locked_by, now=self._now()
+        )
+        now = around.now
         allowed = [
             a for a, states in actions.ACTIONS.items() if status.state in states and request.may(a)
         ]
+        errors = data.read_attempt_errors(self.queue, job_id)
+        # Cancelled while it ran: the row keeps the lease the worker no longer renews, and the
+        # handler may still be running until the worker's next heartbeat tells it.
+        cancel_requested = (
+            status.state is JobState.CANCELLED
+            and status.locked_until is not None
+            and status.locked_until > now
+        )
         return self._page(
             request,
-            "job.html",
+            "job_body.html" if query.fragment else "job.html",
             query,
             job=status,
-            errors=data.read_attempt_errors(self.queue, job_id),
+            errors=errors,
+            runs=data.error_runs(errors),
+            current_run=data.in_current_run(errors, status.attempts, status.started_at),
+            holder=around.holder,
+            holder_live=around.holder_live,
+            cancel_requested=cancel_requested,
+            live=status.state not in FINISHED_STATES or cancel_requested,
             # A durable job's steps, sleep or wait (docs/durable.md); [] for other jobs.
             steps=self.queue.steps(job_id),
             kept_errors=KEPT_ERRORS,
@@ -298,11 +317,17 @@ class Dashboard:
         job_id, action = ("", where[0]) if len(where) == 1 else where
         job_id = _job_id(request, job_id)
         actions.check_action(action)
-        done = actions.apply(self.queue, action, [job_id], now=self._now())
+        before = self.queue.status(job_id)
+        running = before is not None and before.state is JobState.PROCESSING
+        # From its own page a running job may be cancelled too (cooperatively: Queue.cancel
+        # with running=True); bulk cancels leave running jobs alone.
+        done = actions.apply(self.queue, action, [job_id], now=self._now(), running=running)
         verb = {"retry": "queued again", "cancel": "cancelled", "purge": "purged"}[action]
         message = (
             f"Job {verb}." if done else f"Nothing to {action}: the job is not in a state for it."
         )
+        if done and running and action == "cancel":
+            message = "Cancel requested: the worker stops the handler at its next heartbeat."
         if action == "purge" and done:
             return Response.redirect(_url(request.root, "jobs", {"message": message}))
         path, given = job_path(job_id)
@@ -389,6 +414,23 @@ class Dashboard:
 # -- helpers ----------------------------------------------------------------------------------------
 
 
+def database_label(url: Any) -> str:
+    """What the header says of the database: the dialect, host and database name; never the
+    user, password or query string (``?sslmode=...&password=...`` can hold credentials too).
+
+    Example::
+
+        database_label(make_url("postgresql://app:pw@db:5432/app?client_encoding=UTF8"))
+        # "postgresql · db:5432/app"
+    """
+    dialect = str(url.get_backend_name())
+    name = str(url.database or "")
+    if dialect == "sqlite":
+        return f"sqlite · {name.rsplit('/', 1)[-1] or 'memory'}"
+    where = str(url.host or "localhost") + (f":{url.port}" if url.port else "")
+    return f"{dialect} · {where}/{name}"
+
+
 def _url(root: str, path: str, params: Mapping[str, Any]) -> str:
     base = f"{root.rstrip('/')}/{path.lstrip('/')}"
     flat = {k: v for k, v in params.items() if v not in (None, "", [])}
@@ -411,6 +453,11 @@ def job_path(job_id: str, action: str | None = None) -> tuple[str, dict[str, str
         return ("job/" + action if action else "job"), {"id": job_id}
     path = f"jobs/{quote(job_id, safe='')}"
     return (f"{path}/{action}" if action else path), {}
+
+
+def _job_url(root: str, job_id: str, action: str | None, given: Mapping[str, Any]) -> str:
+    path, query = job_path(job_id, action)
+    return _url(root, path, {**query, **given})
 
 
 def _job_id(request: Request, from_path: str) -> str:

@@ -41,6 +41,7 @@ __all__ = [
     "failed_count",
     "failed_groups",
     "finished_buckets",
+    "first_finished",
     "job_delete_finished",
     "job_errors",
     "job_page",
@@ -48,6 +49,7 @@ __all__ = [
     "processing_counts",
     "schedule_rows",
     "segment_of",
+    "worker",
     "workers",
 ]
 
@@ -131,6 +133,14 @@ def finished_buckets(edges: Sequence[datetime]) -> Select[Any]:
         select(bucket, JOBS.c.queue, JOBS.c.task, JOBS.c.state, func.count().label("count"))
         .where(FINISHED, JOBS.c.finished_at >= start, JOBS.c.finished_at < end)
         .group_by(bucket, JOBS.c.queue, JOBS.c.task, JOBS.c.state)
+    )
+
+
+def first_finished(start: datetime, end: datetime) -> Select[Any]:
+    """When the first job that finished in ``[start, end)`` finished (None: none did): one probe
+    of the finished index."""
+    return select(func.min(JOBS.c.finished_at)).where(
+        FINISHED, JOBS.c.finished_at >= start, JOBS.c.finished_at < end
     )
 
 
@@ -257,6 +267,11 @@ def job_page(
 def workers(since: datetime) -> Select[Any]:
     """Workers that beat at or after ``since`` (live), by id."""
     return select(WORKERS).where(WORKERS.c.last_beat_at >= since).order_by(WORKERS.c.id)
+
+
+def worker(worker_id: str) -> Select[Any]:
+    """One worker's registry row (live or not)."""
+    return select(WORKERS).where(WORKERS.c.id == worker_id)
 
 
 def schedule_rows() -> Select[Any]:

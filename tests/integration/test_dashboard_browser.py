@@ -172,6 +172,67 @@ def test_the_overview_updates_without_reloading(
     assert browser.execute_script("return window.notReloaded") is True
 
 
+def test_an_actions_message_is_shown_once(browser: Any, site: str, queue: pgqueue.Queue) -> None:
+    browser.get(site + "/jobs/job-failed")
+    click(browser, "button[data-confirm^='Retry']")
+    browser.switch_to.alert.accept()
+    shows(browser, ".message", "queued again")
+    # The address lost its ?message=: a reload (after the job failed again) does not repeat it.
+    assert "message=" not in browser.current_url
+    run_job(queue, "job-failed")
+    browser.refresh()
+    shows(browser, "h1 .state", "failed")
+    assert not browser.find_elements("css selector", ".message")
+
+
+def test_dark_mode_follows_the_system(browser: Any, site: str) -> None:
+    def background() -> str:
+        return str(
+            browser.find_element("css selector", "html").value_of_css_property("background-color")
+        )
+
+    browser.get(site + "/")
+    light = background()
+    browser.execute_cdp_cmd(
+        "Emulation.setEmulatedMedia",
+        {"features": [{"name": "prefers-color-scheme", "value": "dark"}]},
+    )
+    try:
+        wait_until(lambda: background() != light, "the dark palette")
+        # Dark: every channel low.
+        channels = [int(c) for c in background().split("(")[1].split(")")[0].split(",")[:3]]
+        assert max(channels) < 64, background()
+    finally:
+        browser.execute_cdp_cmd("Emulation.setEmulatedMedia", {"features": []})
+
+
+def test_an_unserved_queue_is_flagged_and_a_paused_one_marked(
+    browser: Any, site: str, queue: pgqueue.Queue
+) -> None:
+    queue.enqueue("shop.charge", args=["order-1"])  # "payments": no worker serves it
+    queue.pause("default")
+    browser.get(site + "/")
+    shows(browser, "#unserved", "No live worker serves queue payments")
+    shows(browser, "#paused", "default")
+    assert browser.find_elements("css selector", "#queues tr.paused")
+
+
+def test_cancelling_a_running_job_from_its_page(
+    browser: Any, site: str, queue: pgqueue.Queue
+) -> None:
+    browser.get(site + "/jobs/job-processing")
+    shows(browser, "#running", "worker-test")
+    first = text(browser, "#running")
+    # The runtime is live: the page refreshes itself while the job runs.
+    wait_until(lambda: text(browser, "#running") not in ("", first), "the runtime to move")
+    click(browser, "button[data-confirm^='Cancel']")
+    browser.switch_to.alert.accept()
+    shows(browser, ".message", "Cancel requested")
+    shows(browser, "#cancel-state", "cancel requested")
+    shows(browser, "#cancel-requested", "worker-test")
+    assert queue.status("job-processing").state is JobState.CANCELLED  # type: ignore[union-attr]
+
+
 def test_screenshots(browser: Any, site: str, queue: pgqueue.Queue, tmp_path: Path) -> None:
     """The main pages with a day of history, as pictures: docs/dashboard.md's screenshots when
     PGQUEUE_SCREENSHOTS names a folder (from the SQLite run), else thrown away with tmp_path."""

@@ -17,9 +17,12 @@ from pgqueue.dashboard.data.failures import (
     AttemptError,
     FailureGroup,
     attempt_errors,
+    error_runs,
+    in_current_run,
     read_attempt_errors,
     read_failures,
 )
+from pgqueue.dashboard.data.job import JobSurroundings, read_surroundings
 from pgqueue.dashboard.data.jobs import JobsPage, decode_cursor, encode_cursor, read_jobs
 from pgqueue.dashboard.data.overview import (
     COUNT_CAP,
@@ -38,6 +41,7 @@ __all__ = [
     "GROUP_CAP",
     "AttemptError",
     "FailureGroup",
+    "JobSurroundings",
     "JobsPage",
     "LeaderRow",
     "Overview",
@@ -49,11 +53,14 @@ __all__ = [
     "attempt_errors",
     "decode_cursor",
     "encode_cursor",
+    "error_runs",
     "finished",
+    "in_current_run",
     "read_attempt_errors",
     "read_failures",
     "read_jobs",
     "read_now",
     "read_overview",
     "read_schedules",
+    "read_surroundings",
 ]

@@ -36,7 +36,18 @@
     });
   }
 
+  // An action's outcome arrives as ?message=... on the page it redirects to. Shown once: the
+  // address loses it at once, so a reload (or a bookmark) does not say it again later, when it
+  // may no longer be true.
+  function forgetMessage() {
+    var url = new URL(window.location.href);
+    if (!url.searchParams.has("message")) return;
+    url.searchParams.delete("message");
+    window.history.replaceState(window.history.state, "", url.pathname + url.search + url.hash);
+  }
+
   document.addEventListener("DOMContentLoaded", function () {
+    forgetMessage();
     document.querySelectorAll("[data-refresh]").forEach(refresh);
     confirmations();
   });

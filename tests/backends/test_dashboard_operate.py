@@ -1,0 +1,165 @@
+"""The dashboard's second wave, on both databases through its framework-neutral handler: the
+header names the database without credentials, a fresh database has nothing left to count, a
+retried job's errors are listed per run, queues that nothing serves are flagged, and a running
+job can be cancelled from its page. The browser tests drive the same pages in Chromium."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from dashboard_support import Filled, fill, page_text, request
+
+import pgqueue
+from pgqueue.dashboard import Dashboard
+from pgqueue.dashboard.data import read_overview
+from pgqueue.dashboard.throughput import Throughput
+from pgqueue.job import JobState
+from pgqueue.testing import run_job
+
+
+@pytest.fixture(autouse=True)
+def _close_dashboards(queue: pgqueue.Queue, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    # Each Dashboard may count the charts' minutes on a thread: stop those before the queue
+    # (which this fixture depends on, so it is closed after) disposes of its engine.
+    made: list[Throughput] = []
+    original = Throughput.__init__
+
+    def init(self: Throughput, *args: Any, **kwargs: Any) -> None:
+        original(self, *args, **kwargs)
+        made.append(self)
+
+    monkeypatch.setattr(Throughput, "__init__", init)
+    yield
+    for throughput in made:
+        throughput.close()
+
+
+@pytest.fixture
+def filled(queue: pgqueue.Queue) -> Iterator[Filled]:
+    state = fill(queue)
+    yield state
+    state.close()
+
+
+def get(dashboard: Dashboard, path: str, **params: Any) -> str:
+    response = dashboard.handle(request("GET", path, **params))
+    assert response.status == 200, page_text(response.body)
+    return page_text(response.body)
+
+
+def flaky(n: int) -> None:
+    raise ValueError(f"boom {n}")
+
+
+def test_the_header_names_host_and_database_only(queue: pgqueue.Queue) -> None:
+    page = get(Dashboard(queue), "/")
+    header = page[page.index("<header>") : page.index("</header>")]
+    url = queue.engine.url
+    assert f"{url.get_backend_name()} · " in header
+    assert "?" not in header.split('class="database"')[1].split("</span>")[0]
+    if url.password:
+        assert str(url.password) not in page
+    if url.username:
+        assert f"{url.username}@" not in page
+
+
+def test_a_fresh_database_has_nothing_left_to_count(queue: pgqueue.Queue) -> None:
+    # The background counter is on (as in production) and its budget is spent at once: the
+    # first load must still know the empty day is empty.
+    dashboard = Dashboard(queue)
+    dashboard.throughput.budget = 0.0
+    page = get(dashboard, "/")
+    assert "still counting" not in page
+
+
+def test_a_retried_jobs_errors_are_listed_per_run(queue: pgqueue.Queue) -> None:
+    queue.task(name="flaky", max_attempts=2)(flaky)
+    job_id = queue.enqueue("flaky", args=[1], id="retried-twice").id
+    for _ in range(2):
+        run_job(queue, job_id)
+    dashboard = Dashboard(queue)
+    page = get(dashboard, f"/jobs/{job_id}")
+    assert "2 stored, latest last" in page and "Run 1" not in page
+    assert queue.retry(job_id)
+    # Retried, not run yet: the attempts are the new run's, the errors the old run's.
+    page = get(dashboard, f"/jobs/{job_id}")
+    assert 'id="no-current-errors"' in page
+    assert "0 of 2" in page and "in the current run (run 2: retried by hand 1&times;)" in page
+    for _ in range(2):
+        run_job(queue, job_id)
+    page = get(dashboard, f"/jobs/{job_id}")
+    assert "4 stored, from 2 runs" in page
+    assert "2 of 2" in page and "in the current run (run 2: retried by hand 1&times;)" in page
+    assert page.index("Run 1") < page.index("Run 2 · Retried by hand") < page.index("· current")
+    assert 'id="no-current-errors"' not in page
+
+
+@pytest.mark.queue_options(allow_unknown_tasks=True)
+def test_a_queue_with_due_jobs_and_no_worker_is_flagged(
+    queue: pgqueue.Queue, filled: Filled
+) -> None:
+    # "default" has a live worker (fill's), "lonely" has none.
+    queue.enqueue("t.mail", queue="lonely")
+    queue.enqueue("t.mail", queue="held")
+    queue.pause("held")
+    overview = read_overview(queue)
+    assert [row.name for row in overview.unserved] == ["lonely"]
+    assert [row.name for row in overview.paused] == ["held"]
+    page = get(Dashboard(queue), "/")
+    warning = page[page.index('id="unserved"') : page.index("</p>", page.index('id="unserved"'))]
+    assert "lonely" in warning and "default" not in warning and "held" not in warning
+    assert '<tr class="paused">' in page and '<tr class=" unserved">' in page
+    assert 'id="paused"' in page
+    # Once a worker serves it the warning goes.
+    filled.presence.unregister()
+    from pgqueue.maintenance.presence import WorkerPresence
+
+    presence = WorkerPresence(queue, "worker-lonely", queues=["lonely", "default"])
+    presence.register()
+    try:
+        assert 'id="unserved"' not in get(Dashboard(queue), "/")
+    finally:
+        presence.unregister()
+
+
+def test_a_running_job_shows_its_runtime_and_worker_and_can_be_cancelled(
+    queue: pgqueue.Queue, filled: Filled
+) -> None:
+    dashboard = Dashboard(queue)
+    page = get(dashboard, "/jobs/job-processing")
+    assert 'id="running"' in page and "Running for" in page and "worker-test" in page
+    assert f"pid {filled.presence.pid}" in page
+    assert "Cancel while running" in page
+    assert 'data-refresh="/jobs/job-processing?fragment=1"' in page
+    fragment = get(dashboard, "/jobs/job-processing", fragment="1")
+    assert "<html" not in fragment and 'id="running"' in fragment
+    requested = dashboard.handle(request("POST", "/jobs/job-processing/cancel"))
+    assert "Cancel+requested" in dict(requested.headers)["Location"]
+    assert queue.status("job-processing").state is JobState.CANCELLED  # type: ignore[union-attr]
+    page = get(dashboard, "/jobs/job-processing")
+    assert 'id="cancel-requested"' in page and "cancel requested" in page
+    assert "worker-test" in page and 'data-refresh="' in page
+    # A job cancelled before it started has no lease: nothing is pending there.
+    dashboard.handle(request("POST", "/jobs/job-queued/cancel"))
+    page = get(dashboard, "/jobs/job-queued")
+    assert 'id="cancel-requested"' not in page and 'data-refresh="' not in page
+
+
+def test_a_read_only_or_unpermitted_dashboard_cannot_cancel_a_running_job(
+    queue: pgqueue.Queue, filled: Filled
+) -> None:
+    page = get(Dashboard(queue, read_only=True), "/jobs/job-processing")
+    assert "Cancel while running" not in page
+    refused = Dashboard(queue, read_only=True).handle(
+        request("POST", "/jobs/job-processing/cancel")
+    )
+    assert refused.status == 403
+    from pgqueue.dashboard import Request
+
+    viewer = Request(
+        method="POST", path="/jobs/job-processing/cancel", actions=frozenset({"retry"})
+    )
+    assert Dashboard(queue).handle(viewer).status == 403
+    assert queue.status("job-processing").state is JobState.PROCESSING  # type: ignore[union-attr]
