@@ -15,11 +15,13 @@ Example::
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from datetime import datetime
 from typing import TYPE_CHECKING
 
 from pgqueue.backends.base import iter_chunks
 from pgqueue.dashboard import queries
+from pgqueue.dashboard.queries import JobFilter
 from pgqueue.errors import ConfigError
 from pgqueue.job import FINISHED_STATES, JobState
 from pgqueue.notifications import ENQUEUED_CHANNEL
@@ -29,7 +31,16 @@ from pgqueue.workflow import dependencies
 if TYPE_CHECKING:
     from pgqueue.queue import Queue
 
-__all__ = ["ACTIONS", "GROUP_ACTIONS", "apply", "apply_to_group", "group_ids"]
+__all__ = [
+    "ACTIONS",
+    "BULK_ACTIONS",
+    "GROUP_ACTIONS",
+    "apply",
+    "apply_to_group",
+    "bulk_filter",
+    "check_bulk_action",
+    "group_ids",
+]
 
 #: Actions on one job, and the states each applies to.
 ACTIONS: dict[str, tuple[JobState, ...]] = {
@@ -43,6 +54,38 @@ GROUP_ACTIONS: dict[JobState, tuple[str, ...]] = {
     JobState.FAILED: ("retry", "purge"),
     JobState.FAILING: ("cancel",),
 }
+
+
+#: Actions on a set of jobs from the jobs list, and the states each touches there (a bulk
+#: cancel leaves running jobs alone: those are cancelled one at a time, from their page).
+BULK_ACTIONS: dict[str, tuple[JobState, ...]] = {
+    "retry": (JobState.FAILED, JobState.CANCELLED),
+    "cancel": (JobState.QUEUED, JobState.FAILING),
+    "purge": FINISHED_STATES,
+}
+
+
+def check_bulk_action(action: str) -> str:
+    """``action`` if it is one of :data:`BULK_ACTIONS`; ConfigError names the valid ones."""
+    if action not in BULK_ACTIONS:
+        raise ConfigError(
+            f"action: unknown bulk action {action[:20]!r}; expected one of: "
+            f"{', '.join(BULK_ACTIONS)}"
+        )
+    return action
+
+
+def bulk_filter(action: str, where: JobFilter) -> JobFilter:
+    """``where`` narrowed to the states ``action`` applies to (all of those when it names none).
+
+    Example::
+
+        bulk_filter("retry", JobFilter(tasks=("shop.charge",))).states   # (failed, cancelled)
+    """
+    applies = BULK_ACTIONS[check_bulk_action(action)]
+    chosen = [s for s in applies if not where.states or s in where.states]
+    # No state in common: match nothing (an empty tuple would mean every state).
+    return replace(where, states=tuple(chosen) or (JobState.WAITING,))
 
 
 def check_action(action: str) -> str:

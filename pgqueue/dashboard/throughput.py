@@ -109,6 +109,11 @@ class Throughput:
         if thread is not None:
             thread.join(timeout)
 
+    def tasks(self) -> set[str]:
+        """The tasks with jobs counted so far (those that finished in the last day)."""
+        with self._lock:
+            return {task for _, counts in self._counted.values() for (_, task, _) in counts}
+
     def wait_idle(self, timeout: float | None = None) -> bool:
         """Wait until the background counting is done (benchmarks, tests); True when it is."""
         return self._idle.wait(timeout)

@@ -6,6 +6,7 @@ job can be cancelled from its page. The browser tests drive the same pages in Ch
 from __future__ import annotations
 
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -163,3 +164,137 @@ def test_a_read_only_or_unpermitted_dashboard_cannot_cancel_a_running_job(
     )
     assert Dashboard(queue).handle(viewer).status == 403
     assert queue.status("job-processing").state is JobState.PROCESSING  # type: ignore[union-attr]
+
+
+@pytest.mark.queue_options(allow_unknown_tasks=True)
+def test_the_task_filter_matches_a_short_name(queue: pgqueue.Queue) -> None:
+    queue.enqueue("app.tasks.charge_card", id="c1")
+    queue.enqueue("app.tasks.charge_card_later", id="c2")
+    queue.enqueue("app.tasks.refund", id="r1")
+    dashboard = Dashboard(queue)
+    page = get(dashboard, "/jobs", task="charge_card")
+    assert ">c1</a>" in page and ">r1</a>" not in page and ">c2</a>" not in page
+    assert 'id="task-match"' in page and "app.tasks.charge_card" in page
+    page = get(dashboard, "/jobs", task="app.tasks.")  # a prefix: the module's tasks
+    assert ">c1</a>" in page and ">c2</a>" in page and ">r1</a>" in page
+    page = get(dashboard, "/jobs", task="app.tasks.refund")  # exact
+    assert ">r1</a>" in page and ">c1</a>" not in page
+    assert '<option value="app.tasks.refund">' in page  # the suggestions
+    assert ">c1</a>" not in get(dashboard, "/jobs", task="nothing_like_it")
+
+
+def test_the_worker_and_time_filters(queue: pgqueue.Queue, filled: Filled) -> None:
+    dashboard = Dashboard(queue)
+    page = get(dashboard, "/jobs", worker="worker-test")
+    assert ">job-processing</a>" in page and ">job-queued</a>" not in page
+    assert ">job-queued</a>" in get(dashboard, "/jobs", within="15m")
+    later = Dashboard(queue, clock=lambda: datetime.now(UTC) + timedelta(days=2))
+    assert ">job-queued</a>" not in get(later, "/jobs", within="24h")
+
+
+@pytest.mark.queue_options(allow_unknown_tasks=True)
+def test_the_arguments_search(queue: pgqueue.Queue) -> None:
+    queue.enqueue("t.mail", args=["naïve@example.com"], id="m1")
+    queue.enqueue("t.mail", kwargs={"note": 'say "hi" 100%'}, id="m2")
+    queue.enqueue("t.mail", args=["other@example.com"], id="m3")
+    dashboard = Dashboard(queue)
+    page = get(dashboard, "/jobs", q="naïve@")
+    assert ">m1</a>" in page and ">m3</a>" not in page
+    page = get(dashboard, "/jobs", q='"hi" 100%')  # quotes and LIKE's wildcards as typed
+    assert ">m2</a>" in page and ">m1</a>" not in page
+    assert ">m1</a>" not in get(dashboard, "/jobs", q="1_0")
+    assert ">m3</a>" in get(dashboard, "/jobs", q="OTHER@")  # case-insensitive on both
+    # Bounded: with a window of 2 rows the search reads the 2 newest, says so, and goes on.
+    from pgqueue.dashboard.data import read_jobs
+    from pgqueue.dashboard.queries import JobFilter
+
+    where = JobFilter(search=("example.com",))
+    first = read_jobs(queue, where=where, limit=50, scan=2)
+    assert [job.id for job in first.jobs] == ["m3"]  # m2's arguments do not match
+    assert first.searched_to is not None and first.next_cursor is not None
+    rest = read_jobs(queue, where=where, cursor=first.next_cursor, limit=50, scan=2)
+    assert [job.id for job in rest.jobs] == ["m1"]
+
+
+def test_bulk_actions_on_the_selected_jobs(queue: pgqueue.Queue, filled: Filled) -> None:
+    dashboard = Dashboard(queue)
+    page = get(dashboard, "/jobs")
+    assert 'id="select-all"' in page and 'form="bulk"' in page
+    done = dashboard.handle(
+        request(
+            "POST", "/bulk/retry", id=["job-failed", "job-failed-2", "job-queued"], state="failed"
+        )
+    )
+    location = dict(done.headers)["Location"]
+    assert "2+jobs+queued+again" in location and "1+left+alone" in location
+    assert location.startswith("/jobs?state=failed&")  # back to the same filters
+    assert queue.status("job-failed-2").state is JobState.QUEUED  # type: ignore[union-attr]
+    dashboard.handle(request("POST", "/bulk/purge", id=["job-completed", "job-cancelled"]))
+    assert queue.status("job-completed") is None and queue.status("job-cancelled") is None
+    none = dashboard.handle(request("POST", "/bulk/cancel"))
+    assert "No+jobs+selected" in dict(none.headers)["Location"]
+    # Bulk cancel never stops a running job.
+    dashboard.handle(request("POST", "/bulk/cancel", id=["job-processing"]))
+    assert queue.status("job-processing").state is JobState.PROCESSING  # type: ignore[union-attr]
+
+
+@pytest.mark.queue_options(allow_unknown_tasks=True)
+def test_bulk_actions_on_every_matching_job_say_how_many_first(queue: pgqueue.Queue) -> None:
+    for n in range(7):
+        queue.enqueue("app.tasks.charge_card", args=[n], id=f"card-{n}", queue="pay")
+    queue.enqueue("app.tasks.refund", id="refund-1", queue="pay")
+    dashboard = Dashboard(queue)
+    page = get(dashboard, "/bulk/confirm", action="cancel", task="charge_card", queue="pay")
+    assert "Cancel 7 jobs?" in page
+    assert 'name="scope" value="all"' in page and 'name="task" value="charge_card"' in page
+    done = dashboard.handle(
+        request("POST", "/bulk/cancel", scope="all", task="charge_card", queue="pay")
+    )
+    assert "7+jobs+cancelled" in dict(done.headers)["Location"]
+    assert queue.status("refund-1").state is JobState.QUEUED  # type: ignore[union-attr]
+    assert "Retry 7 jobs?" in get(dashboard, "/bulk/confirm", action="retry", task="charge_card")
+    # A state the action does not apply to: nothing.
+    assert "Retry 0 jobs?" in get(dashboard, "/bulk/confirm", action="retry", state="queued")
+
+
+def test_bulk_actions_are_refused_without_the_right(queue: pgqueue.Queue, filled: Filled) -> None:
+    from pgqueue.dashboard import Request
+
+    read_only = Dashboard(queue, read_only=True)
+    assert 'id="select-all"' not in get(read_only, "/jobs")
+    assert read_only.handle(request("POST", "/bulk/retry", id=["job-failed"])).status == 403
+    assert read_only.handle(request("GET", "/bulk/confirm", action="retry")).status == 403
+    viewer = Request(
+        method="POST", path="/bulk/purge", form={"id": ["job-completed"]}, actions=frozenset()
+    )
+    assert Dashboard(queue).handle(viewer).status == 403
+    assert queue.status("job-completed") is not None
+    looker = Request(method="GET", path="/jobs", actions=frozenset({"retry"}))
+    page = page_text(Dashboard(queue).handle(looker).body)
+    assert "bulk/retry" in page and "bulk/purge" not in page
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "params", "said"),
+    [
+        ("GET", "/jobs", {"within": "3 weeks"}, "within: expected one of"),
+        ("GET", "/jobs", {"q": "x" * 201}, "the limit is 200"),
+        ("GET", "/jobs", {"q": "a\x00b"}, "q must not contain NUL"),
+        ("GET", "/jobs", {"worker": "w\x00"}, "worker must not contain NUL"),
+        ("GET", "/jobs", {"task": "a\x00"}, "task"),
+        ("GET", "/bulk/confirm", {"action": "explode"}, "unknown bulk action"),
+        ("GET", "/bulk/confirm", {}, "unknown bulk action"),
+        ("POST", "/bulk/explode", {"id": "job-failed"}, "unknown bulk action"),
+        ("POST", "/bulk/retry", {"scope": "everything"}, "scope: expected selected or all"),
+        ("POST", "/bulk/retry", {"id": "a\x00"}, "id must not contain NUL"),
+        ("POST", "/bulk/retry", {"id": [f"j{n}" for n in range(51)]}, "at most 50"),
+        ("POST", "/bulk/retry", {"scope": "all", "since": "yesterday"}, "since: expected"),
+    ],
+)
+def test_bad_parameters_get_400_naming_them(
+    queue: pgqueue.Queue, method: str, path: str, params: dict[str, Any], said: str
+) -> None:
+    response = Dashboard(queue).handle(request(method, path, **params))
+    body = page_text(response.body)
+    assert response.status == 400, body
+    assert said in body and "database cannot answer" not in body

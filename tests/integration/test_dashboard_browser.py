@@ -233,6 +233,43 @@ def test_cancelling_a_running_job_from_its_page(
     assert queue.status("job-processing").state is JobState.CANCELLED  # type: ignore[union-attr]
 
 
+def test_bulk_retry_of_the_selected_jobs(browser: Any, site: str, queue: pgqueue.Queue) -> None:
+    browser.get(site + "/jobs?state=failed")
+    shows(browser, "#jobs", "job-failed-2")
+    for job_id in ("job-failed", "job-failed-2"):
+        click(browser, f"input.pick[value='{job_id}']")
+    shows(browser, "#selected-count", "2")
+    click(browser, "form.bulk button[data-confirm-selected='Retry']")
+    assert browser.switch_to.alert.text == "Retry 2 selected jobs?"
+    browser.switch_to.alert.accept()
+    shows(browser, ".message", "2 jobs queued again")
+    assert "state=failed" in browser.current_url  # back on the same filters
+    assert queue.status("job-failed-2").state is JobState.QUEUED  # type: ignore[union-attr]
+
+
+def test_select_all_then_purge_every_matching_job(
+    browser: Any, site: str, queue: pgqueue.Queue
+) -> None:
+    browser.get(site + "/jobs?task=add&state=completed&state=cancelled")
+    shows(browser, "#task-match", "shop.add")
+    click(browser, "#select-all")
+    shows(browser, "#selected-count", "2")
+    click(browser, "form.bulk a.button[href*='action=purge']")
+    shows(browser, "#confirm-question", "Purge 2 jobs?")
+    click(browser, "#confirm")
+    shows(browser, ".message", "2 jobs purged")
+    assert queue.status("job-completed") is None and queue.status("job-cancelled") is None
+
+
+def test_searching_the_arguments(browser: Any, site: str) -> None:
+    browser.get(site + "/jobs")
+    field = browser.find_element("css selector", "input[name=q]")
+    field.send_keys("order-43")
+    field.submit()
+    shows(browser, "#jobs", "job-failed-2")
+    assert len(browser.find_elements("css selector", "#jobs tbody tr")) == 1
+
+
 def test_screenshots(browser: Any, site: str, queue: pgqueue.Queue, tmp_path: Path) -> None:
     """The main pages with a day of history, as pictures: docs/dashboard.md's screenshots when
     PGQUEUE_SCREENSHOTS names a folder (from the SQLite run), else thrown away with tmp_path."""

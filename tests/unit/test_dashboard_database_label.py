@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from sqlalchemy.engine import make_url
 
-from pgqueue.dashboard.app import database_label
+from pgqueue.dashboard.urls import database_label
 
 
 def test_no_credentials_and_no_query_string() -> None:

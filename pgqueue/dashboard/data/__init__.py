@@ -23,7 +23,19 @@ from pgqueue.dashboard.data.failures import (
     read_failures,
 )
 from pgqueue.dashboard.data.job import JobSurroundings, read_surroundings
-from pgqueue.dashboard.data.jobs import JobsPage, decode_cursor, encode_cursor, read_jobs
+from pgqueue.dashboard.data.jobs import (
+    BULK_COUNT_CAP,
+    SEARCH_SCAN,
+    JobsPage,
+    count_matching,
+    decode_cursor,
+    encode_cursor,
+    known_tasks,
+    matching_ids,
+    read_jobs,
+    resolve_task,
+    search_spellings,
+)
 from pgqueue.dashboard.data.overview import (
     COUNT_CAP,
     LeaderRow,
@@ -37,8 +49,10 @@ from pgqueue.dashboard.data.overview import (
 from pgqueue.dashboard.data.schedules import ScheduleRow, read_schedules
 
 __all__ = [
+    "BULK_COUNT_CAP",
     "COUNT_CAP",
     "GROUP_CAP",
+    "SEARCH_SCAN",
     "AttemptError",
     "FailureGroup",
     "JobSurroundings",
@@ -51,11 +65,14 @@ __all__ = [
     "TaskRow",
     "WorkerRow",
     "attempt_errors",
+    "count_matching",
     "decode_cursor",
     "encode_cursor",
     "error_runs",
     "finished",
     "in_current_run",
+    "known_tasks",
+    "matching_ids",
     "read_attempt_errors",
     "read_failures",
     "read_jobs",
@@ -63,4 +80,6 @@ __all__ = [
     "read_overview",
     "read_schedules",
     "read_surroundings",
+    "resolve_task",
+    "search_spellings",
 ]
