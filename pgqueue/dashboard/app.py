@@ -8,6 +8,7 @@ check (a double-submit cookie plus an Origin check) for the standalone server.
 
 from __future__ import annotations
 
+import functools
 import logging
 import mimetypes
 from collections.abc import Callable, Iterable
@@ -26,7 +27,7 @@ from pgqueue.dashboard.csrf import (
     csrf_ok,
     csrf_token,
 )
-from pgqueue.dashboard.render import environment
+from pgqueue.dashboard.render import environment, workflow_graph
 from pgqueue.dashboard.request import Request, Response, wsgi_request
 from pgqueue.dashboard.throughput import Throughput
 from pgqueue.dashboard.urls import _job_id, _job_url, _route, _url, database_label, job_path
@@ -106,6 +107,7 @@ class Dashboard:
             ("GET", "bulk/confirm", self._bulk_confirm),
             ("POST", "bulk/*", self._bulk_action),
             ("GET", "schedules", self._schedules),
+            ("GET", "workflow", self._workflow),
             ("GET", "static/*", self._static),
         ]
 
@@ -346,6 +348,7 @@ class Dashboard:
             current_run=data.in_current_run(errors, status.attempts, status.started_at),
             holder=around.holder,
             holder_live=around.holder_live,
+            around=around,
             cancel_requested=cancel_requested,
             live=status.state not in FINISHED_STATES or cancel_requested,
             # A durable job's steps, sleep or wait (docs/durable.md); [] for other jobs.
@@ -441,6 +444,24 @@ class Dashboard:
         verb = {"retry": "queued again", "cancel": "cancelled", "purge": "purged"}[action]
         message = f"{done:,} {'job' if done == 1 else 'jobs'} {verb}."
         return Response.redirect(_url(request.root, "failures", {"message": message}))
+
+    def _workflow(self, request: Request, query: params.QueryParams) -> Response:
+        # ?id=: workflow ids are any text ("/" included), like job ids.
+        if not query.id:
+            raise ConfigError("id: which workflow? (workflow?id=...)")
+        graph = data.read_workflow(self.queue, query.id)
+        if graph is None:
+            return self._error(request, HTTPStatus.NOT_FOUND, f"No workflow {query.id!r}.")
+        link = functools.partial(_job_url, request.root, action=None, given={})
+        return self._page(
+            request,
+            "workflow.html",
+            query,
+            graph=graph,
+            drawing=workflow_graph(graph, link),
+            cap=data.NODE_CAP,
+            active="jobs",
+        )
 
     def _schedules(self, request: Request, query: params.QueryParams) -> Response:
         schedules = data.read_schedules(self.queue, now=self._now())

@@ -8,13 +8,14 @@ from __future__ import annotations
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
+from urllib.parse import quote
 
 import pytest
-from dashboard_support import Filled, fill, page_text, request
+from dashboard_support import Filled, fill, page_text, register, request
 
 import pgqueue
 from pgqueue.dashboard import Dashboard
-from pgqueue.dashboard.data import read_overview
+from pgqueue.dashboard.data import read_overview, read_workflow
 from pgqueue.dashboard.throughput import Throughput
 from pgqueue.job import JobState
 from pgqueue.testing import run_job
@@ -298,3 +299,50 @@ def test_bad_parameters_get_400_naming_them(
     body = page_text(response.body)
     assert response.status == 400, body
     assert said in body and "database cannot answer" not in body
+
+
+def _diamond(queue: pgqueue.Queue) -> str:
+    """A chord: charge, then (email, invoice) side by side, then archive."""
+    register(queue)
+    add = queue.tasks["shop.add"]
+    flow = pgqueue.chain(
+        add.s(1, 1), pgqueue.chord([add.s(2, 2), add.s(3, 3)], add.s(4, pass_result=False))
+    )
+    run = flow.enqueue(queue, id="order-7")
+    return run.id
+
+
+def test_a_workflow_page_draws_its_graph(queue: pgqueue.Queue) -> None:
+    workflow_id = _diamond(queue)
+    graph = read_workflow(queue, workflow_id)
+    assert graph is not None
+    layers = [[node.id for node in layer] for layer in graph.layers]
+    assert [len(layer) for layer in layers] == [1, 2, 1]
+    (first,), _, (last,) = layers
+    dashboard = Dashboard(queue)
+    page = get(dashboard, "/workflow", id=workflow_id)
+    assert '<svg class="dag"' in page and page.count('class="edge"') == 4
+    assert f'href="/jobs/{quote(last, safe="")}"' in page and "4 jobs" in page
+    run_job(queue, first)
+    page = get(dashboard, "/workflow", id=workflow_id)
+    assert 'class="node state-completed"' in page and 'class="node state-queued"' in page
+    assert dashboard.handle(request("GET", "/workflow", id="nope")).status == 404
+    assert dashboard.handle(request("GET", "/workflow")).status == 400
+    assert dashboard.handle(request("GET", "/workflow", id="a\x00")).status == 400
+
+
+def test_a_job_page_shows_what_it_waits_for_and_what_waits_for_it(queue: pgqueue.Queue) -> None:
+    workflow_id = _diamond(queue)
+    graph = read_workflow(queue, workflow_id)
+    assert graph is not None
+    (first,), (b, c), (last,) = [[node.id for node in layer] for layer in graph.layers]
+    dashboard = Dashboard(queue)
+    callback = get(dashboard, f"/jobs/{last}")
+    waits = callback[callback.index('id="dependencies"') : callback.index('id="dependents"')]
+    assert b in waits and c in waits and first not in waits
+    assert f'href="/workflow?id={workflow_id}"' in callback
+    page = get(dashboard, f"/jobs/{first}")
+    assert b in page[page.index('id="dependents"') :]
+    # A job outside any workflow has no such section.
+    queue.enqueue("shop.add", args=[1, 1], id="alone")
+    assert 'id="workflow"' not in get(dashboard, "/jobs/alone")

@@ -270,6 +270,28 @@ def test_searching_the_arguments(browser: Any, site: str) -> None:
     assert len(browser.find_elements("css selector", "#jobs tbody tr")) == 1
 
 
+def test_a_workflow_from_a_job_page_to_its_graph_and_back(
+    browser: Any, site: str, queue: pgqueue.Queue
+) -> None:
+    add = queue.tasks["shop.add"]
+    pgqueue.chain(
+        add.s(1, 1), pgqueue.chord([add.s(2, 2), add.s(3, 3)], add.s(4, pass_result=False))
+    ).enqueue(queue, id="order-7")
+    run_job(queue, "order-7:1")
+    browser.get(site + "/jobs/order-7:1")
+    shows(browser, "#dependents", "order-7:")
+    click(browser, "#workflow a[href*='workflow?id=order-7']")
+    shows(browser, "h1", "Workflow order-7")
+    shows(browser, "#workflow-counts", "4 jobs")
+    nodes = browser.find_elements("css selector", "svg.dag a.node")
+    assert len(nodes) == 4
+    assert len(browser.find_elements("css selector", "svg.dag a.state-completed")) == 1
+    browser.find_elements("css selector", "svg.dag a.node")[-1].click()  # the callback
+    shows(browser, "#dependencies", "order-7:")
+    errors = [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]
+    assert not errors, errors
+
+
 def test_screenshots(browser: Any, site: str, queue: pgqueue.Queue, tmp_path: Path) -> None:
     """The main pages with a day of history, as pictures: docs/dashboard.md's screenshots when
     PGQUEUE_SCREENSHOTS names a folder (from the SQLite run), else thrown away with tmp_path."""

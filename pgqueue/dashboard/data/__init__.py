@@ -47,23 +47,28 @@ from pgqueue.dashboard.data.overview import (
     read_overview,
 )
 from pgqueue.dashboard.data.schedules import ScheduleRow, read_schedules
+from pgqueue.dashboard.data.workflow import NODE_CAP, Link, Node, WorkflowGraph, read_workflow
 
 __all__ = [
     "BULK_COUNT_CAP",
     "COUNT_CAP",
     "GROUP_CAP",
+    "NODE_CAP",
     "SEARCH_SCAN",
     "AttemptError",
     "FailureGroup",
     "JobSurroundings",
     "JobsPage",
     "LeaderRow",
+    "Link",
+    "Node",
     "Overview",
     "QueueRow",
     "ScheduleRow",
     "Series",
     "TaskRow",
     "WorkerRow",
+    "WorkflowGraph",
     "attempt_errors",
     "count_matching",
     "decode_cursor",
@@ -80,6 +85,7 @@ __all__ = [
     "read_overview",
     "read_schedules",
     "read_surroundings",
+    "read_workflow",
     "resolve_task",
     "search_spellings",
 ]

@@ -3,7 +3,7 @@ workflow, what it waits for and what waits for it."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING
 
@@ -11,16 +11,22 @@ from pgqueue.config import DEFAULT_WORKER_TTL
 from pgqueue.dashboard import queries
 from pgqueue.dashboard.data._common import read_now
 from pgqueue.dashboard.data.overview import WorkerRow
+from pgqueue.dashboard.data.workflow import Link
+from pgqueue.job import JobState
 
 if TYPE_CHECKING:
     from pgqueue.queue import Queue
 
-__all__ = ["JobSurroundings", "read_surroundings"]
+__all__ = ["LINK_CAP", "JobSurroundings", "read_surroundings"]
+
+#: Dependencies and dependents a job page lists (a group's callback can wait for thousands).
+LINK_CAP = 200
 
 
 @dataclass(slots=True)
 class JobSurroundings:
-    """The worker holding (or that last ran) a job, and whether it still beats.
+    """The worker holding (or that last ran) a job, and whether it still beats; the job's
+    workflow and its dependency edges both ways.
 
     Example::
 
@@ -31,12 +37,17 @@ class JobSurroundings:
     now: datetime
     holder: WorkerRow | None = None
     holder_live: bool = False
+    #: The job's workflow (None outside one), what it waits for and what waits for it.
+    workflow_id: str | None = None
+    dependencies: list[Link] = field(default_factory=list)
+    dependents: list[Link] = field(default_factory=list)
 
 
 def read_surroundings(
     queue: Queue, job_id: str, *, locked_by: str | None, now: datetime | None = None
 ) -> JobSurroundings:
-    """The holder of ``job_id`` (its ``locked_by`` worker) from the worker registry.
+    """The holder of ``job_id`` (its ``locked_by`` worker) from the worker registry; its
+    workflow, dependencies and dependents.
 
     Example::
 
@@ -61,4 +72,20 @@ def read_surroundings(
                     slots=row["concurrency"],
                 )
                 around.holder_live = age <= DEFAULT_WORKER_TTL
+        around.workflow_id = conn.scalar(queries.job_workflow(job_id))
+        around.dependencies = [
+            _link(*row) for row in conn.execute(queries.dependencies_of(job_id, LINK_CAP))
+        ]
+        around.dependents = [
+            _link(*row) for row in conn.execute(queries.dependents_of(job_id, LINK_CAP))
+        ]
     return around
+
+
+def _link(job_id: str, task: str | None, state: str | None, on_failure: str) -> Link:
+    return Link(
+        id=job_id,
+        task=task,
+        state=None if state is None else JobState(state),
+        on_failure=on_failure,
+    )
