@@ -108,6 +108,7 @@ class Dashboard:
             ("POST", "bulk/*", self._bulk_action),
             ("GET", "schedules", self._schedules),
             ("GET", "workflow", self._workflow),
+            ("GET", "tasks", self._tasks),
             ("GET", "static/*", self._static),
         ]
 
@@ -461,6 +462,12 @@ class Dashboard:
             drawing=workflow_graph(graph, link),
             cap=data.NODE_CAP,
             active="jobs",
+        )
+
+    def _tasks(self, request: Request, query: params.QueryParams) -> Response:
+        timings = data.read_timings(self.queue, now=self._now())
+        return self._page(
+            request, "tasks.html", query, timings=timings, sample=data.SAMPLE, active="tasks"
         )
 
     def _schedules(self, request: Request, query: params.QueryParams) -> Response:

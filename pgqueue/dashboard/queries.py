@@ -60,6 +60,7 @@ __all__ = [
     "oldest_due",
     "processing_counts",
     "recent_finished_tasks",
+    "recent_timings",
     "schedule_rows",
     "search_window",
     "segment_of",
@@ -445,6 +446,29 @@ def dependents_of(job_id: str, cap: int) -> Select[Any]:
         .where(DEPENDENCIES.c.depends_on == job_id)
         .order_by(DEPENDENCIES.c.job_id)
         .limit(cap)
+    )
+
+
+def recent_timings(since: datetime, until: datetime, sample: int) -> Select[Any]:
+    """The ``sample`` latest jobs that ran and finished in ``[since, until)`` (through the
+    finished index): queue, task, state, run_at, started_at, finished_at."""
+    return (
+        select(
+            JOBS.c.queue,
+            JOBS.c.task,
+            JOBS.c.state,
+            JOBS.c.run_at,
+            JOBS.c.started_at,
+            JOBS.c.finished_at,
+        )
+        .where(
+            FINISHED,
+            JOBS.c.finished_at >= since,
+            JOBS.c.finished_at < until,
+            JOBS.c.started_at.is_not(None),
+        )
+        .order_by(JOBS.c.finished_at.desc())
+        .limit(sample)
     )
 
 

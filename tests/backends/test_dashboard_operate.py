@@ -14,11 +14,13 @@ import pytest
 from dashboard_support import Filled, fill, page_text, register, request
 
 import pgqueue
+from pgqueue import statements
 from pgqueue.dashboard import Dashboard
-from pgqueue.dashboard.data import read_overview, read_workflow
+from pgqueue.dashboard.data import percentile, read_overview, read_timings, read_workflow
 from pgqueue.dashboard.throughput import Throughput
 from pgqueue.job import JobState
-from pgqueue.testing import run_job
+from pgqueue.schema import JOBS
+from pgqueue.testing import drain, run_job
 
 
 @pytest.fixture(autouse=True)
@@ -346,3 +348,51 @@ def test_a_job_page_shows_what_it_waits_for_and_what_waits_for_it(queue: pgqueue
     # A job outside any workflow has no such section.
     queue.enqueue("shop.add", args=[1, 1], id="alone")
     assert 'id="workflow"' not in get(dashboard, "/jobs/alone")
+
+
+def test_percentile_is_nearest_rank() -> None:
+    values = [float(n) for n in range(1, 101)]
+    assert percentile(values, 0.5) == 50.0 and percentile(values, 0.99) == 99.0
+    assert percentile([7.0], 0.95) == 7.0 and percentile([], 0.5) is None
+
+
+def test_the_tasks_page_shows_runtime_and_wait_percentiles(queue: pgqueue.Queue) -> None:
+    register(queue)
+    ids = [queue.enqueue("shop.add", args=[n, n]).id for n in range(20)]
+    drain(queue)
+    with queue.connect() as conn:
+        now = conn.scalar(statements.clock_read(queue.backend.clock()))
+        # Job n waited n seconds and ran n/10 seconds, finishing within the last hour.
+        for n, job_id in enumerate(ids, start=1):
+            finished = now - timedelta(minutes=1)
+            started = finished - timedelta(seconds=n / 10)
+            conn.execute(
+                JOBS.update()
+                .where(JOBS.c.id == job_id)
+                .values(
+                    finished_at=finished,
+                    started_at=started,
+                    run_at=started - timedelta(seconds=n),
+                )
+            )
+    (row,) = read_timings(queue, now=now).tasks
+    assert (row.task, row.finished) == ("shop.add", 20)
+    assert row.run_p50 == pytest.approx(1.0) and row.run_p95 == pytest.approx(1.9)
+    assert row.run_p99 == pytest.approx(2.0)
+    assert row.wait_p50 == pytest.approx(10.0) and row.wait_p95 == pytest.approx(19.0)
+    # Bounded: a sample of 5 reads the 5 that finished last.
+    assert read_timings(queue, now=now, sample=5).capped
+    page = get(Dashboard(queue, clock=lambda: now), "/tasks")
+    assert 'id="timings"' in page and "shop.add" in page and "1.9 s" in page
+    # An hour later they are out of the window.
+    assert read_timings(queue, now=now + timedelta(hours=1)).tasks == []
+
+
+def test_the_tasks_page_counts_jobs_held_back_by_limits(queue: pgqueue.Queue) -> None:
+    @queue.task(name="t.export", max_running=2, queue="exports")
+    def export(n: int) -> None: ...
+
+    export.enqueue_many([(n,) for n in range(5)])
+    (row,) = read_timings(queue).tasks
+    assert (row.task, row.held) == ("t.export", {"concurrency": 3})
+    assert "3 by concurrency" in get(Dashboard(queue), "/tasks")

@@ -104,6 +104,8 @@ def test_every_page_loads(browser: Any, site: str, filled: Filled) -> None:
     shows(browser, "#traceback", "ConnectionError: payment gateway timed out for order-42")
     colour = browser.find_element("css selector", ".tb-exc-type").value_of_css_property("color")
     assert colour != browser.find_element("css selector", ".tb-code").value_of_css_property("color")
+    click(browser, "header nav a[href='/tasks']")
+    shows(browser, "#timings", "shop.add")
     browser.get(site + "/failures")
     shows(browser, "#failures", "ConnectionError")
     browser.get(site + "/schedules")
@@ -300,12 +302,27 @@ def test_screenshots(browser: Any, site: str, queue: pgqueue.Queue, tmp_path: Pa
     keep = SCREENSHOTS and queue.backend.name == "sqlite"
     folder = Path(SCREENSHOTS) if keep and SCREENSHOTS else tmp_path
     folder.mkdir(parents=True, exist_ok=True)
-    for name, path in [
-        ("overview", "/"),
-        ("jobs", "/jobs"),
-        ("job", "/jobs/job-failing"),
-        ("failures", "/failures"),
+    add = queue.tasks["shop.add"]
+    pgqueue.chain(
+        add.s(1, 1),
+        pgqueue.chord([add.s(2, 2), add.s(3, 3), add.s(4, 4)], add.s(5, pass_result=False)),
+        add.s(6, 6),
+    ).enqueue(queue, id="order-7")
+    run_job(queue, "order-7:1")
+    run_job(queue, "order-7:3")
+    queue.enqueue("shop.charge", args=["order-9"], queue="payments")  # no worker serves it
+    for name, path, dark in [
+        ("overview", "/", False),
+        ("overview-dark", "/", True),
+        ("jobs", "/jobs?state=failed&state=completed&state=queued", False),
+        ("job", "/jobs/job-failing", False),
+        ("running", "/jobs/job-processing", False),
+        ("workflow", "/workflow?id=order-7", False),
+        ("tasks", "/tasks", False),
+        ("failures", "/failures", False),
     ]:
+        scheme = [{"name": "prefers-color-scheme", "value": "dark"}] if dark else []
+        browser.execute_cdp_cmd("Emulation.setEmulatedMedia", {"features": scheme})
         browser.get(site + path)
         # The overview's charts fill in over its live refreshes while the day is counted.
         # A busy 2-core machine counts the day's minutes slowly: the deadline is generous.
@@ -319,9 +336,13 @@ def test_screenshots(browser: Any, site: str, queue: pgqueue.Queue, tmp_path: Pa
             "return [...document.querySelectorAll('pre.traceback')]"
             ".some(p => p.scrollWidth > p.clientWidth)"
         )
+        if name == "jobs":
+            for box in browser.find_elements("css selector", "input.pick")[:2]:
+                box.click()
         picture = folder / f"dashboard-{name}.png"
         browser.save_screenshot(str(picture))
         assert picture.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    browser.execute_cdp_cmd("Emulation.setEmulatedMedia", {"features": []})
 
 
 def _history(queue: pgqueue.Queue) -> None:

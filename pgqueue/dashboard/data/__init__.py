@@ -47,6 +47,7 @@ from pgqueue.dashboard.data.overview import (
     read_overview,
 )
 from pgqueue.dashboard.data.schedules import ScheduleRow, read_schedules
+from pgqueue.dashboard.data.timings import SAMPLE, TaskTimings, Timings, percentile, read_timings
 from pgqueue.dashboard.data.workflow import NODE_CAP, Link, Node, WorkflowGraph, read_workflow
 
 __all__ = [
@@ -54,6 +55,7 @@ __all__ = [
     "COUNT_CAP",
     "GROUP_CAP",
     "NODE_CAP",
+    "SAMPLE",
     "SEARCH_SCAN",
     "AttemptError",
     "FailureGroup",
@@ -67,6 +69,8 @@ __all__ = [
     "ScheduleRow",
     "Series",
     "TaskRow",
+    "TaskTimings",
+    "Timings",
     "WorkerRow",
     "WorkflowGraph",
     "attempt_errors",
@@ -78,6 +82,7 @@ __all__ = [
     "in_current_run",
     "known_tasks",
     "matching_ids",
+    "percentile",
     "read_attempt_errors",
     "read_failures",
     "read_jobs",
@@ -85,6 +90,7 @@ __all__ = [
     "read_overview",
     "read_schedules",
     "read_surroundings",
+    "read_timings",
     "read_workflow",
     "resolve_task",
     "search_spellings",
