@@ -65,6 +65,7 @@ __all__ = [
     "search_window",
     "segment_of",
     "window_end",
+    "windowed",
     "worker",
     "workers",
     "workflow_jobs",
@@ -262,7 +263,8 @@ def job_delete_finished(ids: Sequence[str], state: JobState) -> Delete:
 class JobFilter:
     """What the jobs list (and its bulk actions) select: states, queue, tasks (any of), the
     worker that holds or last ran the job, a time range of the last change, and text to find
-    in the arguments (any of ``search``: the spellings a substring has in stored JSON)."""
+    in the arguments (any of ``search``: the spellings a substring has in stored JSON). The
+    worker and the search apply to a bounded window of rows (see ``job_page``'s ``scan``)."""
 
     states: tuple[JobState, ...] = ()
     queue: str | None = None
@@ -285,8 +287,6 @@ def _conditions(
         conditions.append(JOBS.c.queue == where.queue)
     if where.tasks is not None:
         conditions.append(JOBS.c.task.in_(list(where.tasks)))
-    if where.worker is not None:
-        conditions.append(JOBS.c.locked_by == where.worker)
     if where.since is not None:
         conditions.append(key >= where.since)
     if where.until is not None:
@@ -318,16 +318,26 @@ def _searched(
     before: tuple[datetime, str] | None,
     scan: int,
 ) -> Select[Any]:
-    # A substring match cannot use an index: it runs on at most ``scan`` rows, those the
-    # indexed filters give first, so its cost is bounded whatever the table holds.
-    if not where.search:
+    # No index serves a substring of the arguments or the worker that ran a job: those filters
+    # run on at most ``scan`` rows, those the other filters give first, so their cost is
+    # bounded whatever the table holds.
+    if not windowed(where):
         return statement
-    payload = cast(JOBS.c.payload, Text)
     window = search_window(segment, where, before, scan).scalar_subquery()
-    return statement.where(
-        JOBS.c.id.in_(window),
-        or_(*[payload.icontains(text, autoescape=True) for text in where.search]),
-    )
+    statement = statement.where(JOBS.c.id.in_(window))
+    if where.worker is not None:
+        statement = statement.where(JOBS.c.locked_by == where.worker)
+    if where.search:
+        payload = cast(JOBS.c.payload, Text)
+        statement = statement.where(
+            or_(*[payload.icontains(text, autoescape=True) for text in where.search])
+        )
+    return statement
+
+
+def windowed(where: JobFilter) -> bool:
+    """Whether ``where`` has a filter that runs on a bounded window of rows (worker, search)."""
+    return bool(where.search) or where.worker is not None
 
 
 def job_page(

@@ -190,6 +190,21 @@ def test_the_worker_and_time_filters(queue: pgqueue.Queue, filled: Filled) -> No
     dashboard = Dashboard(queue)
     page = get(dashboard, "/jobs", worker="worker-test")
     assert ">job-processing</a>" in page and ">job-queued</a>" not in page
+    # Bounded like the arguments search: a window of 1 row reads the newest, then goes on.
+    from pgqueue.dashboard.data import read_jobs
+    from pgqueue.dashboard.queries import JobFilter
+
+    where = JobFilter(worker="worker-test")
+    seen: list[str] = []
+    cursor = None
+    for _ in range(20):
+        page = read_jobs(queue, where=where, cursor=cursor, scan=1)
+        seen += [job.id for job in page.jobs]
+        assert page.searched_to is not None or page.next_cursor is None
+        cursor = page.next_cursor
+        if cursor is None:
+            break
+    assert seen == ["job-processing"]
     assert ">job-queued</a>" in get(dashboard, "/jobs", within="15m")
     later = Dashboard(queue, clock=lambda: datetime.now(UTC) + timedelta(days=2))
     assert ">job-queued</a>" not in get(later, "/jobs", within="24h")

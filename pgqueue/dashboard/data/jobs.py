@@ -52,7 +52,8 @@ class JobsPage:
     changed: list[datetime]
     next_cursor: str | None
     now: datetime
-    #: With an arguments search cut short by its window: the change time it read back to.
+    #: With an arguments search or worker filter cut short by its window: the change time it
+    #: read back to.
     searched_to: datetime | None = None
 
 
@@ -92,8 +93,9 @@ def read_jobs(
     Each index-backed slice of the table (claimable, processing, finished) gives at most
     ``limit + 1`` rows and the pages are merged, so a page costs the same on page 1 and page 1000.
     ``where`` (a :class:`~pgqueue.dashboard.queries.JobFilter`) replaces the single filters. An
-    arguments search reads at most ``scan`` rows per slice for a page; when that cut it short,
-    ``next_cursor`` continues after the rows it read and ``searched`` says so.
+    arguments search or a worker filter reads at most ``scan`` rows per slice for a page; when
+    that cut it short, ``next_cursor`` continues after the rows it read and ``searched_to`` says
+    how far back it read.
 
     Example::
 
@@ -124,20 +126,21 @@ def read_jobs(
             )
             for row in conn.execute(statement).mappings():
                 rows.append((row["changed"], row["id"], row))
-            if where.search:
+            if queries.windowed(where):
                 end = conn.execute(queries.window_end(segment, where, before, scan)).first()
                 if end is not None:
                     cuts.append((end[0], end[1]))
     rows.sort(key=lambda item: (item[0], item[1]), reverse=True)
+    cut = max(cuts) if cuts else None
+    if cut is not None:
+        # Only what is newer than the latest cut was read in every slice: older rows wait for
+        # the next page (which goes on from the cut), so none shows twice or is skipped.
+        rows = [row for row in rows if (row[0], row[1]) >= cut]
     page = rows[:limit]
     next_cursor = encode_cursor(page[-1][0], page[-1][1]) if len(rows) > limit else None
-    searched = None
-    if cuts:
-        # Everything newer than the latest cut was read in every slice: go on from there.
-        cut = max(cuts)
-        searched = cut
-        if next_cursor is None:
-            next_cursor = encode_cursor(*cut)
+    if next_cursor is None and cut is not None:
+        next_cursor = encode_cursor(*cut)
+    searched = cut
     return JobsPage(
         jobs=[status_from_row(queue.serializer, row) for _, _, row in page],
         changed=[moment for moment, _, _ in page],
