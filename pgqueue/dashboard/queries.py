@@ -33,7 +33,7 @@ from sqlalchemy import (
 
 from pgqueue.backends.base import Clock
 from pgqueue.job import CLAIMABLE_STATES, FINISHED_STATES, JobState
-from pgqueue.schema import DEPENDENCIES, JOBS, SCHEDULES, WORKERS
+from pgqueue.schema import DEPENDENCIES, JOBS, LIMITS, SCHEDULES, WORKERS
 from pgqueue.statements import JOB_COLUMNS, result_expired
 
 __all__ = [
@@ -59,6 +59,7 @@ __all__ = [
     "live_tasks",
     "oldest_due",
     "processing_counts",
+    "rate_slots",
     "recent_finished_tasks",
     "recent_timings",
     "schedule_rows",
@@ -461,7 +462,8 @@ def dependents_of(job_id: str, cap: int) -> Select[Any]:
 
 def recent_timings(since: datetime, until: datetime, sample: int) -> Select[Any]:
     """The ``sample`` latest jobs that ran and finished in ``[since, until)`` (through the
-    finished index): queue, task, state, run_at, started_at, finished_at."""
+    finished index): queue, task, state, run_at, started_at, finished_at, locked_by (the
+    worker that ran the last attempt)."""
     return (
         select(
             JOBS.c.queue,
@@ -470,6 +472,7 @@ def recent_timings(since: datetime, until: datetime, sample: int) -> Select[Any]
             JOBS.c.run_at,
             JOBS.c.started_at,
             JOBS.c.finished_at,
+            JOBS.c.locked_by,
         )
         .where(
             FINISHED,
@@ -479,6 +482,16 @@ def recent_timings(since: datetime, until: datetime, sample: int) -> Select[Any]
         )
         .order_by(JOBS.c.finished_at.desc())
         .limit(sample)
+    )
+
+
+def rate_slots(cap: int) -> Select[Any]:
+    """The rate keys' next start slots (``key``, ``open_at``), at most ``cap``, by key."""
+    return (
+        select(LIMITS.c.key, LIMITS.c.open_at)
+        .where(LIMITS.c.kind == "rate")
+        .order_by(LIMITS.c.key)
+        .limit(cap)
     )
 
 

@@ -12,6 +12,7 @@ from urllib.parse import quote
 
 import pytest
 from dashboard_support import Filled, fill, page_text, register, request
+from test_limits_claim import claim
 
 import pgqueue
 from pgqueue import statements
@@ -411,3 +412,25 @@ def test_the_tasks_page_counts_jobs_held_back_by_limits(queue: pgqueue.Queue) ->
     (row,) = read_timings(queue).tasks
     assert (row.task, row.held) == ("t.export", {"concurrency": 3})
     assert "3 by concurrency" in get(Dashboard(queue), "/tasks")
+
+
+def test_the_tasks_page_counts_per_worker_and_shows_rate_slots(
+    queue: pgqueue.Queue, filled: Filled
+) -> None:
+    @queue.task(name="t.call", rate_limit="1/h", queue="rated")
+    def call(n: int) -> None: ...
+
+    call.enqueue_many([(1,), (2,)])
+    claim(queue, datetime.now(UTC), queues=["rated"])  # a worker's claim takes the rate slot
+    timings = read_timings(queue)
+    workers = {w.id: w for w in timings.workers}
+    # fill's live worker (holding a job, none finished by it) has an uptime; the test runs'
+    # throwaway workers ran the finished jobs.
+    assert workers["worker-test"].uptime is not None and workers["worker-test"].processed == 0
+    ran = [w for w in timings.workers if w.processed]
+    # completed and the two failed (job-failing waits to retry; cancelled never ran)
+    assert sum(w.processed for w in ran) == 3 and sum(w.failed for w in ran) == 2
+    (rate,) = timings.rates
+    assert rate.open_at is not None and rate.open_at > timings.now
+    page = get(Dashboard(queue), "/tasks")
+    assert 'id="worker-counts"' in page and 'id="rates"' in page and "in 59m" in page

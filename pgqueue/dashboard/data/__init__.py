@@ -47,7 +47,15 @@ from pgqueue.dashboard.data.overview import (
     read_overview,
 )
 from pgqueue.dashboard.data.schedules import ScheduleRow, read_schedules
-from pgqueue.dashboard.data.timings import SAMPLE, TaskTimings, Timings, percentile, read_timings
+from pgqueue.dashboard.data.timings import (
+    SAMPLE,
+    RateSlot,
+    TaskTimings,
+    Timings,
+    WorkerCounts,
+    percentile,
+    read_timings,
+)
 from pgqueue.dashboard.data.workflow import NODE_CAP, Link, Node, WorkflowGraph, read_workflow
 
 __all__ = [
@@ -66,11 +74,13 @@ __all__ = [
     "Node",
     "Overview",
     "QueueRow",
+    "RateSlot",
     "ScheduleRow",
     "Series",
     "TaskRow",
     "TaskTimings",
     "Timings",
+    "WorkerCounts",
     "WorkerRow",
     "WorkflowGraph",
     "attempt_errors",

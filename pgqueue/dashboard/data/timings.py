@@ -1,5 +1,6 @@
 """Per-task timings over the last hour (runtime and wait percentiles, from the finished jobs'
-timestamps) and the due jobs flow limits hold back right now: the figures of the Tasks page.
+timestamps), per-worker counts and uptime, the due jobs flow limits hold back right now and the
+rate keys' next slots: the figures of the Tasks page.
 
 The timings read the most recent :data:`SAMPLE` jobs that finished in the window, through the
 finished index (a LIMIT bounds the read whatever the table holds), and rank them in Python, the
@@ -15,6 +16,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
+from pgqueue.config import DEFAULT_WORKER_TTL
 from pgqueue.dashboard import queries
 from pgqueue.dashboard.data._common import read_now
 from pgqueue.limits.stats import held_back
@@ -22,10 +24,21 @@ from pgqueue.limits.stats import held_back
 if TYPE_CHECKING:
     from pgqueue.queue import Queue
 
-__all__ = ["SAMPLE", "TaskTimings", "Timings", "percentile", "read_timings"]
+__all__ = [
+    "RATE_CAP",
+    "SAMPLE",
+    "RateSlot",
+    "TaskTimings",
+    "Timings",
+    "WorkerCounts",
+    "percentile",
+    "read_timings",
+]
 
 #: Finished jobs (the most recent of the window) the percentiles are computed over.
 SAMPLE = 20_000
+#: Rate keys the page lists (by key).
+RATE_CAP = 200
 #: The window the timings cover.
 WINDOW = timedelta(hours=1)
 
@@ -67,6 +80,36 @@ class TaskTimings:
 
 
 @dataclass(slots=True)
+class WorkerCounts:
+    """One worker's jobs over the window (from the same sample: the worker that ran each
+    job's last attempt), and its uptime when it still beats.
+
+    Example::
+
+        [(w.id, w.processed, w.failed) for w in read_timings(queue).workers]
+    """
+
+    id: str
+    processed: int = 0
+    failed: int = 0
+    #: Seconds since it started, for a live worker; None for one that no longer beats.
+    uptime: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RateSlot:
+    """A rate key's next start slot: ``open_at`` (None or past: a job may start now).
+
+    Example::
+
+        [(r.key, r.open_at) for r in read_timings(queue).rates]
+    """
+
+    key: str
+    open_at: datetime | None
+
+
+@dataclass(slots=True)
 class Timings:
     """The Tasks page: per task timings over ``window`` and held-back counts, at ``now``.
 
@@ -81,6 +124,8 @@ class Timings:
     tasks: list[TaskTimings]
     sampled: int
     capped: bool
+    workers: list[WorkerCounts] = field(default_factory=list)
+    rates: list[RateSlot] = field(default_factory=list)
 
 
 def read_timings(
@@ -101,7 +146,20 @@ def read_timings(
         current = read_now(queue, conn, now)
         rows = conn.execute(queries.recent_timings(current - window, current, sample)).all()
         held = held_back(conn, queue.backend.clock(now), current)
-    for name, task, state, run_at, started, finished in rows:
+        live = conn.execute(
+            queries.workers(current - timedelta(seconds=DEFAULT_WORKER_TTL))
+        ).mappings()
+        started_at = {row["id"]: row["started_at"] for row in live}
+        rates = [RateSlot(key, at) for key, at in conn.execute(queries.rate_slots(RATE_CAP))]
+    workers: dict[str, WorkerCounts] = {
+        worker: WorkerCounts(worker, uptime=max(0.0, (current - at).total_seconds()))
+        for worker, at in started_at.items()
+    }
+    for name, task, state, run_at, started, finished, worker in rows:
+        if worker:
+            counts = workers.setdefault(worker, WorkerCounts(worker))
+            counts.processed += 1
+            counts.failed += state == "failed"
         key = (name, task)
         runs[key].append(max(0.0, (finished - started).total_seconds()))
         waits[key].append(max(0.0, (started - run_at).total_seconds()))
@@ -126,5 +184,11 @@ def read_timings(
             )
         )
     return Timings(
-        now=current, window=window, tasks=out, sampled=len(rows), capped=len(rows) >= sample
+        now=current,
+        window=window,
+        tasks=out,
+        sampled=len(rows),
+        capped=len(rows) >= sample,
+        workers=sorted(workers.values(), key=lambda w: w.id),
+        rates=rates,
     )
