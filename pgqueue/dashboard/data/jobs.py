@@ -214,9 +214,9 @@ def matching_ids(
 
 def known_tasks(queue: Queue, *, recent: Iterable[str] = ()) -> list[str]:
     """Task names the jobs list suggests and matches a short name against: the tasks this
-    process registered, those with jobs waiting or running (read through the claimable and
-    processing indexes), those of the last :data:`RECENT_SAMPLE` finished jobs and ``recent``
-    ones (the charts' last day).
+    process registered, those of :data:`RECENT_SAMPLE` jobs waiting and as many running (read
+    through the claimable and processing indexes), those of the last :data:`RECENT_SAMPLE`
+    finished jobs and ``recent`` ones (the charts' last day).
 
     Example::
 
@@ -224,7 +224,7 @@ def known_tasks(queue: Queue, *, recent: Iterable[str] = ()) -> list[str]:
     """
     names = set(queue.tasks) | set(recent)
     with queue.connect(replica=True) as conn:
-        names.update(conn.scalars(queries.live_tasks()))
+        names.update(conn.scalars(queries.live_tasks(RECENT_SAMPLE)))
         names.update(conn.scalars(queries.recent_finished_tasks(RECENT_SAMPLE)))
     return sorted(names)
 
