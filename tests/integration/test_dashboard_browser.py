@@ -298,7 +298,9 @@ def test_screenshots(browser: Any, site: str, queue: pgqueue.Queue, tmp_path: Pa
     """The main pages with a day of history, as pictures: docs/dashboard.md's screenshots when
     PGQUEUE_SCREENSHOTS names a folder (from the SQLite run), else thrown away with tmp_path."""
     _history(queue)
-    run_job(queue, "job-failing")  # a second failed attempt: the job page lists both errors
+    # A dead letter retried by hand and failed again: its page lists the errors per run.
+    assert queue.retry("job-failed")
+    run_job(queue, "job-failed")
     keep = SCREENSHOTS and queue.backend.name == "sqlite"
     folder = Path(SCREENSHOTS) if keep and SCREENSHOTS else tmp_path
     folder.mkdir(parents=True, exist_ok=True)
@@ -315,7 +317,7 @@ def test_screenshots(browser: Any, site: str, queue: pgqueue.Queue, tmp_path: Pa
         ("overview", "/", False),
         ("overview-dark", "/", True),
         ("jobs", "/jobs?state=failed&state=completed&state=queued", False),
-        ("job", "/jobs/job-failing", False),
+        ("job", "/jobs/job-failed", False),
         ("running", "/jobs/job-processing", False),
         ("workflow", "/workflow?id=order-7", False),
         ("tasks", "/tasks", False),
