@@ -35,9 +35,11 @@ __all__ = [
     "ACTIONS",
     "BULK_ACTIONS",
     "GROUP_ACTIONS",
+    "VERBS",
     "apply",
     "apply_to_group",
     "bulk_filter",
+    "bulk_message",
     "check_bulk_action",
     "group_ids",
 ]
@@ -63,6 +65,24 @@ BULK_ACTIONS: dict[str, tuple[JobState, ...]] = {
     "cancel": (JobState.QUEUED, JobState.FAILING),
     "purge": FINISHED_STATES,
 }
+
+
+#: What each action did, for the message after it.
+VERBS = {"retry": "queued again", "cancel": "cancelled", "purge": "purged"}
+
+
+def bulk_message(action: str, done: int, selected: int) -> str:
+    """The message after a bulk action: how many jobs it changed, and how many it left alone.
+
+    Example::
+
+        bulk_message("retry", 2, 3)   # "2 jobs queued again (1 left alone: not in a state for it)."
+    """
+    if not selected:
+        return "No jobs selected: tick some first, or use the action on all matching."
+    message = f"{done:,} {'job' if done == 1 else 'jobs'} {VERBS[action]}"
+    skipped = selected - done
+    return message + (f" ({skipped:,} left alone: not in a state for it)." if skipped > 0 else ".")
 
 
 def check_bulk_action(action: str) -> str:

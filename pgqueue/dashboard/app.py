@@ -306,13 +306,7 @@ class Dashboard:
         else:
             ids = params.check_ids(request.form, limit=PAGE_SIZE)
         done = actions.apply(self.queue, action, ids, now=self._now()) if ids else 0
-        verb = {"retry": "queued again", "cancel": "cancelled", "purge": "purged"}[action]
-        if not ids:
-            message = "No jobs selected: tick some first, or use the action on all matching."
-        else:
-            message = f"{done:,} {'job' if done == 1 else 'jobs'} {verb}"
-            skipped = len(ids) - done
-            message += f" ({skipped:,} left alone: not in a state for it)." if skipped > 0 else "."
+        message = actions.bulk_message(action, done, len(ids))
         back = filters.filter_params(request.form)
         return Response.redirect(_url(request.root, "jobs", {**back, "message": message}))
 
@@ -370,7 +364,7 @@ class Dashboard:
         # From its own page a running job may be cancelled too (cooperatively: Queue.cancel
         # with running=True); bulk cancels leave running jobs alone.
         done = actions.apply(self.queue, action, [job_id], now=self._now(), running=running)
-        verb = {"retry": "queued again", "cancel": "cancelled", "purge": "purged"}[action]
+        verb = actions.VERBS[action]
         message = (
             f"Job {verb}." if done else f"Nothing to {action}: the job is not in a state for it."
         )
@@ -442,7 +436,7 @@ class Dashboard:
         done = actions.apply_to_group(
             self.queue, action, state=form.state, error_type=form.type, now=self._now()
         )
-        verb = {"retry": "queued again", "cancel": "cancelled", "purge": "purged"}[action]
+        verb = actions.VERBS[action]
         message = f"{done:,} {'job' if done == 1 else 'jobs'} {verb}."
         return Response.redirect(_url(request.root, "failures", {"message": message}))
 

@@ -33,7 +33,7 @@ from sqlalchemy import (
 
 from pgqueue.backends.base import Clock
 from pgqueue.job import CLAIMABLE_STATES, FINISHED_STATES, JobState
-from pgqueue.schema import DEPENDENCIES, JOBS, LIMITS, SCHEDULES, WORKERS
+from pgqueue.schema import JOBS, SCHEDULES, WORKERS
 from pgqueue.statements import JOB_COLUMNS, result_expired
 
 __all__ = [
@@ -43,9 +43,6 @@ __all__ = [
     "Segment",
     "claimable_counts",
     "count_matching",
-    "dependencies_of",
-    "dependents_of",
-    "edges_of",
     "error_group_ids",
     "failed_count",
     "failed_groups",
@@ -55,21 +52,16 @@ __all__ = [
     "job_errors",
     "job_ids_page",
     "job_page",
-    "job_workflow",
     "live_tasks",
     "oldest_due",
     "processing_counts",
-    "rate_slots",
     "recent_finished_tasks",
-    "recent_timings",
     "schedule_rows",
     "search_window",
     "segment_of",
     "window_end",
     "windowed",
-    "worker",
     "workers",
-    "workflow_jobs",
 ]
 
 
@@ -409,98 +401,6 @@ def count_matching(segment: Segment, where: JobFilter, cap: int, scan: int) -> S
 def workers(since: datetime) -> Select[Any]:
     """Workers that beat at or after ``since`` (live), by id."""
     return select(WORKERS).where(WORKERS.c.last_beat_at >= since).order_by(WORKERS.c.id)
-
-
-def workflow_jobs(workflow_id: str, cap: int) -> Select[Any]:
-    """The jobs of a workflow (through its index), at most ``cap``, oldest first."""
-    return (
-        select(
-            JOBS.c.id,
-            JOBS.c.task,
-            JOBS.c.queue,
-            JOBS.c.state,
-            JOBS.c.created_at,
-            JOBS.c.started_at,
-            JOBS.c.finished_at,
-        )
-        .where(JOBS.c.workflow_id == workflow_id)
-        .order_by(JOBS.c.created_at, JOBS.c.id)
-        .limit(cap)
-    )
-
-
-def edges_of(job_ids: Sequence[str]) -> Select[Any]:
-    """The dependency edges of these dependents (``job_id`` waits for ``depends_on``)."""
-    return select(
-        DEPENDENCIES.c.job_id, DEPENDENCIES.c.depends_on, DEPENDENCIES.c.on_failure
-    ).where(DEPENDENCIES.c.job_id.in_(list(job_ids)))
-
-
-def job_workflow(job_id: str) -> Select[Any]:
-    """A job's workflow id (None outside a workflow)."""
-    return select(JOBS.c.workflow_id).where(JOBS.c.id == job_id)
-
-
-def dependencies_of(job_id: str, cap: int) -> Select[Any]:
-    """What ``job_id`` waits for, with each one's task and state (a missing one: pruned)."""
-    return (
-        select(DEPENDENCIES.c.depends_on, JOBS.c.task, JOBS.c.state, DEPENDENCIES.c.on_failure)
-        .select_from(DEPENDENCIES.outerjoin(JOBS, JOBS.c.id == DEPENDENCIES.c.depends_on))
-        .where(DEPENDENCIES.c.job_id == job_id)
-        .order_by(DEPENDENCIES.c.position, DEPENDENCIES.c.depends_on)
-        .limit(cap)
-    )
-
-
-def dependents_of(job_id: str, cap: int) -> Select[Any]:
-    """What waits for ``job_id`` (through the depends_on index), with task and state."""
-    return (
-        select(DEPENDENCIES.c.job_id, JOBS.c.task, JOBS.c.state, DEPENDENCIES.c.on_failure)
-        .select_from(DEPENDENCIES.outerjoin(JOBS, JOBS.c.id == DEPENDENCIES.c.job_id))
-        .where(DEPENDENCIES.c.depends_on == job_id)
-        .order_by(DEPENDENCIES.c.job_id)
-        .limit(cap)
-    )
-
-
-def recent_timings(since: datetime, until: datetime, sample: int) -> Select[Any]:
-    """The ``sample`` latest jobs that ran and finished in ``[since, until)`` (through the
-    finished index): queue, task, state, run_at, started_at, finished_at, locked_by (the
-    worker that ran the last attempt)."""
-    return (
-        select(
-            JOBS.c.queue,
-            JOBS.c.task,
-            JOBS.c.state,
-            JOBS.c.run_at,
-            JOBS.c.started_at,
-            JOBS.c.finished_at,
-            JOBS.c.locked_by,
-        )
-        .where(
-            FINISHED,
-            JOBS.c.finished_at >= since,
-            JOBS.c.finished_at < until,
-            JOBS.c.started_at.is_not(None),
-        )
-        .order_by(JOBS.c.finished_at.desc())
-        .limit(sample)
-    )
-
-
-def rate_slots(cap: int) -> Select[Any]:
-    """The rate keys' next start slots (``key``, ``open_at``), at most ``cap``, by key."""
-    return (
-        select(LIMITS.c.key, LIMITS.c.open_at)
-        .where(LIMITS.c.kind == "rate")
-        .order_by(LIMITS.c.key)
-        .limit(cap)
-    )
-
-
-def worker(worker_id: str) -> Select[Any]:
-    """One worker's registry row (live or not)."""
-    return select(WORKERS).where(WORKERS.c.id == worker_id)
 
 
 def schedule_rows() -> Select[Any]:

@@ -8,7 +8,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING
 
 from pgqueue.config import DEFAULT_WORKER_TTL
-from pgqueue.dashboard import queries
+from pgqueue.dashboard import job_queries
 from pgqueue.dashboard.data._common import read_now
 from pgqueue.dashboard.data.overview import WorkerRow
 from pgqueue.dashboard.data.workflow import Link
@@ -57,7 +57,7 @@ def read_surroundings(
         current = read_now(queue, conn, now)
         around = JobSurroundings(now=current)
         if locked_by:
-            row = conn.execute(queries.worker(locked_by)).mappings().first()
+            row = conn.execute(job_queries.worker(locked_by)).mappings().first()
             if row is not None:
                 age = max(0.0, (current - row["last_beat_at"]).total_seconds())
                 around.holder = WorkerRow(
@@ -72,12 +72,12 @@ def read_surroundings(
                     slots=row["concurrency"],
                 )
                 around.holder_live = age <= DEFAULT_WORKER_TTL
-        around.workflow_id = conn.scalar(queries.job_workflow(job_id))
+        around.workflow_id = conn.scalar(job_queries.job_workflow(job_id))
         around.dependencies = [
-            _link(*row) for row in conn.execute(queries.dependencies_of(job_id, LINK_CAP))
+            _link(*row) for row in conn.execute(job_queries.dependencies_of(job_id, LINK_CAP))
         ]
         around.dependents = [
-            _link(*row) for row in conn.execute(queries.dependents_of(job_id, LINK_CAP))
+            _link(*row) for row in conn.execute(job_queries.dependents_of(job_id, LINK_CAP))
         ]
     return around
 

@@ -17,7 +17,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
 from pgqueue.config import DEFAULT_WORKER_TTL
-from pgqueue.dashboard import queries
+from pgqueue.dashboard import job_queries, queries
 from pgqueue.dashboard.data._common import read_now
 from pgqueue.limits.stats import held_back
 
@@ -144,13 +144,13 @@ def read_timings(
     failed: dict[tuple[str, str], int] = defaultdict(int)
     with queue.connect(replica=True) as conn:
         current = read_now(queue, conn, now)
-        rows = conn.execute(queries.recent_timings(current - window, current, sample)).all()
+        rows = conn.execute(job_queries.recent_timings(current - window, current, sample)).all()
         held = held_back(conn, queue.backend.clock(now), current)
         live = conn.execute(
             queries.workers(current - timedelta(seconds=DEFAULT_WORKER_TTL))
         ).mappings()
         started_at = {row["id"]: row["started_at"] for row in live}
-        rates = [RateSlot(key, at) for key, at in conn.execute(queries.rate_slots(RATE_CAP))]
+        rates = [RateSlot(key, at) for key, at in conn.execute(job_queries.rate_slots(RATE_CAP))]
     workers: dict[str, WorkerCounts] = {
         worker: WorkerCounts(worker, uptime=max(0.0, (current - at).total_seconds()))
         for worker, at in started_at.items()

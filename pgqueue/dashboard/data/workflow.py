@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from pgqueue.dashboard import queries
+from pgqueue.dashboard import job_queries
 from pgqueue.job import JobState
 from pgqueue.workflow.status import WorkflowStatus
 
@@ -100,7 +100,7 @@ def read_workflow(queue: Queue, workflow_id: str, *, cap: int = NODE_CAP) -> Wor
         status = queue.workflow_status(workflow_id, connection=conn)
         if status is None:
             return None
-        rows = conn.execute(queries.workflow_jobs(workflow_id, cap + 1)).mappings().all()
+        rows = conn.execute(job_queries.workflow_jobs(workflow_id, cap + 1)).mappings().all()
         nodes = {
             row["id"]: Node(
                 id=row["id"],
@@ -112,7 +112,7 @@ def read_workflow(queue: Queue, workflow_id: str, *, cap: int = NODE_CAP) -> Wor
             )
             for row in rows[:cap]
         }
-        for job_id, before, _ in conn.execute(queries.edges_of(list(nodes))):
+        for job_id, before, _ in conn.execute(job_queries.edges_of(list(nodes))):
             if before in nodes:
                 nodes[job_id].waits_for.append(before)
     _layer(nodes)
