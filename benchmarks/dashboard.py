@@ -1,5 +1,6 @@
 """The web dashboard's page loads on a big table: 1,000,000 finished jobs from the last day plus
-10,000 queued ones; server time per page (the handler, no HTTP), cold and warm.
+10,000 queued ones and 1,000 workflows (chords of 5 jobs); server time per page (the handler, no
+HTTP), cold and warm.
 
 The history is a busy day: one job finished every 86 ms across 3 queues and 8 tasks, 95%
 completed, 4% failed (5 error types, each with a traceback), 1% cancelled; 9,000 queued jobs are
@@ -16,6 +17,7 @@ from datetime import UTC, datetime, timedelta
 
 import sqlalchemy as sa
 
+import pgqueue
 from benchmarks.common import Databases, Figure, opened, percentile
 from pgqueue import Queue
 from pgqueue.dashboard import Dashboard, Request
@@ -23,6 +25,8 @@ from pgqueue.dashboard.data import encode_cursor, read_jobs
 
 NAME = "dashboard"
 QUEUED = 10_000
+#: Workflows (chords of 5 jobs) enqueued on top, for the workflow pages.
+WORKFLOWS = 1_000
 DAY = 86_400.0
 
 _COLUMNS = (
@@ -113,7 +117,20 @@ def _fill(queue: Queue, rows: int) -> None:
             conn.exec_driver_sql("ANALYZE")
 
 
+def _workflows(queue: Queue, count: int) -> None:
+    # Chords of 5 steps (a first step, a group of 3, a callback), as an app would enqueue them.
+    step = pgqueue.Signature
+    for n in range(count):
+        flow = pgqueue.chain(
+            step("bench.task1", (n,)),
+            pgqueue.chord([step("bench.task2", (n, k)) for k in range(3)], step("bench.task3")),
+        )
+        flow.enqueue(queue, id=f"flow-{n}")
+
+
 def _measure(queue: Queue, backend: str, rows: int, samples: int, load: float) -> list[Figure]:
+    flows = WORKFLOWS if rows >= 1_000_000 else 50
+    _workflows(queue, flows)
     dashboard = Dashboard(queue)
     settings = f"{rows:,} finished + {QUEUED:,} queued rows"
     # A cursor 23 hours back, near the oldest end: keyset pages cost the same anywhere.
@@ -138,6 +155,15 @@ def _measure(queue: Queue, backend: str, rows: int, samples: int, load: float) -
             {"state": ["failed"], "type": ["app.Error1"], "action": ["retry"]},
         ),
         ("schedules", "/schedules", {}),
+        ("jobs, task by short name", "/jobs", {"task": ["task5"]}),
+        ("jobs, one worker", "/jobs", {"worker": ["no-such-worker"]}),
+        ("jobs, changed within 1h", "/jobs", {"within": ["1h"]}),
+        ("jobs, arguments search (found)", "/jobs", {"q": ["[4242]"]}),
+        ("jobs, arguments search (absent)", "/jobs", {"q": ["nothing-like-it"]}),
+        ("confirm bulk retry, all failed", "/bulk/confirm", {"action": ["retry"]}),
+        ("tasks (percentiles)", "/tasks", {}),
+        ("workflow", "/workflow", {"id": [f"flow-{flows // 2}"]}),
+        ("job in a workflow", f"/jobs/flow-{flows // 2}:5", {}),
     ]
     figures: list[Figure] = []
 

@@ -8,17 +8,17 @@ check (a double-submit cookie plus an Origin check) for the standalone server.
 
 from __future__ import annotations
 
+import functools
 import logging
 import mimetypes
-from collections.abc import Callable, Iterable, Mapping
-from datetime import UTC, datetime
+from collections.abc import Callable, Iterable
+from datetime import datetime
 from http import HTTPStatus
 from importlib import resources
 from typing import TYPE_CHECKING, Any
-from urllib.parse import quote, urlencode
 
 from pgqueue import config
-from pgqueue.dashboard import actions, data, params
+from pgqueue.dashboard import actions, data, filters, params
 from pgqueue.dashboard.csrf import (
     CSRF_COOKIE,
     CSRF_FIELD,
@@ -27,11 +27,12 @@ from pgqueue.dashboard.csrf import (
     csrf_ok,
     csrf_token,
 )
-from pgqueue.dashboard.render import environment
+from pgqueue.dashboard.render import environment, workflow_graph
 from pgqueue.dashboard.request import Request, Response, wsgi_request
 from pgqueue.dashboard.throughput import Throughput
+from pgqueue.dashboard.urls import _job_id, _job_url, _route, _url, database_label, job_path
 from pgqueue.errors import BackendError, ConfigError, PgQueueError
-from pgqueue.job import JobState
+from pgqueue.job import FINISHED_STATES, JobState
 from pgqueue.schema import KEPT_ERRORS
 
 if TYPE_CHECKING:
@@ -103,7 +104,11 @@ class Dashboard:
             ("GET", "failures/confirm", self._confirm),
             ("POST", "failures/*", self._group_action),
             ("POST", "queues/*", self._queue_action),
+            ("GET", "bulk/confirm", self._bulk_confirm),
+            ("POST", "bulk/*", self._bulk_action),
             ("GET", "schedules", self._schedules),
+            ("GET", "workflow", self._workflow),
+            ("GET", "tasks", self._tasks),
             ("GET", "static/*", self._static),
         ]
 
@@ -194,8 +199,10 @@ class Dashboard:
             refresh_ms=int(self.refresh_seconds * 1000),
             message=query.message if query is not None else None,
             url=lambda path, **given: _url(request.root, path, given),
-            job_url=lambda job_id, action=None: _url(request.root, *job_path(job_id, action)),
-            database=self.queue.engine.url.render_as_string(hide_password=True),
+            job_url=lambda job_id, action=None, **given: _job_url(
+                request.root, job_id, action, given
+            ),
+            database=database_label(self.queue.engine.url),
             replica_lag=self._replica_lag(),
             **context,
         )
@@ -236,36 +243,72 @@ class Dashboard:
             for candidate in dict.fromkeys([typed, search]):
                 if candidate and self.queue.status(candidate) is not None:
                     return Response.redirect(_url(request.root, *job_path(candidate)))
-        states = query.states
+        known = self._known_tasks()
+        where = filters.job_filter(query, known, now=self._now())
         page = data.read_jobs(
-            self.queue,
-            states=states,
-            queue_name=query.queue,
-            task=query.task,
-            since=query.since,
-            until=query.until,
-            cursor=query.cursor_text,
-            limit=PAGE_SIZE,
-            now=self._now(),
+            self.queue, where=where, cursor=query.cursor_text, limit=PAGE_SIZE, now=self._now()
         )
-        filters = {
-            key: request.query.get(key, [])
-            for key in ("state", "queue", "task", "since", "until")
-            if request.query.get(key)
-        }
+        chosen_filters = filters.filter_params(request.query)
+        bulk = [
+            a for a in actions.BULK_ACTIONS if request.may(a) and not self.read_only and page.jobs
+        ]
         return self._page(
             request,
             "jobs.html",
             query,
             page=page,
             states=[str(s) for s in JobState],
-            chosen=[str(s) for s in states],
-            filters=filters,
+            chosen=[str(s) for s in query.states],
+            filters=chosen_filters,
+            known_tasks=known,
+            tasks=where.tasks,
+            within=list(params.WITHIN),
+            bulk=bulk,
+            scan=data.SEARCH_SCAN,
             search=search,
             not_found=bool(search),
             first_page=query.cursor is None,
             active="jobs",
         )
+
+    def _known_tasks(self) -> list[str]:
+        return data.known_tasks(self.queue, recent=self.throughput.tasks())
+
+    def _bulk_confirm(self, request: Request, query: params.QueryParams) -> Response:
+        action = actions.check_bulk_action(query.action or "")
+        if not request.may(action) or self.read_only:
+            return self._error(request, HTTPStatus.FORBIDDEN, f"You may not {action} jobs here.")
+        where = actions.bulk_filter(
+            action, filters.job_filter(query, self._known_tasks(), now=self._now())
+        )
+        count, capped = data.count_matching(self.queue, where)
+        return self._page(
+            request,
+            "confirm_jobs.html",
+            query,
+            action=action,
+            count=count,
+            capped=capped,
+            states=[str(s) for s in where.states],
+            filters=filters.filter_params(request.query),
+            tasks=where.tasks,
+            active="jobs",
+        )
+
+    def _bulk_action(self, request: Request, query: params.QueryParams, action: str) -> Response:
+        action = actions.check_bulk_action(action)
+        form = params.check_query(request.form)
+        if form.scope == "all":
+            where = actions.bulk_filter(
+                action, filters.job_filter(form, self._known_tasks(), now=self._now())
+            )
+            ids = data.matching_ids(self.queue, where)
+        else:
+            ids = params.check_ids(request.form, limit=PAGE_SIZE)
+        done = actions.apply(self.queue, action, ids, now=self._now()) if ids else 0
+        message = actions.bulk_message(action, done, len(ids))
+        back = filters.filter_params(request.form)
+        return Response.redirect(_url(request.root, "jobs", {**back, "message": message}))
 
     def _job(self, request: Request, query: params.QueryParams, job_id: str = "") -> Response:
         job_id = _job_id(request, job_id)
@@ -275,16 +318,34 @@ class Dashboard:
             return self._error(request, HTTPStatus.METHOD_NOT_ALLOWED, "Method not allowed")
         if status is None:
             return self._error(request, HTTPStatus.NOT_FOUND, f"No job {job_id!r}.")
-        now = self._now() or datetime.now(UTC)
+        around = data.read_surroundings(
+            self.queue, job_id, locked_by=status.locked_by, now=self._now()
+        )
+        now = around.now
         allowed = [
             a for a, states in actions.ACTIONS.items() if status.state in states and request.may(a)
         ]
+        errors = data.read_attempt_errors(self.queue, job_id)
+        # Cancelled while it ran: the row keeps the lease the worker no longer renews, and the
+        # handler may still be running until the worker's next heartbeat tells it.
+        cancel_requested = (
+            status.state is JobState.CANCELLED
+            and status.locked_until is not None
+            and status.locked_until > now
+        )
         return self._page(
             request,
-            "job.html",
+            "job_body.html" if query.fragment else "job.html",
             query,
             job=status,
-            errors=data.read_attempt_errors(self.queue, job_id),
+            errors=errors,
+            runs=data.error_runs(errors),
+            current_run=data.in_current_run(errors, status.attempts, status.started_at),
+            holder=around.holder,
+            holder_live=around.holder_live,
+            around=around,
+            cancel_requested=cancel_requested,
+            live=status.state not in FINISHED_STATES or cancel_requested,
             # A durable job's steps, sleep or wait (docs/durable.md); [] for other jobs.
             steps=self.queue.steps(job_id),
             kept_errors=KEPT_ERRORS,
@@ -298,11 +359,17 @@ class Dashboard:
         job_id, action = ("", where[0]) if len(where) == 1 else where
         job_id = _job_id(request, job_id)
         actions.check_action(action)
-        done = actions.apply(self.queue, action, [job_id], now=self._now())
-        verb = {"retry": "queued again", "cancel": "cancelled", "purge": "purged"}[action]
+        before = self.queue.status(job_id)
+        running = before is not None and before.state is JobState.PROCESSING
+        # From its own page a running job may be cancelled too (cooperatively: Queue.cancel
+        # with running=True); bulk cancels leave running jobs alone.
+        done = actions.apply(self.queue, action, [job_id], now=self._now(), running=running)
+        verb = actions.VERBS[action]
         message = (
             f"Job {verb}." if done else f"Nothing to {action}: the job is not in a state for it."
         )
+        if done and running and action == "cancel":
+            message = "Cancel requested: the worker stops the handler at its next heartbeat."
         if action == "purge" and done:
             return Response.redirect(_url(request.root, "jobs", {"message": message}))
         path, given = job_path(job_id)
@@ -369,9 +436,33 @@ class Dashboard:
         done = actions.apply_to_group(
             self.queue, action, state=form.state, error_type=form.type, now=self._now()
         )
-        verb = {"retry": "queued again", "cancel": "cancelled", "purge": "purged"}[action]
+        verb = actions.VERBS[action]
         message = f"{done:,} {'job' if done == 1 else 'jobs'} {verb}."
         return Response.redirect(_url(request.root, "failures", {"message": message}))
+
+    def _workflow(self, request: Request, query: params.QueryParams) -> Response:
+        # ?id=: workflow ids are any text ("/" included), like job ids.
+        if not query.id:
+            raise ConfigError("id: which workflow? (workflow?id=...)")
+        graph = data.read_workflow(self.queue, query.id)
+        if graph is None:
+            return self._error(request, HTTPStatus.NOT_FOUND, f"No workflow {query.id!r}.")
+        link = functools.partial(_job_url, request.root, action=None, given={})
+        return self._page(
+            request,
+            "workflow.html",
+            query,
+            graph=graph,
+            drawing=workflow_graph(graph, link),
+            cap=data.NODE_CAP,
+            active="jobs",
+        )
+
+    def _tasks(self, request: Request, query: params.QueryParams) -> Response:
+        timings = data.read_timings(self.queue, now=self._now())
+        return self._page(
+            request, "tasks.html", query, timings=timings, sample=data.SAMPLE, active="tasks"
+        )
 
     def _schedules(self, request: Request, query: params.QueryParams) -> Response:
         schedules = data.read_schedules(self.queue, now=self._now())
@@ -387,76 +478,3 @@ class Dashboard:
 
 
 # -- helpers ----------------------------------------------------------------------------------------
-
-
-def _url(root: str, path: str, params: Mapping[str, Any]) -> str:
-    base = f"{root.rstrip('/')}/{path.lstrip('/')}"
-    flat = {k: v for k, v in params.items() if v not in (None, "", [])}
-    return f"{base}?{urlencode(flat, doseq=True)}" if flat else base
-
-
-def job_path(job_id: str, action: str | None = None) -> tuple[str, dict[str, str]]:
-    """The path (and query) of a job's page, or of an action on it: ``jobs/ID[/ACTION]`` with
-    the id percent-encoded whole ("/" as %2F; servers decode it, and the route takes the rest of
-    the path), or ``job[/ACTION]?id=ID`` for an id that would not survive as a path: one with an
-    empty segment (proxies merge "//") or a "." / ".." segment (browsers resolve those).
-
-    Example::
-
-        job_path("invoice/42")          # ("jobs/invoice%2F42", {})
-        job_path("../x", "retry")       # ("job/retry", {"id": "../x"})
-    """
-    segments = job_id.split("/")
-    if any(segment in ("", ".", "..") for segment in segments):
-        return ("job/" + action if action else "job"), {"id": job_id}
-    path = f"jobs/{quote(job_id, safe='')}"
-    return (f"{path}/{action}" if action else path), {}
-
-
-def _job_id(request: Request, from_path: str) -> str:
-    # From the path, or (job?id=...) the query's first value as sent: ids may have spaces at
-    # either end, which the filters' parameters would trim.
-    if not from_path:
-        given = request.query.get("id") or [""]
-        if not given[0]:
-            raise ConfigError("id: which job? (job?id=...)")
-        from_path = given[0]
-    return params.check_job_id(from_path)
-
-
-def _route(
-    routes: list[tuple[str, str, Callable[..., Response]]], method: str, path: str
-) -> tuple[str, Callable[..., Response], list[str]] | None:
-    """The route for ``path`` (with its wildcard parts), preferring one of the request's
-    method among those whose pattern matches; None when none matches."""
-    parts = [p for p in path.split("/") if p]
-    matched: list[tuple[str, Callable[..., Response], list[str]]] = []
-    for allowed, pattern, view in routes:
-        expected = [p for p in pattern.split("/") if p]
-        if "**" in expected:
-            wild = _rest(expected, path)
-            if wild is not None:
-                matched.append((allowed, view, wild))
-        elif len(expected) == len(parts) and all(
-            e in ("*", p) for e, p in zip(expected, parts, strict=True)
-        ):
-            wild = [p for e, p in zip(expected, parts, strict=True) if e == "*"]
-            matched.append((allowed, view, wild))
-    for found in matched:
-        if found[0] == method or (found[0] == "GET" and method == "HEAD"):
-            return found
-    return matched[0] if matched else None
-
-
-def _rest(expected: list[str], path: str) -> list[str] | None:
-    # "jobs/**" takes the rest of the path as it is (empty segments too); "jobs/**/*" keeps
-    # the last segment apart.
-    prefix = "/".join(expected[: expected.index("**")]) + "/"
-    raw = path.lstrip("/")
-    if not raw.startswith(prefix):
-        return None
-    rest = raw[len(prefix) :]
-    if expected[-1] != "*":
-        return [rest] if rest else None
-    rest, sep, last = rest.rpartition("/")
-    return [rest, last] if sep and rest and last else None

@@ -16,14 +16,23 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from pgqueue import config
 from pgqueue.errors import ConfigError
 from pgqueue.job import JobState
 
-__all__ = ["FormFields", "QueryParams", "check_form", "check_job_id", "check_query"]
+__all__ = [
+    "MAX_SEARCH",
+    "WITHIN",
+    "FormFields",
+    "QueryParams",
+    "check_form",
+    "check_ids",
+    "check_job_id",
+    "check_query",
+]
 
 # Longer than any error type or message the dashboard makes; bounds what a request can send on.
 _MAX_TEXT = 1000
@@ -51,6 +60,16 @@ class QueryParams:
     type: str | None = None
     message: str | None = None
     fragment: bool = False
+    #: The worker (``locked_by``) whose jobs to list.
+    worker: str | None = None
+    #: Text to find in the arguments (a substring of the stored JSON).
+    q: str | None = None
+    #: Changed within this span before now (``15m``, ``1h``, ``24h``, ``7d``).
+    within: timedelta | None = None
+    #: A bulk action's scope: the ``selected`` ids, or ``all`` jobs matching the filters.
+    scope: str | None = None
+    #: A workflow's id.
+    workflow: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +108,17 @@ def check_job_id(value: str) -> str:
     """A job id from a page's path or query: text both databases can hold (no NUL, no lone
     surrogate), of at most the length a job id may have."""
     return _text("job id", value, limit=config.MAX_ID_BYTES)
+
+
+def check_ids(form: Mapping[str, list[str]], limit: int) -> list[str]:
+    """The job ids a bulk action's form selected (``id``, repeated), each checked, at most
+    ``limit`` of them (a page's worth)."""
+    values = form.get("id", [])
+    if isinstance(values, str):
+        values = [values]
+    if len(values) > limit:
+        raise ConfigError(f"id: {len(values)} jobs selected; at most {limit} at once")
+    return list(dict.fromkeys(check_job_id(v) for v in values if isinstance(v, str) and v))
 
 
 def _given(query: Mapping[str, list[str]], name: str) -> str | None:
@@ -163,6 +193,30 @@ def _cursor(name: str, value: str) -> tuple[datetime, str]:
     return parsed, _text(name, job_id, limit=config.MAX_ID_BYTES)
 
 
+#: The spans the jobs list's "changed within" choice offers.
+WITHIN: dict[str, timedelta] = {
+    "15m": timedelta(minutes=15),
+    "1h": timedelta(hours=1),
+    "6h": timedelta(hours=6),
+    "24h": timedelta(days=1),
+    "7d": timedelta(days=7),
+}
+#: The longest text the arguments search takes.
+MAX_SEARCH = 200
+
+
+def _within(name: str, value: str) -> timedelta:
+    if value not in WITHIN:
+        raise ConfigError(f"{name}: expected one of {', '.join(WITHIN)}, got {value[:100]!r}")
+    return WITHIN[value]
+
+
+def _scope(name: str, value: str) -> str:
+    if value not in ("selected", "all"):
+        raise ConfigError(f"{name}: expected selected or all, got {value[:100]!r}")
+    return value
+
+
 _QUERY: dict[str, Callable[[str, str], Any]] = {
     "queue": _name,
     "task": _name,
@@ -174,4 +228,9 @@ _QUERY: dict[str, Callable[[str, str], Any]] = {
     "action": _text,
     "type": _text,
     "message": _text,
+    "worker": lambda name, value: _text(name, value, limit=config.MAX_ID_BYTES),
+    "q": lambda name, value: _text(name, value, limit=MAX_SEARCH),
+    "within": _within,
+    "scope": _scope,
+    "workflow": lambda name, value: _text(name, value, limit=config.MAX_ID_BYTES),
 }

@@ -9,6 +9,7 @@ index when the query repeats its predicate (bound parameters would not match).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -16,15 +17,18 @@ from sqlalchemy import (
     ColumnElement,
     Delete,
     Select,
+    Text,
     TextClause,
     and_,
     case,
+    cast,
     delete,
     func,
     literal,
     or_,
     select,
     text,
+    union_all,
 )
 
 from pgqueue.backends.base import Clock
@@ -35,19 +39,28 @@ from pgqueue.statements import JOB_COLUMNS, result_expired
 __all__ = [
     "FINISHED",
     "SEGMENTS",
+    "JobFilter",
     "Segment",
     "claimable_counts",
+    "count_matching",
     "error_group_ids",
     "failed_count",
     "failed_groups",
     "finished_buckets",
+    "first_finished",
     "job_delete_finished",
     "job_errors",
+    "job_ids_page",
     "job_page",
+    "live_tasks",
     "oldest_due",
     "processing_counts",
+    "recent_finished_tasks",
     "schedule_rows",
+    "search_window",
     "segment_of",
+    "window_end",
+    "windowed",
     "workers",
 ]
 
@@ -92,6 +105,24 @@ def claimable_counts(now: datetime) -> Select[Any]:
     )
 
 
+def live_tasks(sample: int) -> Select[Any]:
+    """The tasks among ``sample`` jobs waiting to run and ``sample`` running (through those
+    two partial indexes: a backlog of millions is not read whole for a list of names)."""
+    # Each LIMIT inside its own subquery: SQLite refuses a LIMIT before a UNION.
+    waiting = select(JOBS.c.task).where(CLAIMABLE).limit(sample).subquery()
+    running = select(JOBS.c.task).where(PROCESSING).limit(sample).subquery()
+    tasks = union_all(select(waiting.c.task), select(running.c.task)).subquery()
+    return select(tasks.c.task).distinct()
+
+
+def recent_finished_tasks(sample: int) -> Select[Any]:
+    """The tasks of the ``sample`` jobs that finished last (a walk of the finished index)."""
+    recent = (
+        select(JOBS.c.task).where(FINISHED).order_by(JOBS.c.finished_at.desc()).limit(sample)
+    ).subquery()
+    return select(recent.c.task).distinct()
+
+
 def processing_counts() -> Select[Any]:
     """Running jobs per queue, task and lock holder (the worker whose slot runs them)."""
     return (
@@ -131,6 +162,14 @@ def finished_buckets(edges: Sequence[datetime]) -> Select[Any]:
         select(bucket, JOBS.c.queue, JOBS.c.task, JOBS.c.state, func.count().label("count"))
         .where(FINISHED, JOBS.c.finished_at >= start, JOBS.c.finished_at < end)
         .group_by(bucket, JOBS.c.queue, JOBS.c.task, JOBS.c.state)
+    )
+
+
+def first_finished(start: datetime, end: datetime) -> Select[Any]:
+    """When the first job that finished in ``[start, end)`` finished (None: none did): one probe
+    of the finished index."""
+    return select(func.min(JOBS.c.finished_at)).where(
+        FINISHED, JOBS.c.finished_at >= start, JOBS.c.finished_at < end
     )
 
 
@@ -216,42 +255,147 @@ def job_delete_finished(ids: Sequence[str], state: JobState) -> Delete:
     return delete(JOBS).where(JOBS.c.id.in_(list(ids)), JOBS.c.state == str(state), FINISHED)
 
 
+@dataclass(frozen=True, slots=True)
+class JobFilter:
+    """What the jobs list (and its bulk actions) select: states, queue, tasks (any of), the
+    worker that holds or last ran the job, a time range of the last change, and text to find
+    in the arguments (any of ``search``: the spellings a substring has in stored JSON). The
+    worker and the search apply to a bounded window of rows (see ``job_page``'s ``scan``)."""
+
+    states: tuple[JobState, ...] = ()
+    queue: str | None = None
+    tasks: tuple[str, ...] | None = None
+    worker: str | None = None
+    since: datetime | None = None
+    until: datetime | None = None
+    search: tuple[str, ...] = ()
+
+
+def _conditions(
+    segment: Segment, where: JobFilter, before: tuple[datetime, str] | None
+) -> list[Any]:
+    key = segment.key
+    conditions: list[Any] = [segment.predicate]
+    states = [s for s in segment.states if s in where.states] if where.states else segment.states
+    if set(states) != set(segment.states):
+        conditions.append(JOBS.c.state.in_([str(s) for s in states]))
+    if where.queue is not None:
+        conditions.append(JOBS.c.queue == where.queue)
+    if where.tasks is not None:
+        conditions.append(JOBS.c.task.in_(list(where.tasks)))
+    if where.since is not None:
+        conditions.append(key >= where.since)
+    if where.until is not None:
+        conditions.append(key < where.until)
+    if before is not None:
+        moment, job_id = before
+        # The first term bounds the index range; the second breaks ties on the same instant.
+        conditions += [key <= moment, or_(key < moment, and_(key == moment, JOBS.c.id < job_id))]
+    return conditions
+
+
+def search_window(
+    segment: Segment, where: JobFilter, before: tuple[datetime, str] | None, scan: int
+) -> Select[Any]:
+    """The ids the arguments search reads: the ``scan`` most recently changed rows of
+    ``segment`` that pass every other filter (walked through the segment's index)."""
+    return (
+        select(JOBS.c.id)
+        .where(*_conditions(segment, where, before))
+        .order_by(segment.key.desc(), JOBS.c.id.desc())
+        .limit(scan)
+    )
+
+
+def _searched(
+    statement: Select[Any],
+    segment: Segment,
+    where: JobFilter,
+    before: tuple[datetime, str] | None,
+    scan: int,
+) -> Select[Any]:
+    # No index serves a substring of the arguments or the worker that ran a job: those filters
+    # run on at most ``scan`` rows, those the other filters give first, so their cost is
+    # bounded whatever the table holds.
+    if not windowed(where):
+        return statement
+    window = search_window(segment, where, before, scan).scalar_subquery()
+    statement = statement.where(JOBS.c.id.in_(window))
+    if where.worker is not None:
+        statement = statement.where(JOBS.c.locked_by == where.worker)
+    if where.search:
+        payload = cast(JOBS.c.payload, Text)
+        statement = statement.where(
+            or_(*[payload.icontains(text, autoescape=True) for text in where.search])
+        )
+    return statement
+
+
+def windowed(where: JobFilter) -> bool:
+    """Whether ``where`` has a filter that runs on a bounded window of rows (worker, search)."""
+    return bool(where.search) or where.worker is not None
+
+
 def job_page(
     segment: Segment,
+    where: JobFilter,
     *,
-    states: Sequence[JobState],
-    queue: str | None,
-    task: str | None,
-    since: datetime | None,
-    until: datetime | None,
     before: tuple[datetime, str] | None,
     limit: int,
     clock: Clock,
+    scan: int,
 ) -> Select[Any]:
     """One page of whole job rows from ``segment`` with ``result_expired`` (by ``clock``), newest
     change first, strictly after the keyset cursor ``before`` (the last row of the previous page:
     its change time and id)."""
     key = segment.key
-    statement = select(*JOB_COLUMNS, result_expired(clock), key.label("changed")).where(
-        segment.predicate
-    )
-    if set(states) != set(segment.states):
-        statement = statement.where(JOBS.c.state.in_([str(s) for s in states]))
-    if queue is not None:
-        statement = statement.where(JOBS.c.queue == queue)
-    if task is not None:
-        statement = statement.where(JOBS.c.task == task)
-    if since is not None:
-        statement = statement.where(key >= since)
-    if until is not None:
-        statement = statement.where(key < until)
-    if before is not None:
-        moment, job_id = before
-        # The first term bounds the index range; the second breaks ties on the same instant.
-        statement = statement.where(
-            key <= moment, or_(key < moment, and_(key == moment, JOBS.c.id < job_id))
-        )
+    statement: Select[Any] = select(
+        *JOB_COLUMNS, result_expired(clock), key.label("changed")
+    ).where(*_conditions(segment, where, before))
+    statement = _searched(statement, segment, where, before, scan)
     return statement.order_by(key.desc(), JOBS.c.id.desc()).limit(limit)
+
+
+def job_ids_page(
+    segment: Segment,
+    where: JobFilter,
+    *,
+    before: tuple[datetime, str] | None,
+    limit: int,
+    scan: int,
+) -> Select[Any]:
+    """Like :func:`job_page`, only the ids and change times (what a bulk action walks); an
+    arguments search reads the window of the first page, as :func:`count_matching` counts."""
+    key = segment.key
+    statement = select(JOBS.c.id, key.label("changed")).where(*_conditions(segment, where, before))
+    # The search's window stays the one counted (from the newest row), however far it walks.
+    statement = _searched(statement, segment, where, None, scan)
+    return statement.order_by(key.desc(), JOBS.c.id.desc()).limit(limit)
+
+
+def window_end(
+    segment: Segment, where: JobFilter, before: tuple[datetime, str] | None, scan: int
+) -> Select[Any]:
+    """The last row (change time, id) of the arguments search's window; none when the window
+    holds fewer than ``scan`` rows (it read everything left)."""
+    key = segment.key
+    return (
+        select(key, JOBS.c.id)
+        .where(*_conditions(segment, where, before))
+        .order_by(key.desc(), JOBS.c.id.desc())
+        .offset(scan - 1)
+        .limit(1)
+    )
+
+
+def count_matching(segment: Segment, where: JobFilter, cap: int, scan: int) -> Select[Any]:
+    """How many rows of ``segment`` match, counting at most ``cap``."""
+    # With a search, the window from the newest row (what the list's first page read).
+    inner = _searched(
+        select(JOBS.c.id).where(*_conditions(segment, where, None)), segment, where, None, scan
+    )
+    capped = inner.limit(cap).subquery()
+    return select(func.count()).select_from(capped)
 
 
 def workers(since: datetime) -> Select[Any]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -15,9 +16,16 @@ from jinja2 import Environment, PackageLoader, select_autoescape
 from markupsafe import Markup, escape
 
 from pgqueue._durations import two_units
-from pgqueue.dashboard.data import Series
+from pgqueue.dashboard.data import Series, WorkflowGraph
 
-__all__ = ["age", "bar_chart", "environment", "highlight_traceback", "pretty_json"]
+__all__ = [
+    "age",
+    "bar_chart",
+    "environment",
+    "highlight_traceback",
+    "pretty_json",
+    "workflow_graph",
+]
 
 
 def environment() -> Environment:
@@ -174,4 +182,53 @@ def bar_chart(series: Series, label: str, height: int = 120) -> Markup:
         f'<text class="tick" x="{width - 4}" y="{height - 4}" text-anchor="end">'
         f"{last.strftime(fmt)} UTC</text></svg>"
     )
+    return Markup("".join(parts))
+
+
+#: The workflow graph's geometry (pixels): node box, gaps between columns and rows.
+_NODE_W, _NODE_H, _GAP_X, _GAP_Y, _PAD = 190, 40, 56, 12, 8
+
+
+def workflow_graph(graph: WorkflowGraph, link: Callable[[str], str]) -> Markup:
+    """A workflow's jobs as inline SVG: one column per layer, each job a box (coloured by state,
+    linking to its page via ``link(job_id)``) and each dependency an arrow from left to right."""
+    layers = graph.layers
+    where: dict[str, tuple[float, float]] = {}
+    for column, nodes in enumerate(layers):
+        for row, node in enumerate(nodes):
+            where[node.id] = (
+                _PAD + column * (_NODE_W + _GAP_X),
+                _PAD + row * (_NODE_H + _GAP_Y),
+            )
+    width = _PAD * 2 + max(len(layers), 1) * (_NODE_W + _GAP_X) - _GAP_X
+    height = _PAD * 2 + max((len(n) for n in layers), default=1) * (_NODE_H + _GAP_Y) - _GAP_Y
+    parts = [
+        f'<svg class="dag" viewBox="0 0 {width} {height}" width="{width}" height="{height}" '
+        f'role="img" aria-label="{escape(f"workflow {graph.id}")}">',
+        '<defs><marker id="arrow" viewBox="0 0 8 8" refX="8" refY="4" markerWidth="7" '
+        'markerHeight="7" orient="auto"><path d="M0,0 L8,4 L0,8 z" class="arrow"/></marker></defs>',
+    ]
+    for before, after in graph.edges:
+        x1, y1 = where[before]
+        x2, y2 = where[after]
+        x1, y1, y2 = x1 + _NODE_W, y1 + _NODE_H / 2, y2 + _NODE_H / 2
+        middle = (x1 + x2) / 2
+        parts.append(
+            f'<path class="edge" d="M{x1:.0f},{y1:.0f} C{middle:.0f},{y1:.0f} {middle:.0f},'
+            f'{y2:.0f} {x2:.0f},{y2:.0f}" marker-end="url(#arrow)"/>'
+        )
+    for node in graph.nodes:
+        x, y = where[node.id]
+        short = node.task.rsplit(".", 1)[-1]
+        label = short if len(short) <= 24 else short[:23] + "…"
+        name = node.id if len(node.id) <= 26 else "…" + node.id[-25:]
+        parts.append(
+            f'<a href="{escape(link(node.id))}" class="node state-{escape(node.state)}">'
+            f"<title>{escape(f'{node.id}: {node.task} ({node.state})')}</title>"
+            f'<rect x="{x:.0f}" y="{y:.0f}" width="{_NODE_W}" height="{_NODE_H}" rx="6"/>'
+            f'<text x="{x + 8:.0f}" y="{y + 16:.0f}" class="task">{escape(label)}</text>'
+            f'<text x="{x + 8:.0f}" y="{y + 31:.0f}" class="sub">{escape(name)} · '
+            f"{escape(node.state)}</text></a>"
+        )
+    parts.append("</svg>")
     return Markup("".join(parts))

@@ -25,6 +25,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from pgqueue.dashboard import queries
+from pgqueue.dashboard.data._common import aware
 
 if TYPE_CHECKING:
     from pgqueue.queue import Queue
@@ -86,6 +87,8 @@ class Throughput:
             # Forget minutes that left the window.
             for minute in [m for m in self._counted if m < start]:
                 del self._counted[minute]
+        if missing:
+            missing = self._skip_empty(conn, missing)
         if not self.background:
             self._count(conn, [*missing, *stale], None)
         else:
@@ -106,9 +109,33 @@ class Throughput:
         if thread is not None:
             thread.join(timeout)
 
+    def tasks(self) -> set[str]:
+        """The tasks with jobs counted so far (those that finished in the last day)."""
+        with self._lock:
+            return {task for _, counts in self._counted.values() for (_, task, _) in counts}
+
     def wait_idle(self, timeout: float | None = None) -> bool:
         """Wait until the background counting is done (benchmarks, tests); True when it is."""
         return self._idle.wait(timeout)
+
+    def _skip_empty(self, conn: Any, missing: list[datetime]) -> list[datetime]:
+        """Record as empty the missing minutes before the first job finished in them (one probe
+        of the finished index), and return the rest. A fresh database, or one whose history
+        starts an hour ago, then has nothing to count: without this, its first page load said
+        "still counting 1,386 minutes" about minutes that hold nothing."""
+        start, end = min(missing), max(missing) + MINUTE
+        first = conn.scalar(queries.first_finished(start, end))
+        if first is None:
+            empty, rest = missing, []
+        else:
+            cut = aware(first).replace(second=0, microsecond=0)
+            empty = [m for m in missing if m < cut]
+            rest = [m for m in missing if m >= cut]
+        now = time.monotonic()
+        with self._lock:
+            for minute in empty:
+                self._counted[minute] = (now, {})
+        return rest
 
     def _snapshot(self, minutes: Iterable[datetime]) -> dict[datetime, Counts]:
         with self._lock:

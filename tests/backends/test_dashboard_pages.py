@@ -218,10 +218,13 @@ def test_job_actions(queue: pgqueue.Queue, filled: Filled) -> None:
     assert queue.status("job-queued").state is JobState.CANCELLED  # type: ignore[union-attr]
     dashboard.handle(request("POST", "/jobs/job-completed/purge"))
     assert queue.status("job-completed") is None
-    refused = dashboard.handle(request("POST", "/jobs/job-processing/cancel"))
+    refused = dashboard.handle(request("POST", "/jobs/job-completed-not/cancel"))
     assert "Nothing+to+cancel" in dict(refused.headers)["Location"]
-    assert queue.status("job-processing").state is JobState.PROCESSING  # type: ignore[union-attr]
     assert dashboard.handle(request("POST", "/jobs/job-processing/explode")).status == 400
+    # A running job is cancelled from its page too: cooperatively (Queue.cancel(running=True)).
+    requested = dashboard.handle(request("POST", "/jobs/job-processing/cancel"))
+    assert "Cancel+requested" in dict(requested.headers)["Location"]
+    assert queue.status("job-processing").state is JobState.CANCELLED  # type: ignore[union-attr]
     assert dashboard.handle(request("GET", "/jobs/job-failed/retry")).status == 405
 
 

@@ -172,3 +172,40 @@ def test_the_admin_shows_the_error_as_a_readable_traceback(request: pytest.Fixtu
     assert '<span class="tb-exc-type">ConnectionError</span>' in page
     assert "payment gateway timed out for order-42" in page
     assert "\\n" not in page.split('class="pgqueue-traceback"')[1].split("</pre>")[0]
+
+
+@pytest.mark.parametrize(
+    ("perms", "may"),
+    [(("view",), set()), (("change",), {"retry", "cancel"}), (("view", "delete"), {"purge"})],
+)
+def test_bulk_actions_and_a_running_cancel_follow_the_permissions(
+    filled: Filled, alias: str, perms: tuple[str, ...], may: set[str]
+) -> None:
+    client = _user("clerk", staff=True, perms=perms)
+    page = client.get(ROOT + "jobs").content.decode()
+    for action in ("retry", "cancel", "purge"):
+        assert (f'formaction="/pgqueue/bulk/{action}"' in page) == (action in may)
+    queue = get_queue(alias)
+    token = _token(client, "jobs")
+    # Without Django's CSRF token: refused whatever the permissions.
+    assert client.post(ROOT + "bulk/retry", {"id": ["job-failed"]}).status_code == 403
+    for action, job_id, after in [
+        ("retry", "job-failed", JobState.QUEUED),
+        ("purge", "job-completed", None),
+        ("cancel", "job-queued", JobState.CANCELLED),
+    ]:
+        before = queue.status(job_id)
+        answer = client.post(
+            ROOT + f"bulk/{action}", {"csrfmiddlewaretoken": token, "id": [job_id]}
+        )
+        status = queue.status(job_id)
+        if action in may:
+            assert answer.status_code == 303, action
+            assert (status.state if status else None) == after, action
+        else:
+            assert answer.status_code == 403, action
+            assert status is not None and before is not None and status.state == before.state
+    confirm = client.get(ROOT + "bulk/confirm", {"action": "purge"})
+    assert confirm.status_code == (200 if "purge" in may else 403)
+    running = client.post(ROOT + "jobs/job-processing/cancel", {"csrfmiddlewaretoken": token})
+    assert running.status_code == (303 if "cancel" in may else 403)

@@ -80,6 +80,29 @@ def test_actions_need_the_csrf_token(queue: pgqueue.Queue, filled: Filled) -> No
     assert queue.status("job-failed").state is JobState.QUEUED  # type: ignore[union-attr]
 
 
+def test_bulk_actions_need_the_csrf_token_and_a_same_origin(
+    queue: pgqueue.Queue, filled: Filled
+) -> None:
+    client = _app(queue, auth=_staff).test_client()
+    staff = {"X-Role": "staff"}
+    page = client.get("/ops/queue/jobs?state=failed", headers=staff)
+    assert 'formaction="/ops/queue/bulk/retry"' in page.text
+    token = re.search(r'name="csrf_token" value="([^"]+)"', page.text)
+    assert token is not None
+    form = {"csrf_token": token.group(1), "id": ["job-failed", "job-failed-2"], "state": "failed"}
+    assert (
+        client.post("/ops/queue/bulk/retry", headers=staff, data={"id": "job-failed"}).status_code
+        == 403
+    )
+    elsewhere = {**staff, "Origin": "https://evil.example"}
+    assert client.post("/ops/queue/bulk/retry", headers=elsewhere, data=form).status_code == 403
+    assert queue.status("job-failed").state is JobState.FAILED  # type: ignore[union-attr]
+    done = client.post("/ops/queue/bulk/retry", headers=staff, data=form)
+    assert done.status_code == 303
+    assert done.headers["Location"].startswith("/ops/queue/jobs?state=failed&")
+    assert queue.status("job-failed-2").state is JobState.QUEUED  # type: ignore[union-attr]
+
+
 def test_read_only_without_auth(queue: pgqueue.Queue, filled: Filled) -> None:
     client = _app(queue, read_only=True).test_client()
     page = client.get("/ops/queue/failures")

@@ -104,6 +104,8 @@ def test_every_page_loads(browser: Any, site: str, filled: Filled) -> None:
     shows(browser, "#traceback", "ConnectionError: payment gateway timed out for order-42")
     colour = browser.find_element("css selector", ".tb-exc-type").value_of_css_property("color")
     assert colour != browser.find_element("css selector", ".tb-code").value_of_css_property("color")
+    click(browser, "header nav a[href='/tasks']")
+    shows(browser, "#timings", "shop.add")
     browser.get(site + "/failures")
     shows(browser, "#failures", "ConnectionError")
     browser.get(site + "/schedules")
@@ -172,20 +174,157 @@ def test_the_overview_updates_without_reloading(
     assert browser.execute_script("return window.notReloaded") is True
 
 
+def test_an_actions_message_is_shown_once(browser: Any, site: str, queue: pgqueue.Queue) -> None:
+    browser.get(site + "/jobs/job-failed")
+    click(browser, "button[data-confirm^='Retry']")
+    browser.switch_to.alert.accept()
+    shows(browser, ".message", "queued again")
+    # The address lost its ?message=: a reload (after the job failed again) does not repeat it.
+    assert "message=" not in browser.current_url
+    run_job(queue, "job-failed")
+    browser.refresh()
+    shows(browser, "h1 .state", "failed")
+    assert not browser.find_elements("css selector", ".message")
+
+
+def test_dark_mode_follows_the_system(browser: Any, site: str) -> None:
+    def background() -> str:
+        return str(
+            browser.find_element("css selector", "html").value_of_css_property("background-color")
+        )
+
+    browser.get(site + "/")
+    light = background()
+    browser.execute_cdp_cmd(
+        "Emulation.setEmulatedMedia",
+        {"features": [{"name": "prefers-color-scheme", "value": "dark"}]},
+    )
+    try:
+        wait_until(lambda: background() != light, "the dark palette")
+        # Dark: every channel low.
+        channels = [int(c) for c in background().split("(")[1].split(")")[0].split(",")[:3]]
+        assert max(channels) < 64, background()
+    finally:
+        browser.execute_cdp_cmd("Emulation.setEmulatedMedia", {"features": []})
+
+
+def test_an_unserved_queue_is_flagged_and_a_paused_one_marked(
+    browser: Any, site: str, queue: pgqueue.Queue
+) -> None:
+    queue.enqueue("shop.charge", args=["order-1"])  # "payments": no worker serves it
+    queue.pause("default")
+    browser.get(site + "/")
+    shows(browser, "#unserved", "No live worker serves queue payments")
+    shows(browser, "#paused", "default")
+    assert browser.find_elements("css selector", "#queues tr.paused")
+
+
+def test_cancelling_a_running_job_from_its_page(
+    browser: Any, site: str, queue: pgqueue.Queue
+) -> None:
+    browser.get(site + "/jobs/job-processing")
+    shows(browser, "#running", "worker-test")
+    first = text(browser, "#running")
+    # The runtime is live: the page refreshes itself while the job runs.
+    wait_until(lambda: text(browser, "#running") not in ("", first), "the runtime to move")
+    click(browser, "button[data-confirm^='Cancel']")
+    browser.switch_to.alert.accept()
+    shows(browser, ".message", "Cancel requested")
+    shows(browser, "#cancel-state", "cancel requested")
+    shows(browser, "#cancel-requested", "worker-test")
+    assert queue.status("job-processing").state is JobState.CANCELLED  # type: ignore[union-attr]
+
+
+def test_bulk_retry_of_the_selected_jobs(browser: Any, site: str, queue: pgqueue.Queue) -> None:
+    browser.get(site + "/jobs?state=failed")
+    shows(browser, "#jobs", "job-failed-2")
+    for job_id in ("job-failed", "job-failed-2"):
+        click(browser, f"input.pick[value='{job_id}']")
+    shows(browser, "#selected-count", "2")
+    click(browser, "form.bulk button[data-confirm-selected='Retry']")
+    assert browser.switch_to.alert.text == "Retry 2 selected jobs?"
+    browser.switch_to.alert.accept()
+    shows(browser, ".message", "2 jobs queued again")
+    assert "state=failed" in browser.current_url  # back on the same filters
+    assert queue.status("job-failed-2").state is JobState.QUEUED  # type: ignore[union-attr]
+
+
+def test_select_all_then_purge_every_matching_job(
+    browser: Any, site: str, queue: pgqueue.Queue
+) -> None:
+    browser.get(site + "/jobs?task=add&state=completed&state=cancelled")
+    shows(browser, "#task-match", "shop.add")
+    click(browser, "#select-all")
+    shows(browser, "#selected-count", "2")
+    click(browser, "form.bulk a.button[href*='action=purge']")
+    shows(browser, "#confirm-question", "Purge 2 jobs?")
+    click(browser, "#confirm")
+    shows(browser, ".message", "2 jobs purged")
+    assert queue.status("job-completed") is None and queue.status("job-cancelled") is None
+
+
+def test_searching_the_arguments(browser: Any, site: str) -> None:
+    browser.get(site + "/jobs")
+    field = browser.find_element("css selector", "input[name=q]")
+    field.send_keys("order-43")
+    field.submit()
+    shows(browser, "#jobs", "job-failed-2")
+    assert len(browser.find_elements("css selector", "#jobs tbody tr")) == 1
+
+
+def test_a_workflow_from_a_job_page_to_its_graph_and_back(
+    browser: Any, site: str, queue: pgqueue.Queue
+) -> None:
+    add = queue.tasks["shop.add"]
+    pgqueue.chain(
+        add.s(1, 1), pgqueue.chord([add.s(2, 2), add.s(3, 3)], add.s(4, pass_result=False))
+    ).enqueue(queue, id="order-7")
+    run_job(queue, "order-7:1")
+    browser.get(site + "/jobs/order-7:1")
+    shows(browser, "#dependents", "order-7:")
+    click(browser, "#workflow a[href*='workflow?id=order-7']")
+    shows(browser, "h1", "Workflow order-7")
+    shows(browser, "#workflow-counts", "4 jobs")
+    nodes = browser.find_elements("css selector", "svg.dag a.node")
+    assert len(nodes) == 4
+    assert len(browser.find_elements("css selector", "svg.dag a.state-completed")) == 1
+    browser.find_elements("css selector", "svg.dag a.node")[-1].click()  # the callback
+    shows(browser, "#dependencies", "order-7:")
+    errors = [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]
+    assert not errors, errors
+
+
 def test_screenshots(browser: Any, site: str, queue: pgqueue.Queue, tmp_path: Path) -> None:
     """The main pages with a day of history, as pictures: docs/dashboard.md's screenshots when
     PGQUEUE_SCREENSHOTS names a folder (from the SQLite run), else thrown away with tmp_path."""
     _history(queue)
-    run_job(queue, "job-failing")  # a second failed attempt: the job page lists both errors
+    # A dead letter retried by hand and failed again: its page lists the errors per run.
+    assert queue.retry("job-failed")
+    run_job(queue, "job-failed")
     keep = SCREENSHOTS and queue.backend.name == "sqlite"
     folder = Path(SCREENSHOTS) if keep and SCREENSHOTS else tmp_path
     folder.mkdir(parents=True, exist_ok=True)
-    for name, path in [
-        ("overview", "/"),
-        ("jobs", "/jobs"),
-        ("job", "/jobs/job-failing"),
-        ("failures", "/failures"),
+    add = queue.tasks["shop.add"]
+    pgqueue.chain(
+        add.s(1, 1),
+        pgqueue.chord([add.s(2, 2), add.s(3, 3), add.s(4, 4)], add.s(5, pass_result=False)),
+        add.s(6, 6),
+    ).enqueue(queue, id="order-7")
+    run_job(queue, "order-7:1")
+    run_job(queue, "order-7:3")
+    queue.enqueue("shop.charge", args=["order-9"], queue="payments")  # no worker serves it
+    for name, path, dark in [
+        ("overview", "/", False),
+        ("overview-dark", "/", True),
+        ("jobs", "/jobs?state=failed&state=completed&state=queued", False),
+        ("job", "/jobs/job-failed", False),
+        ("running", "/jobs/job-processing", False),
+        ("workflow", "/workflow?id=order-7", False),
+        ("tasks", "/tasks", False),
+        ("failures", "/failures", False),
     ]:
+        scheme = [{"name": "prefers-color-scheme", "value": "dark"}] if dark else []
+        browser.execute_cdp_cmd("Emulation.setEmulatedMedia", {"features": scheme})
         browser.get(site + path)
         # The overview's charts fill in over its live refreshes while the day is counted.
         # A busy 2-core machine counts the day's minutes slowly: the deadline is generous.
@@ -199,9 +338,13 @@ def test_screenshots(browser: Any, site: str, queue: pgqueue.Queue, tmp_path: Pa
             "return [...document.querySelectorAll('pre.traceback')]"
             ".some(p => p.scrollWidth > p.clientWidth)"
         )
+        if name == "jobs":
+            for box in browser.find_elements("css selector", "input.pick")[:2]:
+                box.click()
         picture = folder / f"dashboard-{name}.png"
         browser.save_screenshot(str(picture))
         assert picture.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    browser.execute_cdp_cmd("Emulation.setEmulatedMedia", {"features": []})
 
 
 def _history(queue: pgqueue.Queue) -> None:

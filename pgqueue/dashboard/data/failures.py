@@ -14,7 +14,15 @@ from pgqueue.job import JobState
 if TYPE_CHECKING:
     from pgqueue.queue import Queue
 
-__all__ = ["GROUP_CAP", "AttemptError", "FailureGroup", "read_attempt_errors", "read_failures"]
+__all__ = [
+    "GROUP_CAP",
+    "AttemptError",
+    "FailureGroup",
+    "error_runs",
+    "in_current_run",
+    "read_attempt_errors",
+    "read_failures",
+]
 
 #: Jobs (the most recent) that the failures page groups by error type.
 GROUP_CAP = 5_000
@@ -134,6 +142,46 @@ def attempt_errors(
             error = replace(error, after_retry=True)
         errors.append(error)
     return errors
+
+
+def error_runs(errors: list[AttemptError]) -> list[list[AttemptError]]:
+    """``errors`` cut into runs: a manual retry starts a new run (attempts count from 1 again),
+    so "Attempts 3 of 3" is the current run's and the earlier runs' errors are listed apart.
+
+    Example::
+
+        [len(run) for run in error_runs(read_attempt_errors(queue, "job-1"))]   # [3, 3]
+    """
+    runs: list[list[AttemptError]] = []
+    for error in errors:
+        if error.after_retry or not runs:
+            runs.append([])
+        runs[-1].append(error)
+    return runs
+
+
+def in_current_run(errors: list[AttemptError], attempts: int, started_at: datetime | None) -> bool:
+    """Whether the last of ``errors`` belongs to the job's current run (its ``attempts`` count):
+    False when the job was retried by hand since (attempts start again from 0).
+
+    Example::
+
+        in_current_run(errors, status.attempts, status.started_at)
+    """
+    if not errors:
+        return False
+    last = errors[-1]
+    if last.attempt is None:
+        return True
+    if attempts < last.attempt:
+        return False
+    # Same attempt number, but started after the error was stored: a new run's first attempt.
+    return not (
+        attempts == last.attempt
+        and started_at is not None
+        and last.at is not None
+        and started_at > last.at
+    )
 
 
 def _attempt_error(entry: dict[str, Any]) -> AttemptError:

@@ -93,6 +93,12 @@ class QueueRow:
     #: Paused (``Queue.pause``): workers start none of its jobs.
     paused: bool = False
 
+    @property
+    def unserved(self) -> bool:
+        """Jobs are due, the queue is not paused, and no live worker serves it: nothing will
+        run them until one starts (the overview flags it)."""
+        return self.due > 0 and not self.paused and self.workers == 0
+
 
 @dataclass(slots=True)
 class TaskRow:
@@ -193,6 +199,16 @@ class Overview:
     queue_filter: str | None = None
     #: Minutes of the last day still being counted in the background (the charts fill in).
     pending_minutes: int = 0
+
+    @property
+    def unserved(self) -> list[QueueRow]:
+        """Queues with due jobs and no live worker serving them (see QueueRow.unserved)."""
+        return [row for row in self.queues if row.unserved]
+
+    @property
+    def paused(self) -> list[QueueRow]:
+        """Paused queues."""
+        return [row for row in self.queues if row.paused]
 
 
 def read_overview(
