@@ -48,6 +48,12 @@ def _add_dashboard(parser: argparse.ArgumentParser) -> None:
         "--read-only", action="store_true", help="hide retry, cancel and purge; refuse POSTs"
     )
     parser.add_argument(
+        "--no-live",
+        action="store_true",
+        help="poll every few seconds even on PostgreSQL, instead of live updates from its "
+        "NOTIFYs (one LISTEN connection; at most 8 live tabs)",
+    )
+    parser.add_argument(
         "--allowed-host",
         action="append",
         default=[],
@@ -68,7 +74,7 @@ def _dashboard(args: argparse.Namespace) -> int:
     check_database(queue)
     try:
         server = make_dashboard_server(
-            Dashboard(queue, read_only=args.read_only),
+            Dashboard(queue, read_only=args.read_only, live=not args.no_live),
             args.host,
             args.port,
             allowed_hosts=allowed,

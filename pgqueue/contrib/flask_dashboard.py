@@ -44,9 +44,15 @@ def dashboard_blueprint(
     allow_anyone: bool = False,
     name: str = "pgqueue_dashboard",
     title: str = "pgqueue",
+    live: bool = True,
+    live_streams: int = 8,
 ) -> Blueprint:
     """A blueprint serving the dashboard of ``queue`` (a Queue, or the app's
     :class:`~pgqueue.contrib.flask.PgQueue`, resolved per app on each request).
+
+    ``live=False`` turns off live updates (PostgreSQL; docs/dashboard.md): they hold a request
+    thread per open tab, at most ``live_streams`` at once, and are offered only under a threaded
+    server (``wsgi.multithread``: Flask's own, gunicorn ``--threads``); elsewhere pages poll.
 
     Example::
 
@@ -67,7 +73,9 @@ def dashboard_blueprint(
         target = queue.queue if isinstance(queue, PgQueue) else queue
         found = dashboards.get(id(target))
         if found is None or found.queue is not target:
-            found = dashboards[id(target)] = Dashboard(target, read_only=read_only, title=title)
+            found = dashboards[id(target)] = Dashboard(
+                target, read_only=read_only, title=title, live=live, live_streams=live_streams
+            )
         return found
 
     @blueprint.route("/", defaults={"path": ""}, methods=["GET", "HEAD", "POST"])
@@ -90,6 +98,7 @@ def dashboard_blueprint(
             form=form,
             root=root,
             csrf_token=token,
+            streams=bool(request.environ.get("wsgi.multithread")),
         )
         checked = request.method != "POST" or csrf_check(
             origin=request.headers.get("Origin"),
@@ -104,7 +113,8 @@ def dashboard_blueprint(
                 content_type="text/plain",
             )
         answer = dashboard().handle(dashboard_request)
-        response = Response(answer.body, status=answer.status)
+        body = answer.body if answer.stream is None else answer.stream
+        response = Response(body, status=answer.status)
         for header, value in answer.all_headers():
             response.headers[header] = value
         if minted:

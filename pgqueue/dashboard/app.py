@@ -27,6 +27,7 @@ from pgqueue.dashboard.csrf import (
     csrf_ok,
     csrf_token,
 )
+from pgqueue.dashboard.live import DEFAULT_MAX_STREAMS, Live
 from pgqueue.dashboard.render import environment, workflow_graph
 from pgqueue.dashboard.request import Request, Response, wsgi_request
 from pgqueue.dashboard.throughput import Throughput
@@ -59,13 +60,16 @@ logger = logging.getLogger("pgqueue.dashboard")
 DEFAULT_REFRESH_SECONDS = 5.0
 #: Jobs per page of the jobs list.
 PAGE_SIZE = 50
+EVENTS = "text/event-stream; charset=utf-8"
 
 
 class Dashboard:
     """The web dashboard of one Queue.
 
     ``read_only=True`` hides every action and refuses every POST. ``title`` names the page.
-    ``clock`` (tests) replaces the database's notion of now.
+    ``clock`` (tests) replaces the database's notion of now. ``live=False`` turns off live
+    updates (PostgreSQL pushes changes to at most ``live_streams`` open tabs; see
+    :mod:`pgqueue.dashboard.live`): the pages then poll every ``refresh_seconds``.
 
     Example::
 
@@ -82,6 +86,8 @@ class Dashboard:
         title: str = "pgqueue",
         refresh_seconds: float = DEFAULT_REFRESH_SECONDS,
         clock: Callable[[], datetime] | None = None,
+        live: bool = True,
+        live_streams: int = DEFAULT_MAX_STREAMS,
     ) -> None:
         self.queue = queue
         self.read_only = read_only
@@ -90,6 +96,8 @@ class Dashboard:
         self.clock = clock
         #: Per-minute counts of finished jobs behind the charts, shared by every request.
         self.throughput = Throughput(queue)
+        #: Pages told of changes by the database (PostgreSQL; ``live=False``: they poll).
+        self.live = Live(queue, enabled=live, max_streams=live_streams)
         self._templates = environment()
         # Job pages take the rest of the path as the id (ids are any text, "/" included); see
         # job_path() for the ids a path cannot carry.
@@ -110,6 +118,7 @@ class Dashboard:
             ("GET", "workflow", self._workflow),
             ("GET", "tasks", self._tasks),
             ("GET", "static/*", self._static),
+            ("GET", "live", self._live),
         ]
 
     def __repr__(self) -> str:
@@ -123,6 +132,7 @@ class Dashboard:
             dashboard.close()
             queue.close()
         """
+        self.live.close()
         self.throughput.close()
 
     # -- the neutral entry point ---------------------------------------------------------------
@@ -173,6 +183,9 @@ class Dashboard:
         else:
             response = self.handle(request)
         headers = response.all_headers()
+        if response.stream is not None and request.method != "HEAD":
+            start_response(f"{response.status} {HTTPStatus(response.status).phrase}", headers)
+            return response.stream
         if new_token:
             headers.append(("Set-Cookie", csrf_cookie(request.csrf_token, request.root)))
         start_response(f"{response.status} {HTTPStatus(response.status).phrase}", headers)
@@ -197,6 +210,7 @@ class Dashboard:
             read_only=self.read_only,
             may=request.may,
             refresh_ms=int(self.refresh_seconds * 1000),
+            live_url=_url(request.root, "live", {}) if self._live_here(request) else None,
             message=query.message if query is not None else None,
             url=lambda path, **given: _url(request.root, path, given),
             job_url=lambda job_id, action=None, **given: _job_url(
@@ -467,6 +481,21 @@ class Dashboard:
     def _schedules(self, request: Request, query: params.QueryParams) -> Response:
         schedules = data.read_schedules(self.queue, now=self._now())
         return self._page(request, "schedules.html", query, schedules=schedules, active="schedules")
+
+    def _live_here(self, request: Request) -> bool:
+        return request.streams and self.live.available
+
+    def _live(self, request: Request, query: params.QueryParams) -> Response:
+        if not self._live_here(request):
+            return self._error(request, HTTPStatus.NOT_FOUND, "No live updates here: pages poll.")
+        stream = None if request.method == "HEAD" else self.live.open()
+        if stream is None and request.method != "HEAD":
+            response = self._error(request, HTTPStatus.SERVICE_UNAVAILABLE, "Live is full.")
+            response.headers.append(("Retry-After", "60"))
+            return response
+        # X-Accel-Buffering: nginx would otherwise hold the events back in its buffer.
+        headers = [("X-Accel-Buffering", "no")]
+        return Response(HTTPStatus.OK, stream=stream, headers=headers, content_type=EVENTS)
 
     def _static(self, request: Request, query: params.QueryParams, name: str) -> Response:
         folder = resources.files("pgqueue.dashboard").joinpath("static")

@@ -10,7 +10,7 @@ Example::
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from http import HTTPStatus
 from typing import Any
@@ -58,6 +58,9 @@ class Request:
     csrf_token: str = ""
     user: str | None = None
     actions: frozenset[str] | None = None
+    #: Whether the server gives this request a thread of its own (WSGI's ``wsgi.multithread``):
+    #: only then may it hold a live stream open without blocking other requests.
+    streams: bool = False
 
     def may(self, action: str) -> bool:
         """Whether this user may take ``action`` (see ``actions``)."""
@@ -88,6 +91,8 @@ class Response:
     body: bytes = b""
     headers: list[tuple[str, str]] = field(default_factory=list)
     content_type: str = "text/html; charset=utf-8"
+    #: A body sent as it comes (the live event stream) instead of ``body``; close it when done.
+    stream: Iterator[bytes] | None = None
 
     @classmethod
     def redirect(cls, location: str) -> Response:
@@ -121,6 +126,7 @@ def wsgi_request(environ: Mapping[str, Any]) -> tuple[Request, bool]:
         form=form,
         root=str(environ.get("SCRIPT_NAME", "")),
         csrf_token=token,
+        streams=bool(environ.get("wsgi.multithread")),
     )
     return request, minted
 

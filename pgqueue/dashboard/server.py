@@ -135,8 +135,16 @@ def make_dashboard_server(
         print(server.server_port)
     """
     checked = HostCheck(app, [*_served_names(host), *allowed_hosts])
+
+    def threaded(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+        # wsgiref says multithread=False whatever the server; this one gives each request a
+        # thread, so a live stream blocks no one else.
+        environ["wsgi.multithread"] = True
+        result: Iterable[bytes] = checked(environ, start_response)
+        return result
+
     return make_server(
-        host, port, checked, server_class=_ThreadingServer, handler_class=_QuietHandler
+        host, port, threaded, server_class=_ThreadingServer, handler_class=_QuietHandler
     )
 
 

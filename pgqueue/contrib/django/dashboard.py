@@ -21,11 +21,17 @@ optional)::
             "PERMISSION": "myapp.auth.can_see_queue",  # a callable(user) -> bool instead: it
                                               # alone decides, for looking and every action
             "TITLE": "pgqueue",
+            "LIVE": True,                     # False: pages poll even on PostgreSQL
+            "LIVE_STREAMS": 8,                # live tabs per process at most; more poll
         },
     }
 
 Actions are POST forms carrying Django's CSRF token, checked by Django's own ``csrf_protect``
 (so the check holds even where the CSRF middleware is not installed).
+
+Live updates (PostgreSQL, see docs/dashboard.md) hold a request thread per open tab: they are
+offered only under a threaded WSGI server (``runserver``, gunicorn ``--threads``), never to a
+sync worker or under ASGI, where those pages poll.
 """
 
 from __future__ import annotations
@@ -33,7 +39,7 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from django.middleware.csrf import get_token
 from django.urls import re_path
 from django.utils.module_loading import import_string
@@ -46,7 +52,13 @@ from pgqueue.dashboard import Dashboard, Request
 
 __all__ = ["ACTION_PERMISSIONS", "DASHBOARD_DEFAULTS", "dashboard_view", "urlpatterns"]
 
-DASHBOARD_DEFAULTS: dict[str, Any] = {"READ_ONLY": False, "PERMISSION": None, "TITLE": "pgqueue"}
+DASHBOARD_DEFAULTS: dict[str, Any] = {
+    "READ_ONLY": False,
+    "PERMISSION": None,
+    "TITLE": "pgqueue",
+    "LIVE": True,
+    "LIVE_STREAMS": 8,
+}
 
 
 def _options() -> dict[str, Any]:
@@ -56,8 +68,10 @@ def _options() -> dict[str, Any]:
 
 
 @functools.cache
-def _dashboard(alias: str, read_only: bool, title: str) -> Dashboard:
-    return Dashboard(get_queue(alias), read_only=read_only, title=title)
+def _dashboard(alias: str, read_only: bool, title: str, live: bool, streams: int) -> Dashboard:
+    return Dashboard(
+        get_queue(alias), read_only=read_only, title=title, live=live, live_streams=streams
+    )
 
 
 #: The Job model permission each dashboard action needs (the admin's: change to retry or
@@ -102,7 +116,7 @@ def _to_login(request: HttpRequest) -> HttpResponse:
 
 
 @csrf_protect  # type: ignore[untyped-decorator]
-def dashboard_view(request: HttpRequest, path: str = "") -> HttpResponse:
+def dashboard_view(request: HttpRequest, path: str = "") -> HttpResponse | StreamingHttpResponse:
     """Every dashboard page, below wherever the URLconf includes this module."""
     options = _options()
     user = request.user
@@ -115,7 +129,11 @@ def dashboard_view(request: HttpRequest, path: str = "") -> HttpResponse:
             status=403,
         )
     dashboard = _dashboard(
-        pgqueue_settings()["DATABASE"], bool(options["READ_ONLY"]), str(options["TITLE"])
+        pgqueue_settings()["DATABASE"],
+        bool(options["READ_ONLY"]),
+        str(options["TITLE"]),
+        bool(options["LIVE"]),
+        options["LIVE_STREAMS"],
     )
     root = request.path[: len(request.path) - len(path)].rstrip("/")
     response = dashboard.handle(
@@ -129,9 +147,14 @@ def dashboard_view(request: HttpRequest, path: str = "") -> HttpResponse:
             csrf_token=get_token(request),
             user=user.get_username(),
             actions=allowed,
+            streams=bool(request.META.get("wsgi.multithread")),
         )
     )
-    answer = HttpResponse(response.body, status=response.status)
+    answer: HttpResponse | StreamingHttpResponse
+    if response.stream is not None:
+        answer = StreamingHttpResponse(response.stream, status=response.status)
+    else:
+        answer = HttpResponse(response.body, status=response.status)
     for name, value in response.all_headers():
         answer[name] = value
     return answer

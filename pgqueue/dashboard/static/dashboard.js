@@ -1,15 +1,28 @@
 // pgqueue dashboard: live refresh of the overview and confirmation of single-job actions.
 // Plain DOM code, no library: an element with data-refresh="URL" has its HTML replaced by a
-// fetch of URL every data-every milliseconds while the tab is visible.
+// fetch of URL every data-every milliseconds while the tab is visible (or when told, below).
 (function () {
   "use strict";
+
+  // With data-live="URL" (PostgreSQL), a server-sent event stream says when something changed:
+  // while it is open the element refreshes on its "changed" events, and polls only every
+  // SLOW times data-every in case a change went unannounced (a job claimed, a retry's wait
+  // ending). A hidden tab closes its stream (streams are capped per server); a stream that
+  // fails or is refused polls as before and tries again a minute later.
+  var SLOW = 6;
 
   function refresh(element) {
     var url = element.getAttribute("data-refresh");
     var every = parseInt(element.getAttribute("data-every"), 10) || 5000;
+    var liveUrl = element.getAttribute("data-live");
     var busy = false;
+    var again = false;
+    var timer = null;
+    var source = null;
+    var retryLater = null;
     function tick() {
-      if (busy || document.hidden) return;
+      if (document.hidden) return;
+      if (busy) { again = true; return; }
       busy = true;
       fetch(url, { credentials: "same-origin", headers: { "Accept": "text/html" } })
         .then(function (response) {
@@ -22,10 +35,48 @@
           element.setAttribute("data-updated", String(Date.now()));
         })
         .catch(function () { element.setAttribute("data-stale", "true"); })
-        .then(function () { busy = false; });
+        .then(function () {
+          busy = false;
+          if (again) { again = false; tick(); }
+        });
     }
-    setInterval(tick, every);
-    document.addEventListener("visibilitychange", tick);
+    function poll(interval) {
+      if (timer !== null) clearInterval(timer);
+      timer = setInterval(tick, interval);
+    }
+    function listen() {
+      if (!liveUrl || source !== null || document.hidden || !window.EventSource) return;
+      var opened = false;
+      source = new EventSource(liveUrl, { withCredentials: true });
+      source.addEventListener("open", function () {
+        // A stream that ended reconnects: whatever changed in between is fetched now.
+        if (opened) tick();
+        opened = true;
+        element.setAttribute("data-live-open", "true");
+        poll(every * SLOW);
+      });
+      source.addEventListener("changed", tick);
+      source.addEventListener("error", function () {
+        element.removeAttribute("data-live-open");
+        poll(every);
+        if (source && source.readyState === EventSource.CLOSED) {
+          source = null;  // refused (full, or no live here): poll, and ask again later
+          retryLater = setTimeout(function () { retryLater = null; listen(); }, 60000);
+        }
+      });
+    }
+    function hush() {
+      if (source !== null) { source.close(); source = null; }
+      element.removeAttribute("data-live-open");
+      poll(every);
+    }
+    poll(every);
+    listen();
+    document.addEventListener("visibilitychange", function () {
+      if (document.hidden) { hush(); return; }
+      tick();
+      if (retryLater === null) listen();
+    });
   }
 
   function picked() {
