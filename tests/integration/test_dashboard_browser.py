@@ -174,6 +174,34 @@ def test_the_overview_updates_without_reloading(
     assert browser.execute_script("return window.notReloaded") is True
 
 
+@pytest.mark.parametrize("db_url", ["postgresql"], indirect=True)
+def test_the_overview_updates_live_without_polling(
+    browser: Any, queue: pgqueue.Queue, filled: Filled
+) -> None:
+    # Polling once an hour: only the event stream can bring the new count within the wait.
+    blank(browser)
+    dashboard = Dashboard(queue, refresh_seconds=3600)
+    try:
+        with serving(dashboard) as site:
+            try:
+                browser.get(site + "/")
+                wait_until(
+                    lambda: browser.execute_script(
+                        "return document.getElementById('live').getAttribute('data-live-open')"
+                    )
+                    == "true",
+                    "the live stream open",
+                )
+                assert text(browser, "#total-due") == "1"
+                queue.enqueue_many("shop.add", [(1, 1), (2, 2)])
+                wait_until(lambda: text(browser, "#total-due") == "3", "the live tick", timeout=20)
+                assert dashboard.live.open_streams == 1
+            finally:
+                blank(browser)
+    finally:
+        dashboard.close()
+
+
 def test_an_actions_message_is_shown_once(browser: Any, site: str, queue: pgqueue.Queue) -> None:
     browser.get(site + "/jobs/job-failed")
     click(browser, "button[data-confirm^='Retry']")
