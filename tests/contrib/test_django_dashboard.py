@@ -209,3 +209,24 @@ def test_bulk_actions_and_a_running_cancel_follow_the_permissions(
     assert confirm.status_code == (200 if "purge" in may else 403)
     running = client.post(ROOT + "jobs/job-processing/cancel", {"csrfmiddlewaretoken": token})
     assert running.status_code == (303 if "cancel" in may else 403)
+
+
+def test_the_live_stream_is_a_page_like_the_others(filled: Filled, alias: str) -> None:
+    # Login and staff apply; a stream only under a threaded server, on PostgreSQL, unless off.
+    threaded = {"wsgi.multithread": True}
+    assert Client().get(ROOT + "live", **threaded).status_code == 302
+    assert _user("visitor", staff=False).get(ROOT + "live", **threaded).status_code == 403
+    client = _user("staff", staff=True)
+    pushes = get_queue(alias).backend.name == "postgresql"
+    response = client.get(ROOT + "live", **threaded)
+    assert response.status_code == (200 if pushes else 404)
+    if pushes:
+        assert response.streaming and response["Content-Type"].startswith("text/event-stream")
+        assert next(iter(response.streaming_content)).startswith(b"retry:")
+        response.close()
+        assert "data-live=" in client.get(ROOT, **threaded).content.decode()
+    assert client.get(ROOT + "live").status_code == 404  # a sync worker: no stream
+    assert "data-live=" not in client.get(ROOT).content.decode()
+    with override_settings(PGQUEUE={"DATABASE": alias, "DASHBOARD": {"LIVE": False}}):
+        assert client.get(ROOT + "live", **threaded).status_code == 404
+        assert "data-live=" not in client.get(ROOT, **threaded).content.decode()

@@ -146,3 +146,22 @@ def test_a_job_with_any_id_opens_from_the_list(queue: pgqueue.Queue, job_id: str
     page = client.get(unescape(link.group(1)), headers=staff)
     assert page.status_code == 200, (job_id, link.group(1))
     assert f"<code>{escape(job_id)}</code>" in page.get_data(as_text=True)
+
+
+def test_the_live_stream_is_behind_the_auth_hook(queue: pgqueue.Queue, filled: Filled) -> None:
+    client = _app(queue, auth=_staff).test_client()
+    threaded = {"wsgi.multithread": True}
+    assert client.get("/ops/queue/live", environ_overrides=threaded).status_code == 302
+    guest = client.get("/ops/queue/live", headers={"X-Role": "guest"}, environ_overrides=threaded)
+    assert guest.status_code == 403
+    staff = {"X-Role": "staff"}
+    pushes = queue.backend.name == "postgresql"
+    live = client.get("/ops/queue/live", headers=staff, environ_overrides=threaded, buffered=False)
+    assert live.status_code == (200 if pushes else 404)
+    if pushes:
+        assert live.mimetype == "text/event-stream"
+        assert next(live.response).startswith(b"retry:")
+    live.close()
+    assert client.get("/ops/queue/live", headers=staff).status_code == 404  # not threaded
+    off = _app(queue, auth=_staff, live=False).test_client()
+    assert off.get("/ops/queue/live", headers=staff, environ_overrides=threaded).status_code == 404

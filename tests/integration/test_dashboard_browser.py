@@ -186,10 +186,12 @@ def test_the_overview_updates_live_without_polling(
             try:
                 browser.get(site + "/")
                 wait_until(
-                    lambda: browser.execute_script(
-                        "return document.getElementById('live').getAttribute('data-live-open')"
-                    )
-                    == "true",
+                    lambda: (
+                        browser.execute_script(
+                            "return document.getElementById('live').getAttribute('data-live-open')"
+                        )
+                        == "true"
+                    ),
                     "the live stream open",
                 )
                 assert text(browser, "#total-due") == "1"
