@@ -38,7 +38,8 @@ def test_sparkline() -> None:
     assert sparkline([0, 4, 8]) == " ▄█" and sparkline([0, 0]) == "  "
 
 
-def test_the_dashboard_binds_loopback_and_says_so(db_url: str, filled: Filled) -> None:
+@pytest.mark.parametrize("live", [True, False], ids=["live", "no-live"])
+def test_the_dashboard_binds_loopback_and_says_so(db_url: str, filled: Filled, live: bool) -> None:
     process = subprocess.Popen(
         [
             sys.executable,
@@ -49,6 +50,7 @@ def test_the_dashboard_binds_loopback_and_says_so(db_url: str, filled: Filled) -
             db_url,
             "--port",
             "0",
+            *([] if live else ["--no-live"]),
         ],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -64,6 +66,10 @@ def test_the_dashboard_binds_loopback_and_says_so(db_url: str, filled: Filled) -
         assert "listening on 127.0.0.1 only" in lines[2]
         with urllib.request.urlopen(url + "jobs", timeout=30) as response:
             assert b"job-failed" in response.read()
+        # Live updates where the database pushes, unless --no-live: the overview says which.
+        with urllib.request.urlopen(url, timeout=30) as response:
+            pushed = b"data-live=" in response.read()
+        assert pushed is (live and db_url.startswith("postgresql"))
         # Another host name (a DNS-rebinding page's) is refused; --allowed-host adds names.
         rebound = urllib.request.Request(url + "jobs", headers={"Host": "evil.example"})
         with pytest.raises(urllib.error.HTTPError) as refused:
