@@ -42,7 +42,8 @@ class Request:
     ``csrf_field`` and ``csrf_token`` are what each form posts back (the framework's own names
     under Django). ``user`` is shown in the header when known. ``actions`` are the actions this
     user may take (``retry``, ``cancel``, ``purge``; None: all): the others' buttons are hidden
-    and their POSTs refused with 403.
+    and their POSTs refused with 403. ``streams``: whether the server gives this request a thread
+    of its own, so that it may hold a live event stream open (WSGI's ``wsgi.multithread``).
 
     Example::
 
@@ -58,8 +59,6 @@ class Request:
     csrf_token: str = ""
     user: str | None = None
     actions: frozenset[str] | None = None
-    #: Whether the server gives this request a thread of its own (WSGI's ``wsgi.multithread``):
-    #: only then may it hold a live stream open without blocking other requests.
     streams: bool = False
 
     def may(self, action: str) -> bool:
