@@ -188,16 +188,6 @@ class Backend(EnqueuePort, Protocol):
         there are no session locks."""
         ...
 
-    def session_connection(self, engine: Engine, label: str) -> Connection:
-        """A connection of its own (outside the pool, autocommit), named ``label`` where the
-        database shows names, for holding session locks (only where :attr:`session_locks`)."""
-        ...
-
-    def set_session(self, connection: Connection, name: str, value: str) -> None:
-        """Set a run-time parameter for the rest of ``connection``'s session (only where
-        :attr:`session_locks`)."""
-        ...
-
     def prepare_work_connection(self, connection: Connection, *, lease: float) -> None:
         """Prepare a worker's work connection (claims, heartbeats, outcomes; outside any
         transaction), whose jobs run under leases of ``lease`` seconds: where the database
@@ -219,8 +209,8 @@ class Backend(EnqueuePort, Protocol):
         ...
 
     def try_lock(self, connection: Connection, key: int) -> bool:
-        """Take the session lock ``key`` on a :meth:`session_connection` if it is free; True when
-        that session holds it (only where :attr:`session_locks`)."""
+        """Take the session lock ``key`` on a session's connection (see :meth:`session`) if it
+        is free; True when that session holds it (only where :attr:`session_locks`)."""
         ...
 
     def holds_lock(self, connection: Connection, key: int) -> bool:

@@ -264,12 +264,6 @@ class SQLiteBackend:
             connection.execute(sqlite_statements.job_complete_texts(), rows)
         return held
 
-    def session_connection(self, engine: Engine, label: str) -> Connection:
-        raise NotImplementedError(_NO_SESSION_LOCKS)
-
-    def set_session(self, connection: Connection, name: str, value: str) -> None:
-        raise NotImplementedError(_NO_SESSION_LOCKS)
-
     def prepare_work_connection(self, connection: Connection, *, lease: float) -> None:
         # One writer at a time and no row locks: a stopped writer holds the whole file, which
         # busy_timeout and the lock's owner dying already cover.
