@@ -36,13 +36,13 @@ from pgqueue._threads import AsyncTask, HandlerPool, LoopThread
 from pgqueue.errors import ConfigError, PgQueueError
 from pgqueue.job import JobState, error_fields
 from pgqueue.retries import DEFAULT_RETRY, Retry, RetryPolicy, Snooze
+from pgqueue.runtime import JobTransactionPort
 
 if TYPE_CHECKING:
     from sqlalchemy import Connection
 
     from pgqueue.durable.run import DurableRun
     from pgqueue.queue import Queue
-    from pgqueue.worker.transaction import JobTransaction
 
 __all__ = [
     "AsyncTask",
@@ -147,7 +147,7 @@ class JobContext:
     #: The Queue the job was claimed from (for :meth:`dependency_results`).
     source: Queue | None = field(default=None, compare=False, repr=False)
     #: The attempt's own transaction (see :meth:`transaction`).
-    job_transaction: JobTransaction | None = field(default=None, compare=False, repr=False)
+    job_transaction: JobTransactionPort | None = field(default=None, compare=False, repr=False)
     #: The attempt's durable state, made by the first step, sleep or wait (see :meth:`step`).
     durable: DurableRun | None = field(default=None, compare=False, repr=False)
 
@@ -336,7 +336,7 @@ class JobContext:
             raise PgQueueError("this job context has no queue to read dependencies from")
         from pgqueue.workflow.results import dependency_rows
 
-        return dependency_rows(self.source, self.id)
+        return dependency_rows(self.source.runtime, self.id)
 
 
 _current: contextvars.ContextVar[JobContext | None] = contextvars.ContextVar(

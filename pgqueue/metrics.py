@@ -55,7 +55,7 @@ if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
     from prometheus_client.metrics_core import Metric
 
-    from pgqueue.queue import Queue
+    from pgqueue.runtime import DataSource
 
 __all__ = [
     "DURATION_BUCKETS",
@@ -288,7 +288,7 @@ class QueueCollector:
         prometheus_client.REGISTRY.register(QueueCollector(queue))
     """
 
-    def __init__(self, queue: Queue) -> None:
+    def __init__(self, queue: DataSource) -> None:
         self.queue = queue
 
     def describe(self) -> Iterator[Metric]:
@@ -435,7 +435,7 @@ class MetricsServer:
 
 
 def serve(
-    queue: Queue | None = None,
+    queue: DataSource | None = None,
     *,
     port: int = 9400,
     host: str = "127.0.0.1",

@@ -32,7 +32,7 @@ from pgqueue.notifications import ENQUEUED_CHANNEL
 from pgqueue.workflow import dependencies
 
 if TYPE_CHECKING:
-    from pgqueue.queue import Queue
+    from pgqueue.runtime import DataSource
 
 __all__ = [
     "DEFAULT_BATCH_SIZE",
@@ -94,7 +94,7 @@ class QueueStats:
 
 
 def queue_stats(
-    queue: Queue,
+    queue: DataSource,
     *,
     window: float = DEFAULT_THROUGHPUT_WINDOW,
     now: datetime | None = None,
@@ -162,7 +162,7 @@ def queue_stats(
 
 
 def list_jobs(
-    queue: Queue,
+    queue: DataSource,
     *,
     states: Sequence[JobState | str] | None = None,
     queue_name: str | None = None,
@@ -191,7 +191,7 @@ def list_jobs(
 
 
 def count_jobs(
-    queue: Queue,
+    queue: DataSource,
     *,
     state: JobState | str | Sequence[JobState | str] | None = None,
     queue_name: str | None = None,
@@ -221,7 +221,7 @@ def count_jobs(
 
 
 def retry_failed(
-    queue: Queue,
+    queue: DataSource,
     *,
     queue_name: str | None = None,
     batch_size: int = DEFAULT_BATCH_SIZE,
@@ -264,7 +264,7 @@ def retry_failed(
 
 
 def count_purgeable(
-    queue: Queue, *, state: JobState | str, older_than: float, now: datetime | None = None
+    queue: DataSource, *, state: JobState | str, older_than: float, now: datetime | None = None
 ) -> int:
     """How many jobs :func:`purge` would delete now (same rules)."""
     finished = check_finished_state(state)
@@ -284,7 +284,7 @@ class KeptByTTL:
 
 
 def count_kept_by_ttl(
-    queue: Queue, *, state: JobState | str, older_than: float, now: datetime | None = None
+    queue: DataSource, *, state: JobState | str, older_than: float, now: datetime | None = None
 ) -> KeptByTTL:
     """The jobs :func:`purge` would skip for their result TTL (its other rules met).
 
@@ -302,7 +302,7 @@ def count_kept_by_ttl(
 
 
 def purge(
-    queue: Queue,
+    queue: DataSource,
     *,
     state: JobState | str,
     older_than: float,
@@ -348,7 +348,7 @@ class ScheduleState:
     last_fire_at: datetime | None
 
 
-def schedule_states(queue: Queue, names: Sequence[str]) -> dict[str, ScheduleState]:
+def schedule_states(queue: DataSource, names: Sequence[str]) -> dict[str, ScheduleState]:
     """The recorded state of the named schedules, by name; a schedule no scheduler has seen yet
     is missing from the result. One read-only query.
 

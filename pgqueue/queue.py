@@ -31,6 +31,7 @@ from pgqueue.periodic import (
 )
 from pgqueue.producer import Producer, lookups
 from pgqueue.producer.batch import BatchOutcome, enqueue_batch
+from pgqueue.runtime import JobTransactionPort, QueueRuntime
 from pgqueue.serde import JSONSerializer, Serializer
 from pgqueue.task import EnqueueOptions, JobSpec, Task
 from pgqueue.waiting import Wait, Waiters, await_for, wait_for
@@ -38,7 +39,6 @@ from pgqueue.workflow.status import WorkflowStatus, cancel_workflow, workflow_st
 
 if TYPE_CHECKING:
     from pgqueue.migrate import Migration
-    from pgqueue.worker.transaction import JobTransaction
 
 __all__ = ["ConnectionProvider", "Queue"]
 
@@ -96,7 +96,7 @@ class Queue(TaskDeclarations):
     #: The transaction a job's handler writes in and its completion commits in (None: the
     #: worker's own, ``worker/transaction.py``); a framework's queue (contrib.django) sets its
     #: own, which the worker makes per job as ``cls(queue, job_id, lock_token, result_ttl)``.
-    job_transaction_class: ClassVar[type[JobTransaction] | None] = None
+    job_transaction_class: ClassVar[type[JobTransactionPort] | None] = None
 
     def __init__(
         self,
@@ -137,6 +137,10 @@ class Queue(TaskDeclarations):
         self.schedules: dict[str, Schedule] = {}
         self._finished_listeners: list[Callable[[str, str], None]] = []
         self._producer = Producer(self.db, self.serializer, self._task_defaults)
+        #: What the services below the facade use of it (``pgqueue.runtime``).
+        self.runtime = QueueRuntime(
+            self.db, self.serializer, self._producer, self.tasks.get, self._jobs_finished
+        )
         self._waiters = Waiters(self.db, self.add_finished_listener)
 
     @property
@@ -528,7 +532,7 @@ class Queue(TaskDeclarations):
             queue.workflow_status("order-42").state     # "running"
         """
         with self.connect(connection=connection, write=False) as conn:
-            return workflow_status(self, workflow_id, conn)
+            return workflow_status(self.runtime, workflow_id, conn)
 
     def cancel_workflow(
         self, workflow_id: str, *, connection: Connection | None = None, now: datetime | None = None
@@ -542,7 +546,7 @@ class Queue(TaskDeclarations):
             queue.cancel_workflow("order-42")
         """
         with self.connect(connection=connection) as conn:
-            return cancel_workflow(self, workflow_id, conn, now)
+            return cancel_workflow(self.runtime, workflow_id, conn, now)
 
     # -- lifecycle events ----------------------------------------------------------------------
 

@@ -9,17 +9,16 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from itertools import islice
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, TypeVar
 
-from sqlalchemy import ColumnElement, Connection, Engine, Table, func, literal
-from sqlalchemy.dialects.postgresql import INTERVAL
+from sqlalchemy import Connection, Engine
 from sqlalchemy.engine import URL
 from sqlalchemy.exc import DBAPIError
 
-from pgqueue.backends.types import UTCDateTime
+from pgqueue.backends.clock import Clock
+from pgqueue.backends.enqueue_port import EnqueuePort
 
 if TYPE_CHECKING:
     from pgqueue.notifications import Session, WakeUps
@@ -27,43 +26,6 @@ if TYPE_CHECKING:
 __all__ = ["Backend", "Clock", "Completion", "JobsTableStats", "VacuumOutcome", "split_holder"]
 
 T = TypeVar("T")
-
-
-@dataclass(frozen=True, slots=True)
-class Clock:
-    """Where "now" comes from in one statement.
-
-    ``fixed`` set: an instant chosen in Python (SQLite's clock, or a test's ``now=``). ``fixed`` None:
-    the database's own clock (``now()`` on PostgreSQL), so that hosts with skewed clocks agree on
-    when a lease lapses.
-    """
-
-    fixed: datetime | None
-
-    def now(self) -> ColumnElement[datetime]:
-        """The current instant as a SQL expression."""
-        if self.fixed is not None:
-            return literal(self.fixed, UTCDateTime)
-        return func.now()
-
-    def current(self) -> ColumnElement[datetime]:
-        """The instant this expression is evaluated (not the transaction's start, which ``now``
-        is on PostgreSQL): for decisions taken under a lock that may have been waited for."""
-        if self.fixed is not None:
-            return literal(self.fixed, UTCDateTime)
-        return func.clock_timestamp()
-
-    def after(self, seconds: float) -> ColumnElement[datetime]:
-        """``now + seconds`` as a SQL expression."""
-        if self.fixed is not None:
-            return literal(self.fixed + timedelta(seconds=seconds), UTCDateTime)
-        return func.now() + literal(timedelta(seconds=seconds), INTERVAL)
-
-    def after_column(self, seconds: ColumnElement[int]) -> ColumnElement[datetime]:
-        """``now + seconds`` where the seconds come from a column (database clock only)."""
-        if self.fixed is not None:
-            raise TypeError("after_column needs the database clock")
-        return func.now() + func.make_interval(0, 0, 0, 0, 0, 0, seconds)
 
 
 class Completion(NamedTuple):
@@ -97,8 +59,11 @@ class VacuumOutcome(NamedTuple):
     refused: str | None
 
 
-class Backend(Protocol):
-    """One database family. Implementations: ``postgres.PostgresBackend``, ``sqlite.SQLiteBackend``."""
+class Backend(EnqueuePort, Protocol):
+    """One database family. Implementations: ``postgres.PostgresBackend``, ``sqlite.SQLiteBackend``.
+
+    The enqueue verbs and their flags are the :class:`~pgqueue.backends.enqueue_port.EnqueuePort`
+    it extends."""
 
     name: str
     #: True when this queue can hear wake-ups (LISTEN/NOTIFY on a session of its own); False
@@ -153,32 +118,6 @@ class Backend(Protocol):
 
     def clock(self, now: datetime | None = None) -> Clock:
         """The clock for one statement: ``now`` if given, else this database's notion of now."""
-        ...
-
-    def insert(self, table: Table) -> Any:
-        """The dialect's INSERT construct (it carries ``on_conflict_do_update``)."""
-        ...
-
-    def enqueue_rows(
-        self, connection: Connection, rows: Iterable[dict[str, Any]], clock: Clock
-    ) -> list[str]:
-        """Insert jobs or re-queue failed/cancelled ones (``statements.job_enqueue``'s rule) in
-        as few statements as the database allows; return the ids queued. ``rows`` have unique
-        ids, in the order their locks should be taken; they may be produced lazily, while the
-        first ones are being written (an exception from the iterator propagates)."""
-        ...
-
-    #: Most jobs :meth:`enqueue_committed` takes in one call (0: it never does).
-    committed_enqueue_limit: int
-
-    def enqueue_committed(
-        self, engine: Engine, rows: Sequence[dict[str, Any]], clock: Clock, channel: str
-    ) -> list[str]:
-        """:meth:`enqueue_rows` and the wake-up on ``channel`` (payload: the queue) as one
-        statement that commits itself, outside any transaction (at most
-        ``committed_enqueue_limit`` rows): one round trip for a producer that leaves the
-        transaction to pgqueue. A connection found dead on its first statement (it died while
-        idle in the pool) is replaced and the statement sent once more."""
         ...
 
     def claim(self, connection: Connection, statement: Any, values: dict[str, Any]) -> list[Any]:
@@ -249,16 +188,6 @@ class Backend(Protocol):
         there are no session locks."""
         ...
 
-    def session_connection(self, engine: Engine, label: str) -> Connection:
-        """A connection of its own (outside the pool, autocommit), named ``label`` where the
-        database shows names, for holding session locks (only where :attr:`session_locks`)."""
-        ...
-
-    def set_session(self, connection: Connection, name: str, value: str) -> None:
-        """Set a run-time parameter for the rest of ``connection``'s session (only where
-        :attr:`session_locks`)."""
-        ...
-
     def prepare_work_connection(self, connection: Connection, *, lease: float) -> None:
         """Prepare a worker's work connection (claims, heartbeats, outcomes; outside any
         transaction), whose jobs run under leases of ``lease`` seconds: where the database
@@ -280,8 +209,8 @@ class Backend(Protocol):
         ...
 
     def try_lock(self, connection: Connection, key: int) -> bool:
-        """Take the session lock ``key`` on a :meth:`session_connection` if it is free; True when
-        that session holds it (only where :attr:`session_locks`)."""
+        """Take the session lock ``key`` on a session's connection (see :meth:`session`) if it
+        is free; True when that session holds it (only where :attr:`session_locks`)."""
         ...
 
     def holds_lock(self, connection: Connection, key: int) -> bool:

@@ -6,7 +6,7 @@ import argparse
 import dataclasses
 import sys
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from pgqueue import operations
 from pgqueue.cli import reload
@@ -24,6 +24,7 @@ from pgqueue.errors import PgQueueError
 
 if TYPE_CHECKING:
     from pgqueue.maintenance.service import MaintenanceService
+    from pgqueue.queue import Queue
 
 #: Where metrics listen unless told otherwise: this host only, like ``metrics.serve()``.
 DEFAULT_METRICS_HOST = "127.0.0.1"
@@ -265,7 +266,8 @@ def serve(args: argparse.Namespace, service: MaintenanceService, counted: str, v
 
 def run_until_signalled(service: MaintenanceService) -> None:
     """Start a maintenance service, block until SIGTERM or SIGINT, then stop it."""
-    check_database(service.queue)
+    # Every service the CLI runs was built on the Queue its MODULE names.
+    check_database(cast("Queue", service.queue))
     import signal
     import threading
 

@@ -35,7 +35,7 @@ from pgqueue.events.event import Event
 from pgqueue.notifications import ENQUEUED_CHANNEL
 
 if TYPE_CHECKING:
-    from pgqueue.queue import Queue
+    from pgqueue.runtime import DataSource
 
 __all__ = ["POLL_SECONDS", "RENEW_SECONDS", "TTL_SECONDS", "Feed", "NotifyFeed", "TableFeed"]
 
@@ -86,7 +86,7 @@ class Feed:
 
     def __init__(
         self,
-        queue: Queue,
+        queue: DataSource,
         deliver: Deliver,
         *,
         tasks: frozenset[str] | None,
@@ -113,7 +113,7 @@ class Feed:
         if error is not None:
             # Its clean-up done before the caller closes the Queue under it.
             self._thread.join(timeout=5.0)
-        if isinstance(error, PgQueueError):  # queue.connect() translated it already
+        if isinstance(error, PgQueueError):  # queue.db.connect() translated it already
             raise error
         if error is not None:  # the LISTEN connection's driver error
             raise BackendError(f"events: cannot listen: {error}") from error
@@ -165,11 +165,11 @@ class Feed:
         is the database's clock plus the TTL: the triggers that read it compare it with their
         own clock, and this host's may be off by more than the TTL."""
         queue = self._queue
-        with queue.connect() as conn:
+        with queue.db.connect() as conn:
             conn.execute(statements.listeners_expired_delete())
             conn.execute(
                 statements.listener_upsert(
-                    queue.backend.insert,
+                    queue.db.backend.insert,
                     self.listener_id,
                     DatabaseNow(TTL_SECONDS),
                     self.position,
@@ -183,7 +183,7 @@ class Feed:
 
     def _unregister(self) -> None:
         try:
-            with self._queue.connect() as conn:
+            with self._queue.db.connect() as conn:
                 conn.execute(statements.listener_delete(self.listener_id))
                 self._after_unregister(conn)
         except Exception:
@@ -196,15 +196,15 @@ class Feed:
 class NotifyFeed(Feed):
     """PostgreSQL: events from NOTIFY payloads on a LISTEN connection of its own."""
 
-    def __init__(self, queue: Queue, deliver: Deliver, **filters: Any) -> None:
+    def __init__(self, queue: DataSource, deliver: Deliver, **filters: Any) -> None:
         super().__init__(queue, deliver, **filters)
-        engine = queue.session_engine
+        engine = queue.db.session_engine
         if engine is None:  # transaction pooling without a session_url: checked by the caller
             raise RuntimeError("events need a session connection")
         # Its LISTEN connection is made by psycopg directly, past the engine's own check.
         queue.db.check_session()
         self._engine = engine
-        self._channel = queue.backend.channel(statements.CHANNEL)
+        self._channel = queue.db.backend.channel(statements.CHANNEL)
         self._woken, self._wake = socket.socketpair()
         # Events of the last transaction heard, held while a later NOTIFY could still merge.
         self._held: list[tuple[int, Event]] = []
@@ -314,7 +314,7 @@ class NotifyFeed(Feed):
         self, events: list[tuple[int, Event]], missing: list[str]
     ) -> list[tuple[int, Event]]:
         """Fill in the names the trigger left out (too long for one payload)."""
-        with self._queue.connect(write=False) as conn:
+        with self._queue.db.connect(write=False) as conn:
             names = {
                 row.id: (row.task, row.queue) for row in conn.execute(statements.job_names(missing))
             }
@@ -355,7 +355,7 @@ class NotifyFeed(Feed):
 class TableFeed(Feed):
     """SQLite: events read from ``pgqueue_events`` after a wake-up."""
 
-    def __init__(self, queue: Queue, deliver: Deliver, **filters: Any) -> None:
+    def __init__(self, queue: DataSource, deliver: Deliver, **filters: Any) -> None:
         super().__init__(queue, deliver, **filters)
         self._changed = threading.Event()
 
@@ -364,12 +364,12 @@ class TableFeed(Feed):
 
     def _run(self) -> None:
         queue = self._queue
-        with queue.connect() as conn:
+        with queue.db.connect() as conn:
             # In the registering transaction: events after this position are committed after
             # the registration (SQLite has one writer at a time).
             self.position = int(conn.scalar(statements.newest_event()) or 0)
         self._register()
-        watch = queue.listener
+        watch = queue.db.listener
         remove = None
         poll = _POLL_WITHOUT_WATCH_SECONDS
         if watch is not None:
@@ -394,7 +394,7 @@ class TableFeed(Feed):
     def _read(self) -> None:
         position = self.position or 0
         while True:
-            with self._queue.connect(write=False) as conn:
+            with self._queue.db.connect(write=False) as conn:
                 rows = conn.execute(statements.events_after(position, limit=_READ_LIMIT)).all()
             if not rows:
                 break
@@ -418,7 +418,7 @@ class TableFeed(Feed):
 
     def _renew_and_prune(self) -> None:
         self._register()
-        with self._queue.connect() as conn:
+        with self._queue.db.connect() as conn:
             conn.execute(statements.events_prune())
 
     def _after_unregister(self, conn: Any) -> None:

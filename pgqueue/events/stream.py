@@ -15,7 +15,7 @@ from pgqueue.events.event import Event
 from pgqueue.events.feed import Deliver, Feed, NotifyFeed, TableFeed
 
 if TYPE_CHECKING:
-    from pgqueue.queue import Queue
+    from pgqueue.runtime import DataSource
 
 __all__ = ["AsyncEventStream", "EventStream"]
 
@@ -34,12 +34,12 @@ def _names(field: str, value: Iterable[str] | None) -> frozenset[str] | None:
 
 
 def _feed(
-    queue: Queue, deliver: Deliver, tasks: Iterable[str] | None, queues: Iterable[str] | None
+    queue: DataSource, deliver: Deliver, tasks: Iterable[str] | None, queues: Iterable[str] | None
 ) -> Feed:
     filters: dict[str, Any] = {"tasks": _names("tasks", tasks), "queues": _names("queues", queues)}
-    if queue.backend.events_in_table:
+    if queue.db.backend.events_in_table:
         return TableFeed(queue, deliver, **filters)
-    if not queue.backend.supports_notify or queue.session_engine is None:
+    if not queue.db.backend.supports_notify or queue.db.session_engine is None:
         raise ConfigError(
             "events need a connection that can LISTEN: behind a transaction pooler, give the "
             "Queue a session_url (a direct or session-pooled connection)"
@@ -62,7 +62,7 @@ class EventStream:
 
     def __init__(
         self,
-        queue: Queue,
+        queue: DataSource,
         *,
         tasks: Iterable[str] | None = None,
         queues: Iterable[str] | None = None,
@@ -133,7 +133,7 @@ class AsyncEventStream:
 
     def __init__(
         self,
-        queue: Queue,
+        queue: DataSource,
         *,
         tasks: Iterable[str] | None = None,
         queues: Iterable[str] | None = None,

@@ -68,7 +68,7 @@ from pgqueue.errors import ConfigError
 from pgqueue.notifications import Session
 
 if TYPE_CHECKING:
-    from pgqueue.queue import Queue
+    from pgqueue.runtime import HasRuntime
 
 __all__ = [
     "DEFAULT_LEADER_NAME",
@@ -165,7 +165,7 @@ class Leadership(abc.ABC):
         leadership.resign()
     """
 
-    def __init__(self, queue: Queue, name: str, *, ttl: float | None = None) -> None:
+    def __init__(self, queue: HasRuntime, name: str, *, ttl: float | None = None) -> None:
         self.queue = queue
         #: The queue's database: engine, backend, clock, connect() (all this service uses of it).
         self.db = queue.db
@@ -177,7 +177,7 @@ class Leadership(abc.ABC):
 
     @staticmethod
     def for_queue(
-        queue: Queue,
+        queue: HasRuntime,
         *,
         name: str = DEFAULT_LEADER_NAME,
         lock_namespace: int = DEFAULT_LOCK_NAMESPACE,
@@ -281,7 +281,7 @@ class AdvisoryLockLeadership(Leadership):
 
     def __init__(
         self,
-        queue: Queue,
+        queue: HasRuntime,
         name: str,
         *,
         lock_namespace: int = DEFAULT_LOCK_NAMESPACE,
@@ -384,7 +384,7 @@ class LeaseRowLeadership(Leadership):
         leadership = LeaseRowLeadership(queue, "maintenance", ttl=30)
     """
 
-    def __init__(self, queue: Queue, name: str, *, ttl: float | None = None) -> None:
+    def __init__(self, queue: HasRuntime, name: str, *, ttl: float | None = None) -> None:
         super().__init__(queue, name, ttl=ttl)
         # Unique per instance (two in one process must not share a lease), then whose it is.
         self.holder = f"{uuid.uuid4()} {process_label()}"

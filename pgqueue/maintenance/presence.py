@@ -61,7 +61,7 @@ from pgqueue.maintenance.leadership import (
 from pgqueue.notifications import Session
 
 if TYPE_CHECKING:
-    from pgqueue.queue import Queue
+    from pgqueue.runtime import HasRuntime
 
 __all__ = ["DEFAULT_CRASH_DETECTION", "WorkerPresence"]
 
@@ -88,7 +88,7 @@ class WorkerPresence:
 
     def __init__(
         self,
-        queue: Queue,
+        queue: HasRuntime,
         worker_id: str,
         *,
         queues: Sequence[str] | None = None,

@@ -40,7 +40,7 @@ from pgqueue.maintenance.leadership import (
 from pgqueue.maintenance.service import MaintenanceService, check_interval
 
 if TYPE_CHECKING:
-    from pgqueue.queue import Queue
+    from pgqueue.runtime import HasRuntime
 
 __all__ = [
     "DEFAULT_BATCH_SIZE",
@@ -171,7 +171,7 @@ class Pruner(MaintenanceService):
 
     def __init__(
         self,
-        queue: Queue,
+        queue: HasRuntime,
         interval: float | timedelta = DEFAULT_INTERVAL,
         *,
         completed: float | timedelta | None = DEFAULT_COMPLETED_RETENTION,

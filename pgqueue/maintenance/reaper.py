@@ -42,7 +42,7 @@ from pgqueue.retries import DEFAULT_RETRY
 from pgqueue.workflow import dependencies
 
 if TYPE_CHECKING:
-    from pgqueue.queue import Queue
+    from pgqueue.runtime import HasRuntime
 
 __all__ = [
     "DEFAULT_BATCH_SIZE",
@@ -170,7 +170,7 @@ class Reaper(MaintenanceService):
 
     def __init__(
         self,
-        queue: Queue,
+        queue: HasRuntime,
         interval: float | timedelta = DEFAULT_INTERVAL,
         max_stalls: int = DEFAULT_MAX_STALLS,
         grace: float | timedelta = DEFAULT_GRACE,
@@ -282,7 +282,7 @@ class Reaper(MaintenanceService):
             dead = [(job.id, str(job.state)) for job in released if job.retry_in is None]
             if dead:
                 try:
-                    self.queue._jobs_finished(dead)  # wakes in-process waiters (SQLite)
+                    self.queue.runtime.jobs_finished(dead)  # wakes in-process waiters (SQLite)
                 except Exception:
                     logger.exception("a finished-job callback failed")
             for job in released:
@@ -344,6 +344,6 @@ class Reaper(MaintenanceService):
     def _retry_in(self, row: RowMapping) -> float:
         # A stall is a failed attempt, so the task's retry policy spaces the next one; a task
         # this process does not know (a standalone reaper) gets the default policy.
-        task = self.queue.tasks.get(row["task"])
+        task = self.queue.runtime.task(row["task"])
         policy = DEFAULT_RETRY if task is None else task.retry
         return float(policy.delay(row["attempts"]))

@@ -24,9 +24,10 @@ first time starts at that instant: it does not catch up on the time before it ex
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from sqlalchemy import Row
 
@@ -39,10 +40,13 @@ from pgqueue.maintenance.leadership import (
 )
 from pgqueue.maintenance.service import MaintenanceService, check_interval
 from pgqueue.periodic import Schedule
+from pgqueue.runtime import HasRuntime
 from pgqueue.task import JobSpec
 
 if TYPE_CHECKING:
-    from pgqueue.queue import Queue
+    from sqlalchemy import Connection
+
+    from pgqueue.job import EnqueueResult
 
 __all__ = [
     "DEFAULT_INTERVAL",
@@ -68,6 +72,22 @@ LEADER_NAME = "scheduler"
 # A new schedule's first span starts just before the instant it was first seen, so a fire time
 # exactly then still fires (spans are open at the start: ``(checked_through, now]``).
 _JUST_BEFORE = timedelta(microseconds=1)
+
+
+class ScheduleSource(HasRuntime, Protocol):
+    """What the scheduler takes of a ``Queue``: its schedules, and ``enqueue_many`` for the
+    jobs they fire."""
+
+    @property
+    def schedules(self) -> dict[str, Schedule]:
+        """Periodic schedules by name."""
+        ...
+
+    def enqueue_many(
+        self, task: str, /, items: Iterable[Any], *, connection: Connection
+    ) -> list[EnqueueResult]:
+        """Enqueue ``items`` of ``task`` in ``connection``'s transaction."""
+        ...
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -122,10 +142,11 @@ class Scheduler(MaintenanceService):
     """
 
     service_name: ClassVar[str] = "scheduler"
+    queue: ScheduleSource
 
     def __init__(
         self,
-        queue: Queue,
+        queue: ScheduleSource,
         interval: float | timedelta = DEFAULT_INTERVAL,
         misfire_grace: float | timedelta = DEFAULT_MISFIRE_GRACE,
         *,

@@ -49,7 +49,7 @@ from pgqueue.errors import PgQueueError
 from pgqueue.maintenance.leadership import DEFAULT_LOCK_NAMESPACE, Leadership
 
 if TYPE_CHECKING:
-    from pgqueue.queue import Queue
+    from pgqueue.runtime import HasRuntime
 
 __all__ = ["LEADERSHIP_EVENTS", "MaintenanceService", "check_interval"]
 
@@ -90,7 +90,7 @@ class MaintenanceService(abc.ABC):
 
     def __init__(
         self,
-        queue: Queue,
+        queue: HasRuntime,
         *,
         interval: float,
         leadership: Leadership | None = None,

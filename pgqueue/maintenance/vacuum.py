@@ -53,7 +53,7 @@ from pgqueue.maintenance.leadership import (
 from pgqueue.maintenance.service import MaintenanceService, check_interval
 
 if TYPE_CHECKING:
-    from pgqueue.queue import Queue
+    from pgqueue.runtime import HasRuntime
 
 __all__ = [
     "DEFAULT_INTERVAL",
@@ -167,7 +167,7 @@ class Vacuumer(MaintenanceService):
 
     def __init__(
         self,
-        queue: Queue,
+        queue: HasRuntime,
         interval: float | timedelta = DEFAULT_INTERVAL,
         *,
         threshold: int = DEFAULT_THRESHOLD,

@@ -2,6 +2,8 @@
 building rows, and writing them.
 
 - :mod:`pgqueue.producer.options`: per-call options checked, one job's row built;
+- :mod:`pgqueue.producer.paths`: which way a call writes (one pure function);
+- :mod:`pgqueue.producer.bulk`: the fresh paths (args tuples, generated ids, shared fields once);
 - :mod:`pgqueue.producer.insert`: the write, with dedup, unique keys and workflow links;
 - :mod:`pgqueue.producer.lookups`: reading jobs back, cancel and retry.
 
@@ -19,9 +21,10 @@ from pgqueue import config, tracing
 from pgqueue._database import Database
 from pgqueue.errors import ConfigError
 from pgqueue.job import EnqueueResult
+from pgqueue.producer import bulk
 from pgqueue.producer import options as _options
-from pgqueue.producer.bulk import enqueue_fresh
 from pgqueue.producer.insert import Inserter
+from pgqueue.producer.paths import FRESH_PATHS, EnqueuePath, plan_enqueue
 from pgqueue.producer.spec import JobSpec
 from pgqueue.serde import Serializer
 
@@ -81,27 +84,41 @@ class Producer:
                 and session is None
                 and not self.database.joins_open_transaction()
             )
+            kinds = set(map(type, items))
             # Only JobSpecs carry per-job options: a call without any skips three walks of it.
-            specs = items if any(issubclass(k, JobSpec) for k in set(map(type, items))) else []
+            specs = items if any(issubclass(k, JobSpec) for k in kinds) else []
             unique = _options.unique(specs, checked, defaults)
             linked = _options.linked(specs, checked)
+            chosen = _options.chosen_ids(specs, checked)
             on_conflict = checked.get("on_conflict", defaults.get("on_conflict", "keep"))
             # Only a unique key or a chosen id can meet a waiting job to replace.
-            replacing = on_conflict != "keep" and (unique or _options.chosen_ids(specs, checked))
+            replacing = on_conflict != "keep" and (unique or chosen)
             if replacing and linked:
                 raise ConfigError(
                     f"on_conflict={on_conflict!r} cannot replace jobs with depends_on or "
                     "workflow_id; enqueue them with on_conflict='keep'"
                 )
-            small = len(items) <= self.database.backend.committed_enqueue_limit
-            fresh = not _options.chosen_ids(specs, checked) and not unique and not linked
-            bulk = enqueue_fresh if own and fresh else None  # args-only, generated ids: bulk.py
-            if bulk and (done := bulk(self, task, defaults, checked, items, span.carrier)):
-                return done
-            if own and not unique and not linked and small and not replacing:
+            paths = plan_enqueue(
+                self.database.backend,
+                len(items),
+                own=own,
+                args_only=all(issubclass(k, tuple | list) for k in kinds),
+                chosen_ids=chosen,
+                unique=unique,
+                linked=linked,
+                limited=_options.limited(checked, defaults),
+                replacing=replacing,
+                statement_rows=bulk.CHUNK,
+            )
+            path = paths[0]
+            if path in FRESH_PATHS:
+                return bulk.enqueue_args_tuples(
+                    self, paths, task, defaults, checked, items, span.carrier
+                )
+            if path is EnqueuePath.COMMITTED:
                 # Few enough jobs for one statement that commits itself (with its wake-up).
                 return self.inserter.insert_committed([build(item) for item in items])
-            if own and fresh:
+            if path is EnqueuePath.STREAMED:
                 # Fresh ids in pgqueue's own transaction: the rows are built while the first
                 # ones are written. A bad item still fails the call and rolls everything back.
                 with self.database.connect() as conn:

@@ -1,11 +1,11 @@
 """``Queue.enqueue_batch``: many jobs of one task given as columns (ids the caller chose, one
 list of values per argument), with counts back instead of one result object per job.
 
-On a backend with the ``enqueue_columns`` verb (PostgreSQL) each column is encoded once as a JSON
-array and the server zips the columns into rows in one statement per chunk: no per-job dict,
-tuple or document is built in Python. Anywhere else (SQLite, flow limits, workflow links, an id
-repeated within the call) the call takes ``enqueue_many``'s general path, with the same checks
-and the same dedup outcome.
+On a backend with the ``enqueue_columns`` verb (``column_enqueue``: PostgreSQL) each column is
+encoded once as a JSON array and the server zips the columns into rows in one statement per
+chunk: no per-job dict, tuple or document is built in Python. Anywhere else (SQLite, flow
+limits, workflow links, an id repeated within the call) the call takes ``enqueue_many``'s way,
+with the same checks and the same dedup outcome (``paths.plan_enqueue`` decides).
 
 Example::
 
@@ -18,15 +18,16 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from pgqueue import config, serde, tracing
+from pgqueue.backends.enqueue_port import shared_fields
 from pgqueue.errors import ConfigError
 from pgqueue.job import EnqueueResult
-from pgqueue.limits import LIMIT_OPTIONS
 from pgqueue.notifications import ENQUEUED_CHANNEL
 from pgqueue.producer import options as _options
+from pgqueue.producer.paths import EnqueuePath, plan_enqueue
 from pgqueue.producer.spec import JobSpec
 
 if TYPE_CHECKING:
@@ -94,34 +95,27 @@ def enqueue_batch(
             "whose results say which jobs were replaced"
         )
     checked.pop("on_conflict", None)
-    backend: Any = producer.database.backend
-    columnar = (
-        hasattr(backend, "enqueue_columns")
-        and not defaults["limits"]
-        and not any(name in checked for name in (*LIMIT_OPTIONS, *_options.LINK_FIELDS))
-        and len(set(ids)) == len(ids)
+    backend = producer.database.backend
+    paths = plan_enqueue(
+        backend,
+        len(ids),
+        own="connection" not in checked and "session" not in checked,
+        args_only=False,
+        chosen_ids=True,
+        linked=any(name in checked for name in _options.LINK_FIELDS),
+        limited=_options.limited(checked, defaults),
+        columns=True,
+        repeated_ids=len(set(ids)) != len(ids),
     )
-    if not columnar:
+    if paths[0] is not EnqueuePath.COLUMNS:
         return _general(producer, task, ids, args, kwargs, checked, priorities, run_ats)
     connection = checked.pop("connection", None)
     session = checked.pop("session", None)
     merged = {**defaults, **checked}
     clock = backend.clock()
-    run_at = merged.get("run_at")
-    delay = float(merged.get("delay", 0.0))
-    if run_at is None and clock.fixed is not None:
-        run_at = clock.fixed + timedelta(seconds=delay)
+    shared = shared_fields(task, merged, clock)
     with tracing.enqueue_span(task, queue=merged["queue"], count=len(ids)) as span:
-        shared = {
-            "task": task,
-            "queue": merged["queue"],
-            "priority": merged["priority"],
-            "max_attempts": merged["max_attempts"],
-            "result_ttl": merged["result_ttl"],
-            "run_at": run_at,
-            "delay": delay,
-            "extra": json.dumps({tracing.TRACE_KEY: dict(span.carrier)} if span.carrier else {}),
-        }
+        extra = json.dumps({tracing.TRACE_KEY: dict(span.carrier)} if span.carrier else {})
         encode = serde.encode_document
         serializer = producer.serializer
         database = producer.database
@@ -139,14 +133,17 @@ def enqueue_batch(
                     name: encode(serializer, list(values[start:end]), f"kwargs[{name!r}]") or "[]"
                     for name, values in kwargs.items()
                 }
-                per_job: dict[str, Any] = {}
-                if priorities is not None:
-                    per_job["priorities"] = list(priorities[start:end])
-                if run_ats is not None:
-                    per_job["run_ats"] = list(run_ats[start:end])
                 queued.update(
                     backend.enqueue_columns(
-                        conn, shared, list(ids[start:end]), documents, named, clock, **per_job
+                        conn,
+                        shared,
+                        list(ids[start:end]),
+                        documents,
+                        named,
+                        extra,
+                        clock,
+                        priorities=None if priorities is None else priorities[start:end],
+                        run_ats=None if run_ats is None else run_ats[start:end],
                     )
                 )
             missing = [i for i in ids if i not in queued] if len(queued) < len(ids) else []

@@ -1,8 +1,9 @@
 """Writing job rows: the dedup rules, unique keys, workflow links, and the wake-ups.
 
-:meth:`Inserter.insert` is THE enqueue write: every path (``enqueue``, ``enqueue_many``,
-workflows) goes through it or through one of its two fast paths, :meth:`Inserter.insert_committed`
-(one statement that commits itself) and :meth:`Inserter.insert_new` (fresh ids, streamed).
+:meth:`Inserter.insert` is the general enqueue write (``paths.EnqueuePath.GENERAL``: every rule,
+the caller's transaction; workflows write through it); :meth:`Inserter.insert_committed` (one
+statement that commits itself) and :meth:`Inserter.insert_new` (fresh ids, streamed) are the
+``COMMITTED`` and ``STREAMED`` paths. ``paths.plan_enqueue`` chooses.
 """
 
 from __future__ import annotations
@@ -61,8 +62,7 @@ class Inserter:
         }
         if clock.fixed is not None:
             for row in rows:
-                if row["run_at"] is None:
-                    row["run_at"] = clock.fixed + row["delay"]
+                row["run_at"] = clock.due(row["run_at"], row["delay"])
         # The first occurrence of an id is the one written. Sorting by id makes concurrent bulk
         # producers lock rows in the same order, so overlapping batches cannot deadlock.
         unique: dict[str, dict[str, Any]] = {}
@@ -132,8 +132,8 @@ class Inserter:
 
         def prepared() -> Iterator[dict[str, Any]]:
             for row in rows:
-                if clock.fixed is not None and row["run_at"] is None:
-                    row["run_at"] = clock.fixed + row["delay"]
+                if clock.fixed is not None:
+                    row["run_at"] = clock.due(row["run_at"], row["delay"])
                 ids.append(row["id"])
                 queues.add(row["queue"])
                 yield row

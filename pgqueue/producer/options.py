@@ -139,6 +139,11 @@ def unique(items: list[Any], options: Mapping[str, Any], defaults: Mapping[str, 
     )
 
 
+def limited(options: Mapping[str, Any], defaults: Mapping[str, Any]) -> bool:
+    """Whether the call's jobs have flow limits (the task's, or the call's options)."""
+    return bool(defaults["limits"]) or any(name in options for name in LIMIT_OPTIONS)
+
+
 def chosen_ids(items: list[Any], options: Mapping[str, Any]) -> bool:
     """Whether the caller chose any job id (which may then repeat, or exist already)."""
     return "id" in options or any(isinstance(item, JobSpec) and item.id for item in items)

@@ -212,7 +212,7 @@ class Executor:
         try:
             with running(job.context, job.carrier) as span:
                 if previous:
-                    args = results.with_previous_result(self.queue, job.id, args)
+                    args = results.with_previous_result(self.queue.runtime, job.id, args)
                 if task.transactional:
                     job.context.transaction()
                 value = task.function(*args, **kwargs)
@@ -245,7 +245,7 @@ class Executor:
             with running(job.context, job.carrier) as span:
                 if previous:
                     args = await asyncio.to_thread(
-                        results.with_previous_result, self.queue, job.id, args
+                        results.with_previous_result, self.queue.runtime, job.id, args
                     )
                 if task.transactional:
                     await asyncio.to_thread(job.context.transaction)

@@ -3,7 +3,7 @@ and the logs and metrics of every settled or lost job.
 
 Example::
 
-    ledger = Ledger(queue._jobs_finished, "worker-1")
+    ledger = Ledger(queue.runtime.jobs_finished, "worker-1")
     ledger.add(job)                     # claimed
     ledger.decide(job, outcome)         # the handler finished: the outcome waits to be stored
     ledger.settled(stored, lost)        # after the commit that stored it

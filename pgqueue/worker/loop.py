@@ -81,7 +81,9 @@ class WorkerLoop:
         self.id = config.worker_id
         self.services = services
         self.inbox: SimpleQueue[Any] = SimpleQueue()
-        self.ledger = Ledger(queue._jobs_finished, self.id, log_completions=config.log_completions)
+        self.ledger = Ledger(
+            queue.runtime.jobs_finished, self.id, log_completions=config.log_completions
+        )
         self.store = JobStore(
             queue.db, worker_id=self.id, lease=config.lease, queues=config.queues, clock=clock
         )

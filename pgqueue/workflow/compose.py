@@ -240,10 +240,10 @@ def enqueue_workflow(
             )
         extra = {PREVIOUS_RESULT_KEY: True} if passing else None
         rows.append(
-            queue._producer.build_row(
+            queue.runtime.producer.build_row(
                 signature.task, signature.args, signature.kwargs, options, extra
             )
         )
     with queue.connect(connection=connection, session=session) as conn:
-        results = queue._producer.insert_rows(conn, rows)
+        results = queue.runtime.producer.insert_rows(conn, rows)
     return WorkflowRun(id=workflow_id, jobs=results, last=last)

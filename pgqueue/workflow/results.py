@@ -10,7 +10,7 @@ from pgqueue.job import JobState
 from pgqueue.workflow import statements
 
 if TYPE_CHECKING:
-    from pgqueue.queue import Queue
+    from pgqueue.runtime import Runtime
 
 __all__ = ["PREVIOUS_RESULT_KEY", "dependency_rows", "with_previous_result"]
 
@@ -18,14 +18,14 @@ __all__ = ["PREVIOUS_RESULT_KEY", "dependency_rows", "with_previous_result"]
 PREVIOUS_RESULT_KEY = "pgqueue_previous_result"
 
 
-def dependency_rows(queue: Queue, job_id: str) -> dict[str, tuple[JobState, Any]]:
+def dependency_rows(runtime: Runtime, job_id: str) -> dict[str, tuple[JobState, Any]]:
     """``{dependency id: (state, result)}`` for ``job_id``, in the order they were given."""
-    with queue.connect(write=False) as conn:
-        rows = conn.execute(statements.dependency_results(job_id, queue.backend.clock())).all()
+    with runtime.db.connect(write=False) as conn:
+        rows = conn.execute(statements.dependency_results(job_id, runtime.db.backend.clock())).all()
     return {
         row.id: (
             JobState(row.state),
-            stored(queue.serializer, row.result, expired=row.result_expired)
+            stored(runtime.serializer, row.result, expired=row.result_expired)
             if row.state == JobState.COMPLETED
             else None,
         )
@@ -33,8 +33,8 @@ def dependency_rows(queue: Queue, job_id: str) -> dict[str, tuple[JobState, Any]
     }
 
 
-def with_previous_result(queue: Queue, job_id: str, args: list[Any]) -> list[Any]:
+def with_previous_result(runtime: Runtime, job_id: str, args: list[Any]) -> list[Any]:
     """``args`` with the previous step's result put in front: the one dependency's result, or
     the list of all of them (in order) after a group."""
-    results = [result for _, result in dependency_rows(queue, job_id).values()]
+    results = [result for _, result in dependency_rows(runtime, job_id).values()]
     return [results[0] if len(results) == 1 else results, *args]

@@ -13,7 +13,7 @@ from pgqueue.workflow import dependencies, statements
 if TYPE_CHECKING:
     from sqlalchemy import Connection
 
-    from pgqueue.queue import Queue
+    from pgqueue.runtime import Runtime
 
 __all__ = ["FailedStep", "WorkflowStatus", "cancel_workflow", "workflow_status"]
 
@@ -52,7 +52,7 @@ class WorkflowStatus:
         return sum(self.counts.values())
 
 
-def workflow_status(queue: Queue, workflow_id: str, conn: Connection) -> WorkflowStatus | None:
+def workflow_status(runtime: Runtime, workflow_id: str, conn: Connection) -> WorkflowStatus | None:
     """The status of ``workflow_id`` read on ``conn``; None when it has no jobs."""
     counts = dict.fromkeys(map(str, JobState), 0)
     for state, count in conn.execute(statements.workflow_counts(workflow_id)):
@@ -75,15 +75,15 @@ def workflow_status(queue: Queue, workflow_id: str, conn: Connection) -> Workflo
 
 
 def cancel_workflow(
-    queue: Queue, workflow_id: str, conn: Connection, now: datetime | None = None
+    runtime: Runtime, workflow_id: str, conn: Connection, now: datetime | None = None
 ) -> list[str]:
     """Cancel every job of the workflow that has not started, on ``conn``; returns their ids.
     Running jobs finish their attempt; jobs outside the workflow that depend on a cancelled one
     follow their own ``on_dependency_failure``."""
-    clock = queue.backend.clock(now)
+    clock = runtime.db.backend.clock(now)
     ids = list(conn.scalars(statements.workflow_cancel(workflow_id, clock)))
-    queue.backend.notify_many(
+    runtime.db.backend.notify_many(
         conn, FINISHED_CHANNEL, [finished_payload(str(JobState.CANCELLED), i) for i in ids]
     )
-    dependencies.settle(conn, queue.backend, ids, clock)
+    dependencies.settle(conn, runtime.db.backend, ids, clock)
     return ids

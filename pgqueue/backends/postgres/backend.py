@@ -266,12 +266,6 @@ class PostgresBackend(EnqueueVerbs):
         # fetchall: one call for the batch, not a fetchone per row.
         return dict(result.fetchall())
 
-    def session_connection(self, engine: Engine, label: str) -> Connection:
-        return locks.open_session_connection(engine, label)
-
-    def set_session(self, connection: Connection, name: str, value: str) -> None:
-        locks.set_session(connection, name, value)
-
     def prepare_work_connection(self, connection: Connection, *, lease: float) -> None:
         documents.use_fast_loads(connection)
         # The reaper claims expired jobs with SKIP LOCKED: rows locked by a stopped worker's

@@ -17,7 +17,7 @@ Example::
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from typing import Any
@@ -42,6 +42,7 @@ from sqlalchemy.dialects import postgresql
 from sqlalchemy.dialects.postgresql import JSONB
 
 from pgqueue.backends.base import Clock
+from pgqueue.backends.enqueue_port import SharedFields
 from pgqueue.backends.postgres import prepared
 from pgqueue.job import JobState
 from pgqueue.schema import JOBS
@@ -50,10 +51,10 @@ from pgqueue.statements.enqueue import insert_or_requeue
 __all__ = [
     "FRESH_SHARED",
     "column_enqueue",
-    "enqueue_columns",
-    "enqueue_fresh",
-    "enqueue_fresh_committed",
     "fresh_enqueue",
+    "insert_columns",
+    "insert_documents",
+    "insert_documents_committed",
 ]
 
 #: The parameters every job of one call shares (``run_at`` None: ``delay`` seconds from now).
@@ -90,8 +91,8 @@ def _statement(clock: Clock, channel: str | None) -> Any:
     return _on_database_clock(channel) if clock.fixed is None else fresh_enqueue(clock, channel)
 
 
-def enqueue_fresh(
-    connection: Connection, shared: Mapping[str, Any], documents: Iterable[str], clock: Clock
+def insert_documents(
+    connection: Connection, shared: SharedFields, documents: Iterable[str], clock: Clock
 ) -> list[str]:
     """Run the statement once per document, in the caller's transaction, building the next
     document (the caller's iterator) while the server inserts the one before."""
@@ -121,8 +122,8 @@ def enqueue_fresh(
     return queued
 
 
-def enqueue_fresh_committed(
-    engine: Engine, shared: Mapping[str, Any], document: str, clock: Clock, channel: str
+def insert_documents_committed(
+    engine: Engine, shared: SharedFields, document: str, clock: Clock, channel: str
 ) -> list[str]:
     """One autocommit statement: the jobs and their wake-up, committed together."""
     return prepared.run_autocommit(engine, _statement(clock, channel), {"jobs": document, **shared})
@@ -185,16 +186,17 @@ def _column_statement(args: int, kwargs: tuple[str, ...], priorities: bool, run_
     return column_enqueue(Clock(None), args, kwargs, priorities, run_ats)
 
 
-def enqueue_columns(
+def insert_columns(
     connection: Connection,
-    shared: Mapping[str, Any],
-    ids: list[str],
-    args: list[str],
+    shared: SharedFields,
+    ids: Sequence[str],
+    args: Sequence[str],
     kwargs: Mapping[str, str],
+    extra: str,
     clock: Clock,
     *,
-    priorities: list[int | None] | None = None,
-    run_ats: list[datetime | None] | None = None,
+    priorities: Sequence[int | None] | None = None,
+    run_ats: Sequence[datetime | None] | None = None,
 ) -> list[str]:
     """One statement, in the caller's transaction: jobs ``ids`` whose arguments are the JSON
     arrays ``args`` (positional, in order) and ``kwargs`` (by argument name), and, when given,
@@ -204,13 +206,15 @@ def enqueue_columns(
     shape = (len(args), names, priorities is not None, run_ats is not None)
     fixed = clock.fixed is not None
     statement = column_enqueue(clock, *shape) if fixed else _column_statement(*shape)
-    values: dict[str, Any] = {"ids": ids, **shared}
+    # Arrays bind from lists only.
+    values: dict[str, Any] = {"ids": ids if type(ids) is list else list(ids), **shared}
+    values["extra"] = extra
     values.update({f"a{i}": document for i, document in enumerate(args)})
     values.update({f"k{i}": kwargs[name] for i, name in enumerate(names)})
     if priorities is not None:
-        values["priorities"] = priorities
+        values["priorities"] = list(priorities)
     if run_ats is not None:
-        values["run_ats"] = run_ats
+        values["run_ats"] = list(run_ats)
     return list(connection.scalars(statement, values))
 
 

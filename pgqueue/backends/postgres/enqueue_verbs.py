@@ -15,6 +15,7 @@ from sqlalchemy import Connection, Engine, Table
 from sqlalchemy.dialects import postgresql
 
 from pgqueue.backends.base import Clock, iter_chunks
+from pgqueue.backends.enqueue_port import SharedFields
 from pgqueue.backends.postgres import bulk, copy_enqueue, prepared
 from pgqueue.backends.postgres import statements as pg_statements
 
@@ -26,10 +27,13 @@ ENQUEUE_CHUNK = 5000
 
 
 class EnqueueVerbs:
-    """The enqueue verbs of the Backend protocol on PostgreSQL (a base of ``PostgresBackend``,
-    which gives :meth:`channel`)."""
+    """The enqueue port of the Backend protocol on PostgreSQL (``backends/enqueue_port.py``; a
+    base of ``PostgresBackend``, which gives :meth:`channel`): every verb, every flag True."""
 
     committed_enqueue_limit = ENQUEUE_CHUNK
+    fresh_enqueue = True
+    copy_enqueue = True
+    column_enqueue = True
 
     def channel(self, name: str) -> str:
         raise NotImplementedError
@@ -82,50 +86,27 @@ class EnqueueVerbs:
         # Should a first try have been applied after all, the same ids make the second a no-op.
         return prepared.once_more_if_lost(lambda: _run_autocommit(engine, statement, jobs))
 
-    def enqueue_fresh(
+    def enqueue_fresh_documents(
         self,
         connection: Connection,
-        shared: Mapping[str, Any],
+        shared: SharedFields,
         documents: Iterable[str],
         clock: Clock,
     ) -> list[str]:
-        """Jobs of one task with generated ids (see ``backends/postgres/bulk.py``)."""
-        return bulk.enqueue_fresh(connection, shared, documents, clock)
+        return bulk.insert_documents(connection, shared, documents, clock)
 
-    def enqueue_columns(
-        self,
-        connection: Connection,
-        shared: Mapping[str, Any],
-        ids: list[str],
-        args: list[str],
-        kwargs: Mapping[str, str],
-        clock: Clock,
-        *,
-        priorities: list[int | None] | None = None,
-        run_ats: list[datetime | None] | None = None,
+    def enqueue_fresh_committed(
+        self, engine: Engine, shared: SharedFields, document: str, clock: Clock, channel: str
     ) -> list[str]:
-        """Jobs of one task given as columns, chosen ids, each job's own priority and due time
-        when given (see ``backends/postgres/bulk.py``)."""
-        return bulk.enqueue_columns(
-            connection, shared, ids, args, kwargs, clock, priorities=priorities, run_ats=run_ats
+        channel = self.channel(channel)
+        return prepared.once_more_if_lost(
+            lambda: bulk.insert_documents_committed(engine, shared, document, clock, channel)
         )
-
-    def enqueue_copy(
-        self,
-        engine: Engine,
-        shared: Mapping[str, Any],
-        chunks: Iterable[tuple[Sequence[str], Sequence[bytes]]],
-        clock: Clock,
-        channel: str,
-    ) -> int | None:
-        """Jobs with generated ids by ``COPY``, committed with their wake-up; None when nothing
-        was written and they must take :meth:`enqueue_fresh` (see ``copy_enqueue.py``)."""
-        return copy_enqueue.enqueue_copy(engine, shared, chunks, clock, self.channel(channel))
 
     def enqueue_fresh_args(
         self,
         engine: Engine,
-        shared: Mapping[str, Any],
+        shared: SharedFields,
         ids: Sequence[str],
         args: str,
         extra: str,
@@ -133,20 +114,43 @@ class EnqueueVerbs:
         channel: str,
         meanwhile: Callable[[], object] | None = None,
     ) -> bool:
-        """A small call of jobs with generated ids in one autocommit statement, its args as one
-        JSON array; False when nothing was written (see ``copy_enqueue.py``). ``meanwhile``
-        may run while the server executes it."""
         return copy_enqueue.insert_fresh_committed(
             engine, shared, ids, args, extra, clock, self.channel(channel), meanwhile
         )
 
-    def enqueue_fresh_committed(
-        self, engine: Engine, shared: Mapping[str, Any], document: str, clock: Clock, channel: str
+    def enqueue_copy(
+        self,
+        engine: Engine,
+        shared: SharedFields,
+        chunks: Iterable[tuple[Sequence[str], Sequence[bytes]]],
+        clock: Clock,
+        channel: str,
+    ) -> int | None:
+        return copy_enqueue.enqueue_copy(engine, shared, chunks, clock, self.channel(channel))
+
+    def enqueue_columns(
+        self,
+        connection: Connection,
+        shared: SharedFields,
+        ids: Sequence[str],
+        args: Sequence[str],
+        kwargs: Mapping[str, str],
+        extra: str,
+        clock: Clock,
+        *,
+        priorities: Sequence[int | None] | None = None,
+        run_ats: Sequence[datetime | None] | None = None,
     ) -> list[str]:
-        """:meth:`enqueue_fresh` as one statement that commits itself with its wake-up."""
-        channel = self.channel(channel)
-        return prepared.once_more_if_lost(
-            lambda: bulk.enqueue_fresh_committed(engine, shared, document, clock, channel)
+        return bulk.insert_columns(
+            connection,
+            shared,
+            ids,
+            args,
+            kwargs,
+            extra,
+            clock,
+            priorities=priorities,
+            run_ats=run_ats,
         )
 
 

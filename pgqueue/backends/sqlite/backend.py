@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -25,6 +25,7 @@ from sqlalchemy.exc import DBAPIError
 
 from pgqueue import _json, statements
 from pgqueue.backends.base import Clock, Completion, JobsTableStats, VacuumOutcome, iter_chunks
+from pgqueue.backends.enqueue_port import SharedFields
 from pgqueue.backends.sqlite import completion
 from pgqueue.backends.sqlite import statements as sqlite_statements
 from pgqueue.backends.sqlite.watch import FileWatcher
@@ -40,6 +41,7 @@ ENQUEUE_CHUNK = 1000
 READ_ONLY = "pgqueue_read_only"
 # Leadership is a lease row and leases alone find dead workers (session_locks is False).
 _NO_SESSION_LOCKS = "SQLite has no session locks (session_locks is False)"
+_NO_SHARED_FIELDS = "SQLite writes whole rows only (fresh/copy/column_enqueue are False)"
 # A row that leaves a claim index leaves it at once: SQLite keeps no dead versions to vacuum.
 _NO_VACUUM = "SQLite keeps no dead row versions (vacuums_jobs is False)"
 
@@ -138,6 +140,64 @@ class SQLiteBackend:
             "SQLite enqueues inside a transaction (committed_enqueue_limit 0)"
         )
 
+    # The shared-field verbs: a multi-row INSERT of whole rows (enqueue_rows) is already the
+    # one way SQLite writes many rows; binding the shared fields once would save nothing.
+    fresh_enqueue = False
+    copy_enqueue = False
+    column_enqueue = False
+
+    def enqueue_fresh_documents(
+        self,
+        connection: Connection,
+        shared: SharedFields,
+        documents: Iterable[str],
+        clock: Clock,
+    ) -> list[str]:
+        raise NotImplementedError(_NO_SHARED_FIELDS)
+
+    def enqueue_fresh_committed(
+        self, engine: Engine, shared: SharedFields, document: str, clock: Clock, channel: str
+    ) -> list[str]:
+        raise NotImplementedError(_NO_SHARED_FIELDS)
+
+    def enqueue_fresh_args(
+        self,
+        engine: Engine,
+        shared: SharedFields,
+        ids: Sequence[str],
+        args: str,
+        extra: str,
+        clock: Clock,
+        channel: str,
+        meanwhile: Callable[[], object] | None = None,
+    ) -> bool:
+        raise NotImplementedError(_NO_SHARED_FIELDS)
+
+    def enqueue_copy(
+        self,
+        engine: Engine,
+        shared: SharedFields,
+        chunks: Iterable[tuple[Sequence[str], Sequence[bytes]]],
+        clock: Clock,
+        channel: str,
+    ) -> int | None:
+        raise NotImplementedError(_NO_SHARED_FIELDS)
+
+    def enqueue_columns(
+        self,
+        connection: Connection,
+        shared: SharedFields,
+        ids: Sequence[str],
+        args: Sequence[str],
+        kwargs: Mapping[str, str],
+        extra: str,
+        clock: Clock,
+        *,
+        priorities: Sequence[int | None] | None = None,
+        run_ats: Sequence[datetime | None] | None = None,
+    ) -> list[str]:
+        raise NotImplementedError(_NO_SHARED_FIELDS)
+
     def claim(self, connection: Connection, statement: Any, values: dict[str, Any]) -> list[Any]:
         return list(connection.execute(statement, values).mappings().all())
 
@@ -203,12 +263,6 @@ class SQLiteBackend:
         if rows:
             connection.execute(sqlite_statements.job_complete_texts(), rows)
         return held
-
-    def session_connection(self, engine: Engine, label: str) -> Connection:
-        raise NotImplementedError(_NO_SESSION_LOCKS)
-
-    def set_session(self, connection: Connection, name: str, value: str) -> None:
-        raise NotImplementedError(_NO_SESSION_LOCKS)
 
     def prepare_work_connection(self, connection: Connection, *, lease: float) -> None:
         # One writer at a time and no row locks: a stopped writer holds the whole file, which

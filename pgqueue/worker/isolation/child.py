@@ -34,6 +34,7 @@ from pgqueue.errors import PgQueueError, UnknownTaskError
 from pgqueue.execution import JobContext, error_document, running
 from pgqueue.queue import Queue
 from pgqueue.retries import Retry, Snooze
+from pgqueue.runtime import JobTransactionPort
 from pgqueue.worker.isolation.protocol import (
     CANCEL,
     DONE,
@@ -153,7 +154,7 @@ def run_job(
 ) -> dict[str, Any]:
     """Run the job of a ``run`` message; the ``done`` message of its end (``completed`` with the
     result's JSON text, or ``raised`` with the error document)."""
-    transaction: JobTransaction | None = None
+    transaction: JobTransactionPort | None = None
     try:
         task, queue = finder.find(message["task"], message.get("module"), message.get("qualname"))
         serializer = queue.serializer if queue is not None else serde.JSONSerializer()
@@ -184,7 +185,7 @@ def run_job(
             if message.get("previous"):
                 if queue is None:
                     raise PgQueueError("a chain step needs the worker's app= to read its input")
-                args = results.with_previous_result(queue, job_id, args)
+                args = results.with_previous_result(queue.runtime, job_id, args)
             if message.get("transactional"):
                 context.transaction()
             value = task.function(*args, **kwargs)
@@ -219,7 +220,7 @@ def _may_start(context: JobContext, start_at: float, message: dict[str, Any]) ->
 
 
 def _end_transaction(
-    context: JobContext, transaction: JobTransaction | None, text: str | None
+    context: JobContext, transaction: JobTransactionPort | None, text: str | None
 ) -> bool | None:
     """Commit the handler's own transaction with the completion (fenced), as a thread's is:
     True when stored, False when the lease was lost; None when the handler began none."""

@@ -14,6 +14,7 @@ from sqlalchemy.dialects import postgresql
 
 import pgqueue
 from pgqueue.backends import Clock
+from pgqueue.backends.postgres import locks
 from pgqueue.backends.postgres import statements as pg
 from pgqueue.job import JobState
 from pgqueue.maintenance.leadership import close_quietly
@@ -32,7 +33,7 @@ def _document(*ids: str) -> str:
 
 @pytest.fixture
 def session(queue: pgqueue.Queue) -> Iterator[sa.Connection]:
-    connection = queue.backend.session_connection(queue.engine, "pgqueue conformance")
+    connection = locks.open_session_connection(queue.engine, "pgqueue conformance")
     yield connection
     close_quietly(connection)
 
@@ -176,7 +177,7 @@ def test_leaders_holding_locks_names_only_granted_leader_sessions(
     with queue.engine.connect() as conn:
         assert conn.execute(pg.leaders_holding_locks()).all() == []
         pg_label = "pgqueue leader reaper 7@host"
-        leader = queue.backend.session_connection(queue.engine, pg_label)
+        leader = locks.open_session_connection(queue.engine, pg_label)
         try:
             assert leader.scalar(pg.advisory_lock_try(KEY))
             conn.commit()  # pg_stat_activity is read once per transaction
@@ -184,3 +185,10 @@ def test_leaders_holding_locks_names_only_granted_leader_sessions(
         finally:
             close_quietly(leader)
     assert [row.label for row in rows] == ["reaper 7@host"]
+
+
+def test_set_session_sets_a_parameter_for_the_session(session: sa.Connection) -> None:
+    locks.set_session(session, "application_name", "pgqueue renamed")
+    assert session.scalar(sa.text("SELECT current_setting('application_name')")) == (
+        "pgqueue renamed"
+    )

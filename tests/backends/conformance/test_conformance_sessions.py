@@ -4,6 +4,7 @@ lock, on each backend through the shared ``queue`` fixture."""
 from __future__ import annotations
 
 import threading
+import uuid
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -12,7 +13,7 @@ from conformance_support import T0, enqueue, job_row, state_of
 
 import pgqueue
 from pgqueue import statements
-from pgqueue.backends import same_database_kind
+from pgqueue.backends import backend_for, same_database_kind
 from pgqueue.notifications import ENQUEUED_CHANNEL, FINISHED_CHANNEL
 from pgqueue.schema import JOBS
 
@@ -61,16 +62,43 @@ def test_channel_names_are_stable_per_schema(queue: pgqueue.Queue) -> None:
     assert len(enqueued.encode()) <= 63  # an unquoted identifier on PostgreSQL
 
 
-def test_ensure_schema_is_idempotent(queue: pgqueue.Queue) -> None:
-    with queue.backend.begin(queue.engine) as conn:
-        queue.backend.ensure_schema(conn)
-        queue.backend.ensure_schema(conn)
+def test_ensure_schema_creates_the_schema_once(queue: pgqueue.Queue) -> None:
+    # A schema that does not exist yet on PostgreSQL ("main", the file itself, on SQLite).
+    name = "main" if queue.backend.name == "sqlite" else f"conf_{uuid.uuid4().hex[:10]}"
+    backend = backend_for(queue.engine.url, schema=None if name == "main" else name)
+    with pytest.raises(_RolledBack), backend.begin(queue.engine) as conn:
+        backend.ensure_schema(conn)
+        backend.ensure_schema(conn)  # a second time is harmless
+        # The schema is there to hold tables (DDL rolls back with the transaction).
+        conn.exec_driver_sql(f'CREATE TABLE "{name}".probe (x integer)')
+        conn.exec_driver_sql(f'INSERT INTO "{name}".probe VALUES (1)')
+        assert conn.exec_driver_sql(f'SELECT x FROM "{name}".probe').scalar() == 1
+        raise _RolledBack
+
+
+class _RolledBack(Exception):
+    pass
 
 
 def test_lock_migrations_holds_until_the_transaction_ends(queue: pgqueue.Queue) -> None:
+    order: list[str] = []
     with queue.backend.begin(queue.engine) as conn:
         queue.backend.lock_migrations(conn, 0x1234, tables=["pgqueue_jobs"])
         conn.execute(sa.delete(JOBS))
+
+        def second() -> None:
+            with queue.backend.begin(queue.engine) as other:
+                queue.backend.lock_migrations(other, 0x1234)
+                order.append("second")
+
+        thread = threading.Thread(target=second)
+        thread.start()
+        # The second migration waits (the advisory lock on PostgreSQL, the write lock that
+        # BEGIN IMMEDIATE takes on SQLite) until the first transaction ends.
+        thread.join(0.3)
+        order.append("first")
+    thread.join(30)
+    assert order == ["first", "second"]
     # Released with the commit: the next migration takes it at once.
     with queue.backend.begin(queue.engine) as conn:
         queue.backend.lock_migrations(conn, 0x1234)
