@@ -147,9 +147,9 @@ def run(
         and (library.name in only if only is not None else library not in VARIANTS)
     ]
     notes = [
-        f"{library.name} is not installed (pip install 'pgqueue-sql[bench]'): left out"
+        f"{library.name} is {reason}: left out"
         for library in LIBRARIES
-        if not library.available()
+        if (reason := library.unavailable()) is not None and (only is None or library.name in only)
     ]
     repeats = sizes.repeats
     steps: list[tuple[str, int, Step]] = [
