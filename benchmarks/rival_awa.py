@@ -18,11 +18,15 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+import sqlalchemy as sa
+
 from benchmarks.common import conninfo
 from benchmarks.rival_base import Library, T, apaced, atimed, record_pickup, setting
 
-#: Concurrent handlers per worker process (its ``max_workers``; its default is 50).
-AWA_MAX_WORKERS = setting("AWA_MAX_WORKERS", 200)
+#: Concurrent handlers per worker process (its ``max_workers``, default 50): its drain rate rises
+#: with it up to about 500 on this machine (50: 1.6k, 200: 3.0k, 500: 5.1k jobs/s; 1,000 and
+#: 2,000 no better; docs/benchmarks.md).
+AWA_MAX_WORKERS = setting("AWA_MAX_WORKERS", 500)
 #: Claim loops per queue; its documentation: "benchmark 2 or 4 before raising it further".
 AWA_CLAIMERS = setting("AWA_CLAIMERS", 1)
 #: Its poll fallback when no NOTIFY arrives, ms (default 200); its own benchmarks use 50.
@@ -80,11 +84,31 @@ class Awa(Library):
         return asyncio.run(main())
 
     def prepare(self, url: str) -> None:
-        async def body(client: Any) -> None:
-            await client.migrate()
-            await client.install_queue_storage()
+        """Its SDK's ``migrate()`` and ``install_queue_storage()``, run once per server into a
+        template database that each measured database is then copied from: its 39 migrations
+        take about 3 s, paid once instead of at every measurement (the copy is the same schema,
+        byte for byte, in a fresh database, as every other library gets)."""
+        import psycopg
+        from psycopg import sql
 
-        self._run(url, body)
+        target = sa.engine.make_url(url)
+        template = f"awa_template_{self.version.replace('.', '_')}"
+        server = conninfo(str(target.set(database="postgres")))
+        with psycopg.connect(server, autocommit=True) as conn:
+            exists = conn.execute(
+                "SELECT 1 FROM pg_database WHERE datname = %s", (template,)
+            ).fetchone()
+            if not exists:
+                conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(template)))
+                self._run(str(target.set(database=template)), _install)
+            conn.execute(
+                sql.SQL("DROP DATABASE {} WITH (FORCE)").format(sql.Identifier(target.database))
+            )
+            conn.execute(
+                sql.SQL("CREATE DATABASE {} TEMPLATE {}").format(
+                    sql.Identifier(target.database), sql.Identifier(template)
+                )
+            )
 
     def enqueue_calls(self, url: str, jobs: int, per_call: int) -> float:
         async def body(client: Any) -> float:
@@ -117,6 +141,11 @@ class Awa(Library):
             )
 
         return self._run(url, body)
+
+
+async def _install(client: Any) -> None:
+    await client.migrate()
+    await client.install_queue_storage()
 
 
 def awa_worker(url: str) -> None:
