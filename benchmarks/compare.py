@@ -1,4 +1,4 @@
-"""``python -m benchmarks --compare``: pgqueue beside pgqueuer and procrastinate, through one
+"""``python -m benchmarks --compare``: pgqueue beside pgqueuer, procrastinate and awa, through one
 protocol, in the same run, on the same throwaway PostgreSQL server (see ``benchmarks.rivals``).
 
 - **drain N**: N no-op jobs enqueued first, in calls of 1,000 (each library's bulk call); then
