@@ -5,7 +5,7 @@ JSON.
     python -m benchmarks --quick              # tiny counts: proves the harness runs
     python -m benchmarks --only drain,roundtrip --backend postgresql
     python -m benchmarks --json results.json  # where the JSON goes ("-": stdout, no table)
-    python -m benchmarks --compare            # pgqueue beside pgqueuer and procrastinate
+    python -m benchmarks --compare            # pgqueue beside pgqueuer, procrastinate and awa
     python -m benchmarks --compare --drain-sizes 20000:3,1000000:1 --drain-budget 120
     python -m benchmarks --only scale --backend postgresql   # 10M finished, 1M queued rows
 
@@ -132,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
         "--libraries",
         type=lambda text: [name.strip() for name in text.split(",") if name.strip()],
         default=None,
-        help="--compare: only these (pgqueue, pgqueuer, procrastinate)",
+        help="--compare: only these (pgqueue, pgqueuer, procrastinate, awa)",
     )
     parser.add_argument(
         "--steps",

@@ -1,4 +1,4 @@
-"""``python -m benchmarks --compare``: pgqueue beside pgqueuer and procrastinate, through one
+"""``python -m benchmarks --compare``: pgqueue beside pgqueuer, procrastinate and awa, through one
 protocol, in the same run, on the same throwaway PostgreSQL server (see ``benchmarks.rivals``).
 
 - **drain N**: N no-op jobs enqueued first, in calls of 1,000 (each library's bulk call); then
@@ -147,9 +147,9 @@ def run(
         and (library.name in only if only is not None else library not in VARIANTS)
     ]
     notes = [
-        f"{library.name} is not installed (pip install 'pgqueue-sql[bench]'): left out"
+        f"{library.name} is {reason}: left out"
         for library in LIBRARIES
-        if not library.available()
+        if (reason := library.unavailable()) is not None and (only is None or library.name in only)
     ]
     repeats = sizes.repeats
     steps: list[tuple[str, int, Step]] = [

@@ -20,6 +20,8 @@ PLANNING_RATES: dict[str, dict[str, float]] = {
     "pgqueue": {"drain": 15_000, "bulk": 40_000, "single": 1_400},
     "pgqueuer": {"drain": 16_000, "bulk": 38_000, "single": 2_000},
     "procrastinate": {"drain": 230, "bulk": 8_000, "single": 140},
+    # awa-pg 0.6.9, 2026-11-28, one worker process, under load (about 4 on 2 cores).
+    "awa": {"drain": 2_700, "bulk": 50_000, "single": 1_000},
 }
 #: The rate of an unknown library (a variant such as pgqueue-unguarded plans as pgqueue).
 DEFAULT_RATES = PLANNING_RATES["pgqueue"]

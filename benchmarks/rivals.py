@@ -1,14 +1,19 @@
 """pgqueue and the queues it is compared with, behind one protocol (``python -m benchmarks
 --compare``): the same no-op job, the same producer calls, a worker process per library.
 
-Each :class:`Library` enqueues through the library's own public API (bulk in calls of a given
-size, or one job per call), starts its worker as ``python -m benchmarks.rivals worker NAME`` and
-reads the library's own stamps back: when a job started and when it finished. The pickup task
-appends ``"<sample> <time.time()>"`` to the file named by ``$PGQUEUE_BENCH_PICKUP_LOG`` as its
-first act, so that every library's handler start is read the same way.
+Each :class:`Library` (``benchmarks.rival_base``) enqueues through the library's own public API
+(bulk in calls of a given size, or one job per call), starts its worker as ``python -m
+benchmarks.rivals worker NAME`` and reads the library's own stamps back: when a job started and
+when it finished. The pickup task appends ``"<sample> <time.time()>"`` to the file named by
+``$PGQUEUE_BENCH_PICKUP_LOG`` as its first act, so that every library's handler start is read the
+same way.
+
+Every library runs at its best for short jobs, as its documentation and a sweep on this machine
+found it (docs/benchmarks.md, "Each library at its best"); each setting can be overridden from the
+environment (``PGQUEUE_BENCH_PGQUEUER_BATCH=1000`` ...) to sweep it again.
 
 The rivals are the optional ``bench`` extra (``pip install 'pgqueue-sql[bench]'``); a library
-that is not installed is left out of the comparison, with a note.
+that is not installed, or cannot run here, is left out of the comparison, with a note.
 """
 
 from __future__ import annotations
@@ -17,147 +22,37 @@ import argparse
 import asyncio
 import functools
 import importlib.metadata
-import os
 import sys
 import time
 from collections.abc import Awaitable, Callable
-from datetime import datetime
-from typing import Any, TypeVar
-
-import sqlalchemy as sa
+from typing import Any
 
 from benchmarks.common import conninfo
+from benchmarks.rival_awa import AWA_MAX_WORKERS, Awa, awa_worker
+from benchmarks.rival_base import (
+    PICKUP_LOG,
+    Library,
+    T,
+    apaced,
+    atimed,
+    paced,
+    record_pickup,
+    setting,
+    timed,
+)
 
-T = TypeVar("T")
+__all__ = ["AWA_MAX_WORKERS", "LIBRARIES", "PICKUP_LOG", "VARIANTS", "Library", "record_pickup"]
 
-PICKUP_LOG = "PGQUEUE_BENCH_PICKUP_LOG"
-#: Slots per worker process: each library at the setting its documentation gives for
-#: throughput with short jobs (pgqueue: claim size = free slots; pgqueuer: dequeue batch size;
-#: procrastinate: concurrent fetch-and-run slots, one job per fetch).
-PGQUEUE_CONCURRENCY = 200
-PGQUEUER_BATCH = 100
-PROCRASTINATE_CONCURRENCY = 50
-
-
-def record_pickup(sample: object) -> None:
-    """The pickup handler's first act: append ``sample`` and the time to the pickup log."""
-    now = time.time()
-    path = os.environ.get(PICKUP_LOG)
-    if path:
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
-        try:
-            os.write(fd, f"{sample} {now}\n".encode())
-        finally:
-            os.close(fd)
-
-
-def _scalar(url: str, sql: str) -> Any:
-    engine = sa.create_engine(url, poolclass=sa.pool.NullPool)
-    try:
-        with engine.connect() as conn:
-            return conn.exec_driver_sql(sql).scalar()
-    finally:
-        engine.dispose()
-
-
-class Library:
-    """One queue library under the common protocol."""
-
-    name = ""
-    distribution = ""
-    settings = ""
-    #: SQL reading the library's own tables: jobs completed so far, the first job's start and
-    #: the last job's finish.
-    finished_sql = ""
-    first_start_sql = ""
-    last_finish_sql = ""
-
-    @property
-    def version(self) -> str:
-        return importlib.metadata.version(self.distribution)
-
-    def available(self) -> bool:
-        try:
-            importlib.metadata.version(self.distribution)
-        except importlib.metadata.PackageNotFoundError:
-            return False
-        return True
-
-    def prepare(self, url: str) -> None:
-        """Install the library's schema in a fresh database."""
-        raise NotImplementedError
-
-    def enqueue_calls(self, url: str, jobs: int, per_call: int) -> float:
-        """Enqueue ``jobs`` no-op jobs in calls of ``per_call``; the seconds it took."""
-        raise NotImplementedError
-
-    def single_enqueues(self, url: str, count: int) -> list[float]:
-        """``count`` calls that enqueue one job each; the seconds each call took."""
-        raise NotImplementedError
-
-    def pickup(
-        self, url: str, samples: int, every: float, wait: Callable[[int], float]
-    ) -> list[float]:
-        """Enqueue ``samples`` pickup jobs one at a time, ``every`` seconds apart; ``wait(n)``
-        returns the time sample ``n``'s handler started. Seconds from the start of each enqueue
-        call to its handler's start."""
-        raise NotImplementedError
-
-    def finished(self, url: str) -> int:
-        """Jobs completed so far."""
-        return int(_scalar(url, self.finished_sql))
-
-    def span(self, url: str) -> tuple[datetime, datetime]:
-        """The library's own stamps: the first job's start and the last job's finish."""
-        return _scalar(url, self.first_start_sql), _scalar(url, self.last_finish_sql)
-
-    def worker_args(self) -> list[str]:
-        return []
-
-
-def _paced(
-    samples: int, every: float, enqueue: Callable[[int], Any], wait: Callable[[int], float]
-) -> list[float]:
-    seconds = []
-    for n in range(samples):
-        before = time.time()
-        enqueue(n)
-        seconds.append(wait(n) - before)
-        time.sleep(max(every - (time.time() - before), 0))
-    return seconds
-
-
-def _timed(count: int, call: Callable[[], Any]) -> list[float]:
-    seconds = []
-    for _ in range(count):
-        before = time.perf_counter()
-        call()
-        seconds.append(time.perf_counter() - before)
-    return seconds
-
-
-async def _atimed(count: int, call: Callable[[], Awaitable[Any]]) -> list[float]:
-    seconds = []
-    for _ in range(count):
-        before = time.perf_counter()
-        await call()
-        seconds.append(time.perf_counter() - before)
-    return seconds
-
-
-async def _apaced(
-    samples: int,
-    every: float,
-    enqueue: Callable[[int], Awaitable[Any]],
-    wait: Callable[[int], float],
-) -> list[float]:
-    seconds = []
-    for n in range(samples):
-        before = time.time()
-        await enqueue(n)
-        seconds.append(await asyncio.to_thread(wait, n) - before)
-        await asyncio.sleep(max(every - (time.time() - before), 0))
-    return seconds
+#: Slots per worker process (pgqueue: claim size = free slots).
+PGQUEUE_CONCURRENCY = setting("PGQUEUE_CONCURRENCY", 200)
+#: pgqueuer's dequeue batch: jobs fetched per round trip. 500 is its best on this machine over
+#: 10...1,000 (an outside sweep found 500 ~ 1,000 >> 100; ours in docs/benchmarks.md).
+PGQUEUER_BATCH = setting("PGQUEUER_BATCH", 500)
+#: procrastinate's concurrent fetch-and-run slots (one job per fetch: it has no batch fetch).
+PROCRASTINATE_CONCURRENCY = setting("PROCRASTINATE_CONCURRENCY", 50)
+#: procrastinate's fetch poll when a slot finds nothing, seconds (default 5): LISTEN/NOTIFY wakes
+#: an idle worker, the poll only covers a missed notification.
+PROCRASTINATE_POLL = 0.05
 
 
 class PgQueue(Library):
@@ -168,8 +63,8 @@ class PgQueue(Library):
     first_start_sql = "SELECT min(started_at) FROM pgqueue_jobs"
     last_finish_sql = "SELECT max(finished_at) FROM pgqueue_jobs"
 
-    def available(self) -> bool:
-        return True
+    def unavailable(self) -> str | None:
+        return None
 
     @property
     def version(self) -> str:
@@ -204,7 +99,7 @@ class PgQueue(Library):
     def single_enqueues(self, url: str, count: int) -> list[float]:
         queue = self._queue(url)
         try:
-            return _timed(count, lambda: queue.enqueue("bench.noop"))
+            return timed(count, lambda: queue.enqueue("bench.noop"))
         finally:
             queue.close()
 
@@ -213,7 +108,7 @@ class PgQueue(Library):
     ) -> list[float]:
         queue = self._queue(url)
         try:
-            return _paced(samples, every, lambda n: queue.enqueue("bench.pickup", args=[n]), wait)
+            return paced(samples, every, lambda n: queue.enqueue("bench.pickup", args=[n]), wait)
         finally:
             queue.close()
 
@@ -255,7 +150,7 @@ class PgQueuer(Library):
 
     def single_enqueues(self, url: str, count: int) -> list[float]:
         async def body(queries: Any) -> list[float]:
-            return await _atimed(count, lambda: queries.enqueue("noop", None))
+            return await atimed(count, lambda: queries.enqueue("noop", None))
 
         return self._run(url, body)
 
@@ -263,7 +158,7 @@ class PgQueuer(Library):
         self, url: str, samples: int, every: float, wait: Callable[[int], float]
     ) -> list[float]:
         async def body(queries: Any) -> list[float]:
-            return await _apaced(
+            return await apaced(
                 samples, every, lambda n: queries.enqueue("pickup", str(n).encode()), wait
             )
 
@@ -273,7 +168,10 @@ class PgQueuer(Library):
 class Procrastinate(Library):
     name = "procrastinate"
     distribution = "procrastinate"
-    settings = f"concurrency {PROCRASTINATE_CONCURRENCY}"
+    settings = (
+        f"concurrency {PROCRASTINATE_CONCURRENCY}, fetch poll {PROCRASTINATE_POLL} s, "
+        "LISTEN/NOTIFY, batch_defer_async"
+    )
     finished_sql = "SELECT count(*) FROM procrastinate_jobs WHERE status = 'succeeded'"
     first_start_sql = "SELECT min(at) FROM procrastinate_events WHERE type = 'started'"
     last_finish_sql = "SELECT max(at) FROM procrastinate_events WHERE type = 'succeeded'"
@@ -303,7 +201,7 @@ class Procrastinate(Library):
     def single_enqueues(self, url: str, count: int) -> list[float]:
         async def body(app: Any) -> list[float]:
             task = app.configure_task("noop")
-            return await _atimed(count, task.defer_async)
+            return await atimed(count, task.defer_async)
 
         return self._run(url, body)
 
@@ -312,7 +210,7 @@ class Procrastinate(Library):
     ) -> list[float]:
         async def body(app: Any) -> list[float]:
             task = app.configure_task("pickup")
-            return await _apaced(samples, every, lambda n: task.defer_async(sample=n), wait)
+            return await apaced(samples, every, lambda n: task.defer_async(sample=n), wait)
 
         return self._run(url, body)
 
@@ -324,11 +222,11 @@ class PgQueueUnguarded(PgQueue):
     name = "pgqueue-unguarded"
     settings = f"concurrency {PGQUEUE_CONCURRENCY}, claim without SET LOCAL enable_bitmapscan"
 
-    def available(self) -> bool:
-        return True
+    def unavailable(self) -> str | None:
+        return None
 
 
-LIBRARIES: tuple[Library, ...] = (PgQueue(), PgQueuer(), Procrastinate())
+LIBRARIES: tuple[Library, ...] = (PgQueue(), PgQueuer(), Procrastinate(), Awa())
 #: Measured only when named in ``--libraries``.
 VARIANTS: tuple[Library, ...] = (PgQueueUnguarded(),)
 
@@ -401,7 +299,13 @@ def _procrastinate_worker(url: str) -> None:
     async def main() -> None:
         app = _procrastinate_app(url)
         async with app.open_async():
-            await app.run_worker_async(concurrency=PROCRASTINATE_CONCURRENCY)
+            await app.run_worker_async(
+                concurrency=PROCRASTINATE_CONCURRENCY,
+                fetch_job_polling_interval=PROCRASTINATE_POLL,
+                listen_notify=True,
+                # The stamps are read from procrastinate_events after the drain: keep the jobs.
+                delete_jobs="never",
+            )
 
     asyncio.run(main())
 
@@ -411,6 +315,7 @@ WORKERS: dict[str, Callable[[str], None]] = {
     "pgqueue-unguarded": functools.partial(_pgqueue_worker, guarded=False),
     "pgqueuer": _pgqueuer_worker,
     "procrastinate": _procrastinate_worker,
+    "awa": awa_worker,
 }
 
 

@@ -81,7 +81,7 @@ def test_quick_comparison_run(tmp_path: Path) -> None:
     report = json.loads(output.read_text())
     assert report["notes"] == []  # the bench extra is part of dev: every rival ran
     libraries = {figure["metric"] for figure in report["figures"]}
-    assert libraries == {"pgqueue", "pgqueuer", "procrastinate"}
+    assert libraries == {"pgqueue", "pgqueuer", "procrastinate", "awa"}
     measured = {(f["benchmark"], f["metric"]) for f in report["figures"]}
     for benchmark in (
         "compare drain 300",

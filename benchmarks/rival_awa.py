@@ -1,0 +1,177 @@
+"""awa (``awa-pg`` on PyPI: a Rust engine with a Python SDK) under the ``--compare`` protocol, at
+its fastest documented paths: ``enqueue_many_copy`` (COPY straight into its queue storage) for
+bulk, ``insert`` for one job, and its worker runtime (``AsyncClient.start``) for the drain and
+the pickup.
+
+Its schema is created the way its documentation gives for a fresh database: ``migrate()`` then
+``install_queue_storage()`` (a fresh install stays on the canonical engine until then, where
+``enqueue_many_copy`` is refused). Its stamps: ``awa.terminal_jobs`` (its view of finished jobs)
+holds each job's ``attempted_at`` and ``finalized_at``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.metadata
+import signal
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import sqlalchemy as sa
+
+from benchmarks.common import conninfo
+from benchmarks.rival_base import Library, T, apaced, atimed, record_pickup, setting
+
+#: Concurrent handlers per worker process (its ``max_workers``, default 50): its drain rate rises
+#: with it up to about 500 on this machine (50: 1.6k, 200: 3.0k, 500: 5.1k jobs/s; 1,000 and
+#: 2,000 no better; docs/benchmarks.md).
+AWA_MAX_WORKERS = setting("AWA_MAX_WORKERS", 500)
+#: Claim loops per queue; its documentation: "benchmark 2 or 4 before raising it further".
+AWA_CLAIMERS = setting("AWA_CLAIMERS", 1)
+#: Its poll fallback when no NOTIFY arrives, ms (default 200); its own benchmarks use 50.
+AWA_POLL_MS = setting("AWA_POLL_MS", 50)
+
+
+@dataclass
+class Noop:
+    """The no-op job's arguments: none."""
+
+
+@dataclass
+class Pickup:
+    """The pickup job's arguments."""
+
+    sample: int
+
+
+NOOP_KIND = "bench_noop"
+PICKUP_KIND = "bench_pickup"
+
+
+class Awa(Library):
+    name = "awa"
+    distribution = "awa-pg"
+    settings = (
+        f"max_workers {AWA_MAX_WORKERS}, claimers {AWA_CLAIMERS}, poll {AWA_POLL_MS} ms, "
+        "queue storage, enqueue_many_copy"
+    )
+    finished_sql = "SELECT count(*) FROM awa.terminal_jobs WHERE state = 'completed'"
+    first_start_sql = "SELECT min(attempted_at) FROM awa.terminal_jobs"
+    last_finish_sql = "SELECT max(finalized_at) FROM awa.terminal_jobs"
+
+    def unavailable(self) -> str | None:
+        try:
+            importlib.metadata.version(self.distribution)
+        except importlib.metadata.PackageNotFoundError:
+            return "not installed (pip install 'pgqueue-sql[bench]')"
+        try:
+            import awa  # noqa: F401
+        except ImportError as exc:  # a wheel whose engine cannot load on this platform
+            return f"installed but cannot load its engine here: {exc}"
+        return None
+
+    def _run(self, url: str, body: Callable[[Any], Awaitable[T]]) -> T:
+        async def main() -> T:
+            import awa
+
+            client = awa.AsyncClient(conninfo(url))
+            try:
+                return await body(client)
+            finally:
+                await client.close()
+
+        return asyncio.run(main())
+
+    def prepare(self, url: str) -> None:
+        """Its SDK's ``migrate()`` and ``install_queue_storage()``, run once per server into a
+        template database that each measured database is then copied from: its 39 migrations
+        take about 3 s, paid once instead of at every measurement (the copy is the same schema,
+        byte for byte, in a fresh database, as every other library gets)."""
+        import psycopg
+        from psycopg import sql
+
+        target = sa.engine.make_url(url)
+        template = f"awa_template_{self.version.replace('.', '_')}"
+        server = conninfo(str(target.set(database="postgres")))
+        with psycopg.connect(server, autocommit=True) as conn:
+            exists = conn.execute(
+                "SELECT 1 FROM pg_database WHERE datname = %s", (template,)
+            ).fetchone()
+            if not exists:
+                conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(template)))
+                self._run(str(target.set(database=template)), _install)
+            conn.execute(
+                sql.SQL("DROP DATABASE {} WITH (FORCE)").format(sql.Identifier(target.database))
+            )
+            conn.execute(
+                sql.SQL("CREATE DATABASE {} TEMPLATE {}").format(
+                    sql.Identifier(target.database), sql.Identifier(template)
+                )
+            )
+
+    def enqueue_calls(self, url: str, jobs: int, per_call: int) -> float:
+        async def body(client: Any) -> float:
+            import time
+
+            await client.insert(Noop(), kind=NOOP_KIND)
+            started = time.perf_counter()
+            for done in range(0, jobs, per_call):
+                size = min(per_call, jobs - done)
+                await client.enqueue_many_copy([Noop()] * size, kind=NOOP_KIND)
+            return time.perf_counter() - started
+
+        return self._run(url, body)
+
+    def single_enqueues(self, url: str, count: int) -> list[float]:
+        async def body(client: Any) -> list[float]:
+            return await atimed(count, lambda: client.insert(Noop(), kind=NOOP_KIND))
+
+        return self._run(url, body)
+
+    def pickup(
+        self, url: str, samples: int, every: float, wait: Callable[[int], float]
+    ) -> list[float]:
+        async def body(client: Any) -> list[float]:
+            return await apaced(
+                samples,
+                every,
+                lambda n: client.insert(Pickup(sample=n), kind=PICKUP_KIND),
+                wait,
+            )
+
+        return self._run(url, body)
+
+
+async def _install(client: Any) -> None:
+    await client.migrate()
+    await client.install_queue_storage()
+
+
+def awa_worker(url: str) -> None:
+    """Its worker runtime on the default queue until SIGTERM, then its graceful shutdown."""
+
+    async def main() -> None:
+        import awa
+
+        client = awa.AsyncClient(conninfo(url))
+
+        @client.task(Noop, kind=NOOP_KIND)
+        async def noop(job: Any) -> None:
+            """Nothing: what is measured is the queue."""
+
+        @client.task(Pickup, kind=PICKUP_KIND)
+        async def pickup(job: Any) -> None:
+            record_pickup(job.args.sample)
+
+        stopping = asyncio.Event()
+        asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stopping.set)
+        await client.start(
+            [{"name": "default", "max_workers": AWA_MAX_WORKERS, "claimers": AWA_CLAIMERS}],
+            poll_interval_ms=AWA_POLL_MS,
+        )
+        await stopping.wait()
+        await client.shutdown(timeout_ms=5000)
+        await client.close()
+
+    asyncio.run(main())
