@@ -163,7 +163,7 @@ def enqueue_fresh(
             missing = [job_id for job_id in ids if job_id not in queued]
             outcomes = producer.inserter.outcomes(conn, missing)
             if queued:
-                backend.notify(conn, ENQUEUED_CHANNEL, merged["queue"])
+                backend.notify_enqueued(conn, merged["queue"], len(queued))
     return [
         EnqueueResult(id=job_id, status="queued") if job_id in queued else outcomes[job_id]
         for job_id in ids
