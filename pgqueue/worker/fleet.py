@@ -115,14 +115,15 @@ class FleetWakes:
             return None
         return min(at for _, at in self._pending.values())
 
-    def due(self) -> bool:
-        """Whether a staggered claim has come due (it is then owed a taken notice)."""
+    def due(self) -> list[int]:
+        """The wake-ups whose staggered claim has come due (each then owed a taken notice):
+        claim now if any."""
         now = self.clock()
         came = [nonce for nonce, (_, at) in self._pending.items() if at <= now]
         for nonce in came:
             queue, _ = self._pending.pop(nonce)
             self._owe(queue, nonce)
-        return bool(came)
+        return came
 
     def claimed(self) -> list[tuple[str, int]]:
         """A claim ran: the ``(queue, nonce)`` wake-ups to announce as taken (and forget)."""
