@@ -16,20 +16,23 @@ notification), is spread the same way: the fleet as a whole looks ``polls`` time
 ``poll_interval``, each worker at a jittered ``poll_interval * size / polls``. A fleet of up to
 ``polls`` workers (a lone worker above all) behaves exactly as without any of this.
 
-Everything runs on the worker's loop thread, on an injected clock and random source.
+Time comes from an injected clock, jitter from an injected random source. Thread-safe: the
+LISTEN thread decides on each wake-up as it arrives, so the loop thread of a worker that is not
+chosen is not even woken; the loop thread asks what came due, and what to announce.
 
 Example::
 
     now = [0.0]
     fleet = FleetWakes(poll_interval=1.0, clock=lambda: now[0])
     fleet.roster(rank=3, size=200)
-    fleet.heard("default", count=1, nonce=42)    # True: claim now; False: maybe later
+    fleet.heard("default", count=1, nonce=42)    # 0.0: claim now; 0.05: then; None: not here
     fleet.next_at()                              # when a staggered claim is due, if any
 """
 
 from __future__ import annotations
 
 import random
+import threading
 import time
 from collections.abc import Callable
 
@@ -80,6 +83,7 @@ class FleetWakes:
         #: This worker's place among the live workers of its kind, and their number.
         self.rank = 0
         self.size = 1
+        self._lock = threading.Lock()
         # nonce -> (queue, when to claim): staggered claims not yet cancelled.
         self._pending: dict[int, tuple[str, float]] = {}
         # (queue, nonce) of wake-ups this worker was chosen for: after its next claim it tells
@@ -88,59 +92,71 @@ class FleetWakes:
 
     def roster(self, *, rank: int, size: int) -> None:
         """The registry's latest word: this worker is number ``rank`` (from 0) of ``size``."""
-        self.size = max(size, 1)
-        self.rank = min(max(rank, 0), self.size - 1)
+        with self._lock:
+            self.size = max(size, 1)
+            self.rank = min(max(rank, 0), self.size - 1)
 
-    def heard(self, queue: str, *, count: int, nonce: int | None) -> bool:
+    def heard(self, queue: str, *, count: int, nonce: int | None) -> float | None:
         """A wake-up for ``count`` jobs of ``queue`` (``count`` 0 or no ``nonce``: unknown,
-        every worker looks). True: claim now. Otherwise a claim may have been scheduled
-        (:meth:`next_at`), or the wake-up is left to others."""
-        if nonce is None or count <= 0 or count >= self.size:
-            return True
-        tier = ((self.rank + _mix(nonce)) % self.size) // count
-        if tier == 0:
-            self._owe(queue, nonce)
-            return True
-        if tier <= self.tiers:
-            self._pending[nonce] = (queue, self.clock() + tier * self.tier_seconds)
-        return False
+        every worker looks). Returns 0.0: claim now; a number of seconds: a claim is scheduled
+        then (:meth:`next_at`) unless another worker takes it first; None: left to others."""
+        if nonce is None or count <= 0:
+            return 0.0
+        with self._lock:
+            if count >= self.size:
+                return 0.0
+            tier = ((self.rank + _mix(nonce)) % self.size) // count
+            if tier == 0:
+                self._owe(queue, nonce)
+                return 0.0
+            if tier > self.tiers:
+                return None
+            delay = tier * self.tier_seconds
+            self._pending[nonce] = (queue, self.clock() + delay)
+            return delay
 
     def taken(self, nonce: int) -> None:
         """A worker claimed for wake-up ``nonce``: no staggered claim for it here."""
-        self._pending.pop(nonce, None)
+        with self._lock:
+            self._pending.pop(nonce, None)
 
     def next_at(self) -> float | None:
         """When the next staggered claim is due (None: none is scheduled)."""
-        if not self._pending:
-            return None
-        return min(at for _, at in self._pending.values())
+        with self._lock:
+            if not self._pending:
+                return None
+            return min(at for _, at in self._pending.values())
 
     def due(self) -> list[int]:
         """The wake-ups whose staggered claim has come due (each then owed a taken notice):
         claim now if any."""
         now = self.clock()
-        came = [nonce for nonce, (_, at) in self._pending.items() if at <= now]
-        for nonce in came:
-            queue, _ = self._pending.pop(nonce)
-            self._owe(queue, nonce)
+        with self._lock:
+            came = [nonce for nonce, (_, at) in self._pending.items() if at <= now]
+            for nonce in came:
+                queue, _ = self._pending.pop(nonce)
+                self._owe(queue, nonce)
         return came
 
     def claimed(self) -> list[tuple[str, int]]:
         """A claim ran: the ``(queue, nonce)`` wake-ups to announce as taken (and forget)."""
-        owed = list(self._owed)
-        self._owed.clear()
+        with self._lock:
+            owed = list(self._owed)
+            self._owed.clear()
         return owed
 
     def poll_seconds(self) -> float:
         """How long until this worker's next idle poll: ``poll_interval`` in a fleet of up to
         ``polls`` workers, else stretched by ``size / polls`` and jittered (x0.5 to x1.5), so
         that the fleet together polls about ``polls`` times per ``poll_interval``."""
-        if self.size <= self.polls:
+        size = self.size
+        if size <= self.polls:
             return self.poll_interval
-        stretched = self.poll_interval * self.size / self.polls
+        stretched = self.poll_interval * size / self.polls
         return stretched * (0.5 + self.random_fraction())
 
     def _owe(self, queue: str, nonce: int) -> None:
+        # The caller holds _lock.
         self._owed[(queue, nonce)] = None
         while len(self._owed) > _OWED_MAX:
             del self._owed[next(iter(self._owed))]

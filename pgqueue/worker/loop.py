@@ -24,7 +24,7 @@ from queue import Empty, SimpleQueue
 from typing import TYPE_CHECKING, Any
 
 from pgqueue.execution import JobContext, Outcome
-from pgqueue.notifications import ENQUEUED_CHANNEL, Enqueued, parse_enqueued, taken_payload
+from pgqueue.notifications import ENQUEUED_CHANNEL, parse_enqueued, taken_payload
 from pgqueue.worker.executor import Executor
 from pgqueue.worker.fleet import FleetWakes
 from pgqueue.worker.ledger import Claimed, Ledger
@@ -59,13 +59,9 @@ class _Stop:
     force: bool
 
 
-@dataclass(frozen=True, slots=True)
-class _Roster:
-    rank: int
-    size: int
-
-
 _WAKE = object()
+# A staggered claim was scheduled: the loop's sleep may have to end sooner.
+_NUDGE = object()
 
 
 class WorkerLoop:
@@ -134,17 +130,25 @@ class WorkerLoop:
         self.inbox.put(_Done(job, outcome))
 
     def _on_enqueued(self, payload: str) -> None:
+        # On the LISTEN thread, for every enqueue anywhere: a worker the wake-up does not
+        # choose leaves its loop thread asleep (pgqueue/worker/fleet.py).
         heard = parse_enqueued(payload)
         queue_name = heard.queue
         # "" comes from queue.retry(), which does not say which queue it re-queued into.
-        if self.config.queues is None or queue_name in self.config.queues or not queue_name:
-            if heard.nonce is None:
-                self.wake()
-            else:
-                self.inbox.put(heard)
+        if self.config.queues is not None and queue_name and queue_name not in self.config.queues:
+            return
+        if heard.taken:
+            assert heard.nonce is not None
+            self.fleet.taken(heard.nonce)
+            return
+        delay = self.fleet.heard(queue_name, count=heard.count, nonce=heard.nonce)
+        if delay == 0.0:
+            self.wake()
+        elif delay is not None:
+            self.inbox.put(_NUDGE)
 
     def _on_roster(self, rank: int, size: int) -> None:
-        self.inbox.put(_Roster(rank, size))
+        self.fleet.roster(rank=rank, size=size)
 
     # -- the loop ------------------------------------------------------------------------------
 
@@ -251,17 +255,9 @@ class WorkerLoop:
                 # A job with a flow limit frees its key's slot: the next turn, which stores its
                 # outcome, can claim the key's next job in the same transaction.
                 self.planner.due = True
-        elif isinstance(message, Enqueued):
-            if message.taken:
-                assert message.nonce is not None
-                self.fleet.taken(message.nonce)
-            elif self.fleet.heard(message.queue, count=message.count, nonce=message.nonce):
-                self._woken()
         elif message is _WAKE:
             self._wake_posted = False
             self._woken()
-        elif isinstance(message, _Roster):
-            self.fleet.roster(rank=message.rank, size=message.size)
         elif isinstance(message, _Stop):
             running = len(self.ledger.running())
             if message.force:

@@ -123,11 +123,11 @@ def record(worker: pgqueue.Worker, claimers: dict[int, set[str]]) -> None:
     fleet = worker._loop.fleet
     heard, due = fleet.heard, fleet.due
 
-    def heard_and_noted(queue: str, *, count: int, nonce: int | None) -> bool:
-        claims = heard(queue, count=count, nonce=nonce)
-        if claims and nonce is not None:
+    def heard_and_noted(queue: str, *, count: int, nonce: int | None) -> float | None:
+        delay = heard(queue, count=count, nonce=nonce)
+        if delay == 0 and nonce is not None:
             claimers[nonce].add(worker.id)
-        return claims
+        return delay
 
     def due_and_noted() -> list[int]:
         came = due()

@@ -34,12 +34,12 @@ def fleet_of(size: int, clock: FakeClock, *, fraction: float = 0.5) -> list[Flee
 
 def hear(fleet: list[FleetWakes], count: int, nonce: int) -> list[int]:
     """The ranks that claim at once."""
-    return [rank for rank, w in enumerate(fleet) if w.heard("q", count=count, nonce=nonce)]
+    return [rank for rank, w in enumerate(fleet) if w.heard("q", count=count, nonce=nonce) == 0]
 
 
 def test_a_lone_worker_claims_on_every_wake_up_and_polls_as_configured(clock: FakeClock) -> None:
     wakes = FleetWakes(poll_interval=1.0, clock=clock)
-    assert wakes.heard("q", count=1, nonce=7)
+    assert wakes.heard("q", count=1, nonce=7) == 0
     assert wakes.next_at() is None
     assert wakes.poll_seconds() == 1.0
     assert wakes.claimed() == []  # nobody else to tell
@@ -65,7 +65,7 @@ def test_more_jobs_than_workers_wake_everyone(clock: FakeClock) -> None:
 def test_an_unknown_count_wakes_everyone(clock: FakeClock) -> None:
     fleet = fleet_of(10, clock)
     assert len(hear(fleet, 0, 5)) == 10
-    assert len([w for w in fleet if w.heard("q", count=1, nonce=None)]) == 10
+    assert len([w for w in fleet if w.heard("q", count=1, nonce=None) == 0]) == 10
 
 
 def test_the_chosen_worker_rotates_with_the_nonce(clock: FakeClock) -> None:
@@ -77,8 +77,16 @@ def test_the_chosen_worker_rotates_with_the_nonce(clock: FakeClock) -> None:
 
 def test_backups_claim_a_tier_apart_unless_the_chosen_says_it_claimed(clock: FakeClock) -> None:
     fleet = fleet_of(200, clock)
-    [chosen] = hear(fleet, 1, 77)
-    scheduled = sorted(w.next_at() - clock.now for w in fleet if w.next_at() is not None)  # type: ignore[operator]
+    delays = [w.heard("q", count=1, nonce=77) for w in fleet]
+    [chosen] = [rank for rank, delay in enumerate(delays) if delay == 0]
+    assert sorted(d for d in delays if d) == pytest.approx(
+        sorted(
+            w.next_at() - clock.now  # type: ignore[operator]
+            for w in fleet
+            if w.next_at() is not None
+        )
+    )
+    scheduled = sorted(d for d in delays if d)
     # One backup per tier, TIER_SECONDS apart; the rest leave it to the fleet's poll.
     assert scheduled == pytest.approx([TIER_SECONDS * t for t in range(1, BACKUP_TIERS + 1)])
     # The chosen one owes the others a notice once it has claimed.
