@@ -212,7 +212,7 @@ class WorkerPresence:
         )
         with self._connect(None) as conn:
             row = conn.execute(statement).one()
-        # Not written yet (the registration failed): count this worker in, last.
+        # Not written yet (the registration failed): count this worker in all the same.
         size = int(row.size) + (0 if row.present else 1)
         callback(int(row.rank), size)
 
