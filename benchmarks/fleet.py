@@ -10,7 +10,9 @@ costs and how it answers one job:
 - the claim statements the server ran (``pg_stat_statements``: statements with ``SKIP LOCKED``)
   per second while idle, and per lone job enqueued (idle ones subtracted): the herd, when every
   listener claims on every NOTIFY;
-- the pickup latency of a lone job (enqueue to handler start), p50 and p95.
+- the pickup latency of a lone job (enqueue to handler start), p50 and p95;
+- the CPU the whole fleet (workers + server) spends per lone job beyond its idle rate: every
+  listener receives every NOTIFY, woken or not.
 
 The server is this benchmark's own (``pg_stat_statements`` preloaded, ``max_connections``
 raised); it keeps default durability unless ``--no-durability``.
@@ -92,6 +94,7 @@ def _measure(
             samples = 10 if quick else 40
             pickups: list[float] = []
             claims_before = scalar(queue, _CLAIMS)
+            cpu_before = cpu_snapshot(pids)
             measured_from = time.monotonic()
             for _ in range(samples):
                 enqueued = time.time()
@@ -105,6 +108,7 @@ def _measure(
                 time.sleep(0.5)  # let every woken worker go idle again before the next one
             spent = time.monotonic() - measured_from
             claims = scalar(queue, _CLAIMS) - claims_before - idle_claims * spent
+            job_cpu = cpu_used(cpu_before, cpu_snapshot(pids)) - idle_cores * spent
     finally:
         stop(processes)
     rows = [
@@ -115,6 +119,7 @@ def _measure(
         ("claim statements per lone job", claims / samples, "stmts"),
         ("pickup p50", percentile(pickups, 0.5) * 1000, "ms"),
         ("pickup p95", percentile(pickups, 0.95) * 1000, "ms"),
+        ("fleet CPU per lone job", job_cpu / samples * 1000, "ms"),
     ]
     return [
         Figure(NAME, "postgresql", f"{path}: {metric}", value, unit, label, load)

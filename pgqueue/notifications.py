@@ -8,6 +8,7 @@ the rows themselves, and their polls remain for whatever a wake-up misses.
 
 from __future__ import annotations
 
+import random
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from typing import Any, Protocol, runtime_checkable
@@ -18,17 +19,96 @@ __all__ = [
     "CHANNELS",
     "ENQUEUED_CHANNEL",
     "FINISHED_CHANNEL",
+    "WAKE_SEPARATOR",
+    "Enqueued",
     "Session",
     "WakeUps",
+    "enqueued_payload",
     "finished_payload",
+    "parse_enqueued",
     "session_of",
+    "taken_payload",
 ]
 
-#: Payload: the queue name. Sent by every enqueue that queued a job.
+#: Payload: ``"<queue>\x1f<count>\x1f<nonce>"`` (see enqueued_payload), or the bare queue name
+#: (an unknown number of jobs: every worker looks). Sent by every enqueue that queued a job;
+#: workers also send ``"<queue>\x1ftaken\x1f<nonce>"`` here once they claimed for a wake-up.
 ENQUEUED_CHANNEL = "pgqueue_enqueued"
+#: Between the fields of an ENQUEUED_CHANNEL payload (a queue name may hold anything but NUL;
+#: the fields are read from the right, so even this one in a queue name parses right).
+WAKE_SEPARATOR = "\x1f"
+_TAKEN = "taken"
 #: Payload: ``"<state>:<job id>"`` (see finished_payload). Sent with a completion or final failure.
 FINISHED_CHANNEL = "pgqueue_finished"
 CHANNELS = (ENQUEUED_CHANNEL, FINISHED_CHANNEL)
+
+
+def enqueued_payload(queue: str, count: int = 1, nonce: int | None = None) -> str:
+    """The ENQUEUED_CHANNEL payload announcing ``count`` jobs (0: unknown) queued in ``queue``;
+    ``nonce`` (default: a random one) lets the fleet agree on who claims (pgqueue/worker/fleet.py).
+    Identical payloads in one transaction reach listeners once, so a transaction announcing one
+    queue's jobs should send one payload with their count.
+
+    Example::
+
+        backend.notify(conn, ENQUEUED_CHANNEL, enqueued_payload("emails", 3))
+    """
+    if nonce is None:
+        nonce = random.getrandbits(63)
+    return f"{queue}{WAKE_SEPARATOR}{max(count, 0)}{WAKE_SEPARATOR}{nonce}"
+
+
+def taken_payload(queue: str, nonce: int) -> str:
+    """The ENQUEUED_CHANNEL payload of a worker that claimed for wake-up ``nonce`` of ``queue``:
+    the others' staggered claims for it are not needed."""
+    return f"{queue}{WAKE_SEPARATOR}{_TAKEN}{WAKE_SEPARATOR}{nonce}"
+
+
+class Enqueued:
+    """A parsed ENQUEUED_CHANNEL payload: a wake-up for ``count`` jobs of ``queue`` (0 and
+    ``nonce`` None: unknown, every worker looks), or with ``taken`` a worker's notice that it
+    claimed for wake-up ``nonce``. ``queue`` "" is any queue (a retry that does not say).
+
+    Example::
+
+        parse_enqueued("emails")     # Enqueued(queue="emails", count=0, nonce=None)
+    """
+
+    __slots__ = ("count", "nonce", "queue", "taken")
+
+    def __init__(self, queue: str, count: int, nonce: int | None, taken: bool = False) -> None:
+        self.queue = queue
+        self.count = count
+        self.nonce = nonce
+        self.taken = taken
+
+    def __repr__(self) -> str:
+        return (
+            f"Enqueued(queue={self.queue!r}, count={self.count}, nonce={self.nonce}"
+            f"{', taken=True' if self.taken else ''})"
+        )
+
+
+def parse_enqueued(payload: str) -> Enqueued:
+    """Read an ENQUEUED_CHANNEL payload (see :func:`enqueued_payload`); anything else is a
+    bare queue name from an older producer: an unknown number of jobs.
+
+    Example::
+
+        parse_enqueued(enqueued_payload("emails", 2, nonce=7))   # count=2, nonce=7
+    """
+    if WAKE_SEPARATOR in payload:
+        parts = payload.rsplit(WAKE_SEPARATOR, 2)
+        if len(parts) == 3:
+            queue, count, nonce = parts
+            try:
+                number = int(nonce)
+                if count == _TAKEN:
+                    return Enqueued(queue, 0, number, taken=True)
+                return Enqueued(queue, max(int(count), 0), number)
+            except ValueError:
+                pass
+    return Enqueued(payload, 0, None)
 
 
 def finished_payload(state: str, job_id: str) -> str:

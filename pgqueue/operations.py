@@ -28,7 +28,6 @@ from pgqueue.config import DEFAULT_WORKER_TTL, STALLED_ERROR_TYPE
 from pgqueue.errors import ConfigError
 from pgqueue.job import CLAIMABLE_STATES, FINISHED_STATES, JobState, JobStatus
 from pgqueue.limits.stats import held_back
-from pgqueue.notifications import ENQUEUED_CHANNEL
 from pgqueue.workflow import dependencies
 
 if TYPE_CHECKING:
@@ -256,7 +255,7 @@ def retry_failed(
             clock = queue.db.backend.clock(now)
             moved = len(dependencies.retry(conn, queue.db.backend, ids, clock).moved)
             if moved:
-                queue.db.backend.notify(conn, ENQUEUED_CHANNEL, queue_name or "")
+                queue.db.backend.notify_enqueued(conn, queue_name or "", moved)
         after = ids[-1]
         total += moved
         if progress is not None:

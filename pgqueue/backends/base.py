@@ -160,6 +160,13 @@ class Backend(EnqueuePort, Protocol):
         """Send one wake-up per payload inside the caller's transaction, in one round trip."""
         ...
 
+    def notify_enqueued(self, connection: Connection, queue: str, count: int) -> None:
+        """Announce ``count`` jobs queued in ``queue`` (\"\": any queue) on ENQUEUED_CHANNEL,
+        inside the caller's transaction, with a nonce the transaction's every announcement
+        shares (``notifications.enqueued_payload``; PostgreSQL: its transaction id), so the
+        same announcement twice in one transaction reaches listeners once."""
+        ...
+
     def complete(
         self, connection: Connection, jobs: Sequence[Completion], clock: Clock
     ) -> dict[str, bool]:

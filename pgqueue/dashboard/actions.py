@@ -24,7 +24,6 @@ from pgqueue.dashboard import queries
 from pgqueue.dashboard.queries import JobFilter
 from pgqueue.errors import ConfigError
 from pgqueue.job import FINISHED_STATES, JobState
-from pgqueue.notifications import ENQUEUED_CHANNEL
 from pgqueue.operations import DEFAULT_BATCH_SIZE
 from pgqueue.workflow import dependencies
 
@@ -152,7 +151,7 @@ def apply(
                 clock = queue.backend.clock(now)
                 moved = len(dependencies.retry(conn, queue.backend, chunk, clock).moved)
                 if moved:
-                    queue.backend.notify(conn, ENQUEUED_CHANNEL, "")
+                    queue.backend.notify_enqueued(conn, "", moved)
                 done += moved
             else:
                 for state in FINISHED_STATES:

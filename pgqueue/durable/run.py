@@ -23,7 +23,6 @@ from pgqueue import serde
 from pgqueue.backends.types import UTCDateTime
 from pgqueue.durable import statements
 from pgqueue.errors import ConfigError, NonDeterminismError, PgQueueError, WaitTimeout
-from pgqueue.notifications import ENQUEUED_CHANNEL
 
 if TYPE_CHECKING:
     from pgqueue._database import Database
@@ -349,7 +348,7 @@ class DurableRun:
         if row is None:
             return False
         if row[2]:
-            backend.notify(conn, ENQUEUED_CHANNEL, row.queue)
+            backend.notify_enqueued(conn, row.queue, 1)
         return True
 
     def _park(self, write: Callable[[Connection], bool]) -> NoReturn:

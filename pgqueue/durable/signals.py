@@ -20,7 +20,6 @@ from sqlalchemy import Connection
 from pgqueue import serde
 from pgqueue.durable import statements
 from pgqueue.durable.run import check_key, key_lock
-from pgqueue.notifications import ENQUEUED_CHANNEL
 
 if TYPE_CHECKING:
     from pgqueue._database import Database
@@ -53,7 +52,7 @@ def send_event(
         queues = list(conn.scalars(statements.jobs_wake_waiters(key, clock)))
         for queue_name in sorted(set(queues)):
             # Same transaction: workers are woken by the commit, never by a rolled-back send.
-            backend.notify(conn, ENQUEUED_CHANNEL, queue_name)
+            backend.notify_enqueued(conn, queue_name, queues.count(queue_name))
     return len(queues)
 
 

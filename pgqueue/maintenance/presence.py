@@ -76,6 +76,9 @@ _RELOCK_FIRST_SECONDS = 0.05
 _KEY_ATTEMPTS = 8
 # How long a beat waits for a session that is reconnecting before writing the row without a key.
 _SESSION_WAIT_SECONDS = 0.5
+#: A worker counts in its fleet's roster while its last beat is at most this many of its
+#: beats old (a dead one drops out of the others' rosters within about that time).
+ROSTER_LIVE_BEATS = 3
 
 
 class WorkerPresence:
@@ -129,6 +132,10 @@ class WorkerPresence:
         # Set by stop(), and by the session when it loses or regains its connection: beat now.
         self._nudge = threading.Event()
         self._removers: list[Callable[[], None]] = []
+        self._every = 0.0
+        #: Called with ``(rank, size)`` after each beat: this worker's place among the live
+        #: workers serving the same queues (pgqueue/worker/fleet.py). None: not read.
+        self.on_roster: Callable[[int, int], None] | None = None
 
     def start(self, every: float) -> None:
         """Register now, then beat every ``every`` seconds on a thread of its own. A failure to
@@ -136,8 +143,10 @@ class WorkerPresence:
         worker's jobs. Idempotent."""
         if self._thread is not None:
             return
+        self._every = every
         try:
             self.register()
+            self.read_roster()
         except PgQueueError as exc:
             logger.warning("worker registration failed, retrying on the next beat: %s", exc)
         self._stopping.clear()
@@ -184,6 +193,28 @@ class WorkerPresence:
                 self.beat()
             except Exception as exc:
                 logger.warning("worker heartbeat to the registry failed: %s", exc)
+                continue
+            try:
+                self.read_roster()
+            except Exception as exc:
+                logger.debug("reading the fleet's roster failed: %s", exc)
+
+    def read_roster(self) -> None:
+        """Read this worker's place in its fleet and hand it to :attr:`on_roster` (if set)."""
+        callback = self.on_roster
+        if callback is None:
+            return
+        statement = statements.worker_roster(
+            self.worker_id,
+            self.queues,
+            live_within=max(self._every, 1.0) * ROSTER_LIVE_BEATS,
+            clock=self.db.backend.clock(),
+        )
+        with self._connect(None) as conn:
+            row = conn.execute(statement).one()
+        # Not written yet (the registration failed): count this worker in all the same.
+        size = int(row.size) + (0 if row.present else 1)
+        callback(int(row.rank), size)
 
     def _lock_lost(self) -> bool:
         return self.crash_detection and self.lock_key is None

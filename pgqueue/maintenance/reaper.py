@@ -37,7 +37,7 @@ from pgqueue.maintenance.leadership import (
     check_lock_namespace,
 )
 from pgqueue.maintenance.service import MaintenanceService, check_interval
-from pgqueue.notifications import ENQUEUED_CHANNEL, FINISHED_CHANNEL, finished_payload
+from pgqueue.notifications import FINISHED_CHANNEL, finished_payload
 from pgqueue.retries import DEFAULT_RETRY
 from pgqueue.workflow import dependencies
 
@@ -328,7 +328,7 @@ class Reaper(MaintenanceService):
         if retry_in is None:
             backend.notify(conn, FINISHED_CHANNEL, finished_payload(JobState.FAILED, row["id"]))
         else:
-            backend.notify(conn, ENQUEUED_CHANNEL, row["queue"])
+            backend.notify_enqueued(conn, row["queue"], 1)
         return StalledJob(
             id=row["id"],
             task=row["task"],

@@ -111,8 +111,10 @@ class MaintenanceService(abc.ABC):
         self._scheduler: BackgroundScheduler | None = None
         self._state_lock = threading.Lock()
         self._leader = False
-        # When the last tick asked for the next one (wake_delay), until it is scheduled.
+        # When the last tick asked for the next one (wake_delay), until it is scheduled; with
+        # _postpone, a follower's next attempt at leadership, later than the interval.
         self._wake_at: datetime | None = None
+        self._postpone = False
 
     @property
     def is_leader(self) -> bool:
@@ -122,7 +124,9 @@ class MaintenanceService(abc.ABC):
     @property
     def lease_interval(self) -> float:
         """The interval this service counts for in the shared leadership's TTL (the TTL is a
-        few of the shortest): its ``interval`` unless the service says otherwise."""
+        few of the shortest), and how often it asks for leadership while it does not lead: its
+        ``interval`` unless the service says otherwise (the vacuum looks every second when it
+        leads, but a fleet of followers asking every second is a fleet-wide herd of its own)."""
         return self.interval
 
     @property
@@ -201,6 +205,10 @@ class MaintenanceService(abc.ABC):
             self._report(exc)
         self._set_leader(leader)
         if not leader:
+            follow = self.lease_interval
+            if follow > self.interval:
+                self._wake_at = datetime.now(UTC) + timedelta(seconds=follow)
+                self._postpone = True
             return None
         try:
             result = self.run_once(now)
@@ -220,12 +228,17 @@ class MaintenanceService(abc.ABC):
 
     def _after_tick(self, event: JobExecutionEvent) -> None:
         wake_at, self._wake_at = self._wake_at, None
+        postpone, self._postpone = self._postpone, False
         scheduler = self._scheduler
         if wake_at is None or scheduler is None or event.job_id != self.service_name:
             return
         try:
             job = scheduler.get_job(self.service_name)
-            if job is not None and job.next_run_time is not None and wake_at < job.next_run_time:
+            if (
+                job is not None
+                and job.next_run_time is not None
+                and (wake_at > job.next_run_time if postpone else wake_at < job.next_run_time)
+            ):
                 scheduler.modify_job(self.service_name, next_run_time=wake_at)
         except Exception:
             # Stopped meanwhile: the interval (or nothing) is what is left.

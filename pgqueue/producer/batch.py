@@ -25,7 +25,6 @@ from pgqueue import config, serde, tracing
 from pgqueue.backends.enqueue_port import shared_fields
 from pgqueue.errors import ConfigError
 from pgqueue.job import EnqueueResult
-from pgqueue.notifications import ENQUEUED_CHANNEL
 from pgqueue.producer import options as _options
 from pgqueue.producer.paths import EnqueuePath, plan_enqueue
 from pgqueue.producer.spec import JobSpec
@@ -149,7 +148,7 @@ def enqueue_batch(
             missing = [i for i in ids if i not in queued] if len(queued) < len(ids) else []
             existing = producer.inserter.outcomes(conn, missing) if missing else {}
             if queued:
-                backend.notify(conn, ENQUEUED_CHANNEL, merged["queue"])
+                backend.notify_enqueued(conn, merged["queue"], len(queued))
     return _counted(len(queued), existing)
 
 

@@ -200,7 +200,7 @@ def _fresh_documents(
         missing = [job_id for job_id in ids if job_id not in queued]
         outcomes = producer.inserter.outcomes(conn, missing)
         if queued:
-            backend.notify(conn, ENQUEUED_CHANNEL, shared["queue"])
+            backend.notify_enqueued(conn, shared["queue"], len(queued))
     return _results(ids, queued, outcomes)
 
 

@@ -8,6 +8,7 @@ statement that commits itself) and :meth:`Inserter.insert_new` (fresh ids, strea
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
@@ -98,8 +99,9 @@ class Inserter:
         settled = queued | set(holders)
         outcomes = {**self.outcomes(conn, [i for i in unique if i not in settled]), **holders}
         woken = {row["id"] for row in unique.values()} & (queued | set(holders))
-        for queue_name in {row["queue"] for row in unique.values() if row["id"] in woken}:
-            self.backend.notify(conn, ENQUEUED_CHANNEL, queue_name)
+        counts = Counter(row["queue"] for row in unique.values() if row["id"] in woken)
+        for queue_name, count in counts.items():
+            self.backend.notify_enqueued(conn, queue_name, count)
         return results(rows, queued, outcomes)
 
     def insert_committed(self, rows: list[dict[str, Any]]) -> list[EnqueueResult]:
@@ -128,22 +130,21 @@ class Inserter:
         lock order to keep), taking the rows from an iterator as the backend writes them."""
         clock = self.backend.clock()
         ids: list[str] = []
-        queues: set[str] = set()
+        queues: dict[str, str] = {}
 
         def prepared() -> Iterator[dict[str, Any]]:
             for row in rows:
                 if clock.fixed is not None:
                     row["run_at"] = clock.due(row["run_at"], row["delay"])
                 ids.append(row["id"])
-                queues.add(row["queue"])
+                queues[row["id"]] = row["queue"]
                 yield row
 
         queued = set(self.backend.enqueue_rows(conn, prepared(), clock))
         # Only a generated id that met an existing row lands here: practically never.
         outcomes = self.outcomes(conn, [job_id for job_id in ids if job_id not in queued])
-        if queued:
-            for queue_name in queues:
-                self.backend.notify(conn, ENQUEUED_CHANNEL, queue_name)
+        for queue_name, count in Counter(queues[job_id] for job_id in queued).items():
+            self.backend.notify_enqueued(conn, queue_name, count)
         return [
             EnqueueResult(id=job_id, status="queued") if job_id in queued else outcomes[job_id]
             for job_id in ids

@@ -16,7 +16,7 @@ from pgqueue import statements
 from pgqueue._database import Database
 from pgqueue._rows import status_from_row, stored
 from pgqueue.job import CancelResult, JobState, JobStatus
-from pgqueue.notifications import ENQUEUED_CHANNEL, FINISHED_CHANNEL, finished_payload
+from pgqueue.notifications import FINISHED_CHANNEL, finished_payload
 from pgqueue.schema import JOBS
 from pgqueue.serde import Serializer
 from pgqueue.workflow import dependencies
@@ -76,5 +76,5 @@ def retry(
     with database.connect(connection=connection) as conn:
         retried = dependencies.retry(conn, database.backend, [job_id], database.clock(now))
         if retried.moved:
-            database.backend.notify(conn, ENQUEUED_CHANNEL, "")
+            database.backend.notify_enqueued(conn, "", 1)
     return bool(retried.moved)

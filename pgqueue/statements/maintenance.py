@@ -58,6 +58,7 @@ __all__ = [
     "worker_delete",
     "worker_list",
     "worker_prune",
+    "worker_roster",
     "worker_upsert",
 ]
 
@@ -329,6 +330,25 @@ def worker_prune(older_than: float, clock: Clock) -> Delete:
     A live but silent worker loses nothing: its next heartbeat registers it again.
     """
     return delete(WORKERS).where(WORKERS.c.last_beat_at < clock.after(-older_than))
+
+
+def worker_roster(
+    worker_id: str, queues: Sequence[str] | None, live_within: float, clock: Clock
+) -> Select[int, int, int]:
+    """One row: how many workers serving exactly ``queues`` (None: every queue) beat within
+    ``live_within`` seconds (``size``), how many of them have an id below ``worker_id``
+    (``rank``), and whether ``worker_id`` is among them (``present``): a worker's place in
+    its fleet (pgqueue/worker/fleet.py)."""
+    same = (
+        WORKERS.c.queues.is_(None)
+        if queues is None
+        else WORKERS.c.queues == literal(list(queues), WORKERS.c.queues.type)
+    )
+    return select(
+        func.count().label("size"),
+        func.count().filter(WORKERS.c.id < worker_id).label("rank"),
+        func.count().filter(WORKERS.c.id == worker_id).label("present"),
+    ).where(same, WORKERS.c.last_beat_at >= clock.after(-live_within))
 
 
 def worker_list() -> Select[Any]:

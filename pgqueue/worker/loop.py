@@ -24,8 +24,9 @@ from queue import Empty, SimpleQueue
 from typing import TYPE_CHECKING, Any
 
 from pgqueue.execution import JobContext, Outcome
-from pgqueue.notifications import ENQUEUED_CHANNEL
+from pgqueue.notifications import ENQUEUED_CHANNEL, parse_enqueued, taken_payload
 from pgqueue.worker.executor import Executor
+from pgqueue.worker.fleet import FleetWakes
 from pgqueue.worker.ledger import Claimed, Ledger
 from pgqueue.worker.planner import Turn, TurnPlanner
 from pgqueue.worker.services import EmbeddedServices
@@ -59,6 +60,8 @@ class _Stop:
 
 
 _WAKE = object()
+# A staggered claim was scheduled: the loop's sleep may have to end sooner.
+_NUDGE = object()
 
 
 class WorkerLoop:
@@ -98,6 +101,10 @@ class WorkerLoop:
         self.planner = TurnPlanner(
             heartbeat=config.heartbeat, poll_interval=poll_interval, clock=clock
         )
+        # Who of the fleet claims on a wake-up, and how often this worker polls: as a lone
+        # worker until the registry says otherwise (only where wake-ups carry payloads).
+        self.fleet = FleetWakes(poll_interval=poll_interval, clock=clock)
+        self.planner.poll_seconds = self.fleet.poll_seconds
         self.burst = False
         #: Claim only among these ids, once (``Worker.run_jobs``); None: any due job.
         self.only: list[str] | None = None
@@ -124,10 +131,26 @@ class WorkerLoop:
     def _deliver(self, job: Claimed, outcome: Outcome) -> None:
         self.inbox.put(_Done(job, outcome))
 
-    def _on_enqueued(self, queue_name: str) -> None:
+    def _on_enqueued(self, payload: str) -> None:
+        # On the LISTEN thread, for every enqueue anywhere: a worker the wake-up does not
+        # choose leaves its loop thread asleep (pgqueue/worker/fleet.py).
+        heard = parse_enqueued(payload)
+        queue_name = heard.queue
         # "" comes from queue.retry(), which does not say which queue it re-queued into.
-        if self.config.queues is None or queue_name in self.config.queues or not queue_name:
+        if self.config.queues is not None and queue_name and queue_name not in self.config.queues:
+            return
+        if heard.taken:
+            assert heard.nonce is not None
+            self.fleet.taken(heard.nonce)
+            return
+        delay = self.fleet.heard(queue_name, count=heard.count, nonce=heard.nonce)
+        if delay == 0.0:
             self.wake()
+        elif delay is not None:
+            self.inbox.put(_NUDGE)
+
+    def _on_roster(self, rank: int, size: int) -> None:
+        self.fleet.roster(rank=rank, size=size)
 
     # -- the loop ------------------------------------------------------------------------------
 
@@ -145,6 +168,9 @@ class WorkerLoop:
         )
         try:
             self.executor.start()
+            if self.services.session is not None and self.queue.db.listener is not None:
+                # Wake-ups with payloads: the fleet's roster, read on every registry beat.
+                self.services.presence.on_roster = self._on_roster
             self.services.start()
             self._subscribe()
             # A stop() that came before the first turn is honoured before anything is claimed.
@@ -155,6 +181,8 @@ class WorkerLoop:
                     self.ledger.count("timed_out")
                 if self.forced or self._finished():
                     break
+                if self.fleet.due():
+                    self._woken()
                 self._turn()
                 self._receive(0.0 if self.forced or self._finished() else self._wait_seconds())
             if not self.forced:
@@ -186,12 +214,21 @@ class WorkerLoop:
         return self.planner.finished(active=bool(self.ledger.active), burst=self.burst)
 
     def _wait_seconds(self) -> float | None:
-        return self.planner.wait_seconds(
+        wait = self.planner.wait_seconds(
             pending=bool(self.ledger.pending),
             free_slots=self._free_slots(),
             holding=any(not job.decided for job in self.ledger.active.values()),
             next_deadline=self.executor.next_deadline(),
         )
+        staggered = self.fleet.next_at()
+        if staggered is None:
+            return wait
+        until = max(staggered - self.planner.now(), 0.0)
+        return until if wait is None else min(wait, until)
+
+    def _woken(self) -> None:
+        self.planner.due = True
+        self.store.woken()
 
     def _receive(self, timeout: float | None) -> None:
         try:
@@ -222,8 +259,7 @@ class WorkerLoop:
                 self.planner.due = True
         elif message is _WAKE:
             self._wake_posted = False
-            self.planner.due = True
-            self.store.woken()
+            self._woken()
         elif isinstance(message, _Stop):
             running = len(self.ledger.running())
             if message.force:
@@ -289,6 +325,20 @@ class WorkerLoop:
                     self.ledger.lose(job)
         if rows:
             self._dispatch(rows, lock_token)
+        if claiming:
+            self._announce_taken()
+
+    def _announce_taken(self) -> None:
+        """Tell the fleet which wake-ups this claim answered: their staggered claims elsewhere
+        are not needed (pgqueue/worker/fleet.py)."""
+        owed = self.fleet.claimed()
+        if not owed:
+            return
+        try:
+            self.store.announce(ENQUEUED_CHANNEL, [taken_payload(q, nonce) for q, nonce in owed])
+        except Exception as exc:
+            # Only a saving: the others' staggered claims then find the job taken.
+            logger.debug("announcing a claim failed worker_id=%s: %s", self.id, exc)
 
     def _failed(self, turn: Turn, pending: list[tuple[Claimed, Outcome]], exc: Exception) -> None:
         # The same outcomes again, as the handlers left them, after whatever failed.

@@ -49,6 +49,9 @@ class TurnPlanner:
     ) -> None:
         self.heartbeat = heartbeat
         self.poll_interval = poll_interval
+        #: The time from a claim to the next idle poll (the loop hands it the fleet's share:
+        #: pgqueue/worker/fleet.py); by default ``poll_interval``.
+        self.poll_seconds: Callable[[], float] = lambda: self.poll_interval
         self.clock = clock
         #: Due jobs may be waiting (a NOTIFY came, a full batch was claimed, the poll is due).
         self.due = True
@@ -105,7 +108,7 @@ class TurnPlanner:
             if not was_holding:
                 # The first jobs after an idle spell: their claim is their first lease.
                 self.next_beat = turn.at + self.heartbeat
-            self.next_poll = turn.at + self.poll_interval
+            self.next_poll = turn.at + self.poll_seconds()
             # A full batch suggests more is waiting; a short one that the queue is drained.
             self.due = self.due or claimed >= turn.claim
 

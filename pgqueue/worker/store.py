@@ -120,6 +120,12 @@ class JobStore:
             finally:
                 self._single_statement = False
 
+    def announce(self, channel: str, payloads: Sequence[str]) -> None:
+        """Send ``payloads`` on ``channel`` now, in one statement that commits itself where the
+        backend can (as :meth:`claim_only`): a worker's *taken* notices after a claim."""
+        with self.claim_only() as connection:
+            self.backend.notify_many(connection, channel, payloads)
+
     def woken(self) -> None:
         """Jobs were enqueued: the next claim runs every claim statement again, and looks for
         every fairness key (a new one competes from its first claim)."""

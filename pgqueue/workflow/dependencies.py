@@ -14,6 +14,7 @@ Example::
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -24,7 +25,7 @@ from pgqueue import config
 from pgqueue.backends import Backend, Clock
 from pgqueue.errors import ConfigError
 from pgqueue.job import FINISHED_STATES, JobState
-from pgqueue.notifications import ENQUEUED_CHANNEL, FINISHED_CHANNEL, finished_payload
+from pgqueue.notifications import FINISHED_CHANNEL, finished_payload
 from pgqueue.schema import DEPENDENCIES
 from pgqueue.statements import job_retry_many
 from pgqueue.workflow import statements
@@ -265,8 +266,9 @@ def _resolve(conn: Connection, backend: Backend, ids: list[str], clock: Clock) -
             if cancelled
             else []
         )
-    for queue_name in sorted({q for _, q in settled.released}):
-        backend.notify(conn, ENQUEUED_CHANNEL, queue_name)
+    woken = Counter(q for _, q in settled.released)
+    for queue_name in sorted(woken):
+        backend.notify_enqueued(conn, queue_name, woken[queue_name])
     backend.notify_many(
         conn,
         FINISHED_CHANNEL,

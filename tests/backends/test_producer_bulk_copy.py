@@ -19,7 +19,7 @@ from test_producer_idle_connection import _terminate_others
 import pgqueue
 from pgqueue.backends.base import Clock
 from pgqueue.backends.postgres import copy_enqueue
-from pgqueue.notifications import ENQUEUED_CHANNEL
+from pgqueue.notifications import ENQUEUED_CHANNEL, parse_enqueued
 from pgqueue.producer import bulk as _bulk
 
 pytestmark = pytest.mark.queue_options(allow_unknown_tasks=True)
@@ -171,8 +171,8 @@ def test_a_call_wakes_listeners_once_and_a_failed_one_not_at_all(queue: pgqueue.
         heard: list[str] = []
         # Notifications arrive in commit order: once the marker is in, the rest is too.
         for notice in listener.notifies(timeout=20):
-            heard.append(notice.payload)
-            if notice.payload == "marker":
+            heard.append(parse_enqueued(notice.payload).queue)
+            if heard[-1] == "marker":
                 break
     assert heard == ["bulk", "marker"]
 
@@ -277,8 +277,8 @@ def test_an_autocommit_engine_gets_its_jobs_and_one_wake_up(db_url: str) -> None
             queue.enqueue("t.any", queue="marker")
             heard = []
             for notice in listener.notifies(timeout=20):
-                heard.append(notice.payload)
-                if notice.payload == "marker":
+                heard.append(parse_enqueued(notice.payload).queue)
+                if heard[-1] == "marker":
                     break
         assert heard == ["auto", "marker"]
         assert [r.status for r in results] == ["queued"] * 7

@@ -14,7 +14,7 @@ from sqlalchemy import event
 import pgqueue
 from pgqueue.backends.postgres import backend as postgres
 from pgqueue.backends.postgres import enqueue_verbs, prepared
-from pgqueue.notifications import ENQUEUED_CHANNEL
+from pgqueue.notifications import ENQUEUED_CHANNEL, parse_enqueued
 
 pytestmark = [
     pytest.mark.postgres,
@@ -165,7 +165,7 @@ def test_the_one_statement_enqueue_wakes_listeners(queue: pgqueue.Queue) -> None
     heard: list[str] = []
     listener = queue.listener
     assert listener is not None
-    listener.subscribe(ENQUEUED_CHANNEL, heard.append)
+    listener.subscribe(ENQUEUED_CHANNEL, lambda payload: heard.append(queue_of(payload)))
     queue.enqueue("tasks.noop", queue="mail")
     wait_until(lambda: "mail" in heard, "the enqueue's notification")
 
@@ -174,10 +174,15 @@ def test_an_existing_id_sends_no_notification(queue: pgqueue.Queue) -> None:
     heard: list[str] = []
     listener = queue.listener
     assert listener is not None
-    listener.subscribe(ENQUEUED_CHANNEL, heard.append)
+    listener.subscribe(ENQUEUED_CHANNEL, lambda payload: heard.append(queue_of(payload)))
     queue.enqueue("tasks.noop", id="once", queue="first")
     wait_until(lambda: "first" in heard, "the first enqueue's notification")
     assert queue.enqueue("tasks.noop", id="once", queue="second").status == "duplicate"
     queue.enqueue("tasks.noop", queue="third")
     wait_until(lambda: "third" in heard, "the third enqueue's notification")
     assert "second" not in heard
+
+
+def queue_of(payload: str) -> str:
+    """The queue an enqueue's wake-up names (its payload also counts jobs: notifications.py)."""
+    return parse_enqueued(payload).queue

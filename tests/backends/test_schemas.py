@@ -26,6 +26,7 @@ from pgqueue.errors import ConfigError
 from pgqueue.job import JobState
 from pgqueue.maintenance.leadership import DEFAULT_LOCK_NAMESPACE, Leadership, leader_key
 from pgqueue.migrate import VERSION_TABLE
+from pgqueue.notifications import parse_enqueued
 from pgqueue.schema import METADATA
 
 
@@ -158,7 +159,7 @@ def test_wake_ups_stay_in_their_schema(pair: tuple[pgqueue.Queue, pgqueue.Queue]
     heard: list[str] = []
     listener = a.listener
     assert listener is not None
-    listener.subscribe("pgqueue_enqueued", heard.append)
+    listener.subscribe("pgqueue_enqueued", lambda payload: heard.append(queue_of(payload)))
     b.enqueue("tasks.any", args=[], queue="from-b")  # committed (and notified) first
     a.enqueue("tasks.any", args=[], queue="from-a")
     wait_until(lambda: heard, "a's wake-up")
@@ -243,3 +244,8 @@ def test_flask_config_names_the_schema(url: str) -> None:
 def test_a_module_queue_carries_its_own_schema(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["worker", "no_such_module", "--schema", "a"]) == 2
     assert "--schema does not apply here" in capsys.readouterr().err
+
+
+def queue_of(payload: str) -> str:
+    """The queue an enqueue's wake-up names (its payload also counts jobs: notifications.py)."""
+    return parse_enqueued(payload).queue

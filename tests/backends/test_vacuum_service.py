@@ -10,6 +10,7 @@ import logging
 import threading
 import uuid
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -369,3 +370,46 @@ def test_a_queue_in_a_schema_vacuums_its_own_jobs_table(
         assert read()[1] == 1
     finally:
         in_schema.close()
+
+
+class _Follower(Leadership):
+    """A leadership another process holds: every election fails; counts the attempts."""
+
+    def __init__(self, queue: pgqueue.Queue) -> None:
+        super().__init__(queue, "vacuum-follower-test")
+        self.attempts = 0
+
+    def _elect(self, now: Any) -> bool:
+        self.attempts += 1
+        return False
+
+    def _resign(self) -> None:
+        pass
+
+
+@POSTGRES_ONLY
+def test_a_follower_asks_for_leadership_every_lease_interval_not_every_look(
+    queue: pgqueue.Queue,
+) -> None:
+    # Issue 31: two hundred workers each asking every second made a herd of their own. The
+    # leader looks every second; a follower asks again only after the lease interval (10 s):
+    # its next tick, right after a failed election, is more than a second away.
+    leadership = _Follower(queue)
+    vacuum = Vacuumer(queue, interval=1, leadership=leadership)
+    vacuum.start()
+    try:
+        wait_until(lambda: leadership.attempts >= 1, "the first election")
+        wait_until(
+            lambda: seconds_to_next_tick(vacuum) > 5,
+            "the follower's next attempt postponed to the lease interval",
+        )
+    finally:
+        vacuum.stop()
+
+
+def seconds_to_next_tick(vacuum: Vacuumer) -> float:
+    scheduler = vacuum._scheduler
+    job = None if scheduler is None else scheduler.get_job(vacuum.service_name)
+    if job is None or job.next_run_time is None:
+        return 0.0
+    return float((job.next_run_time - datetime.now(UTC)).total_seconds())

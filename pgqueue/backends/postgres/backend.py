@@ -30,6 +30,7 @@ from pgqueue.backends.postgres.enqueue_verbs import EnqueueVerbs
 from pgqueue.backends.postgres.listener import Listener
 from pgqueue.config import check_schema
 from pgqueue.errors import BackendError, ConfigError, SchemaMissingError
+from pgqueue.notifications import ENQUEUED_CHANNEL
 
 __all__ = ["PostgresBackend"]
 
@@ -48,6 +49,7 @@ _UNDEFINED_TABLE = "42P01"
 _NO_BITMAP_SCAN = pg_statements.transaction_setting("enable_bitmapscan", "off")
 _NOTIFY = pg_statements.notify()
 _NOTIFY_MANY = pg_statements.notify_many()
+_NOTIFY_ENQUEUED = pg_statements.notify_enqueued()
 _LEADERS = pg_statements.leaders_holding_locks()
 # Connection.info key: this session runs with bitmap scans off (a worker's work connection).
 _BITMAP_SCAN_OFF = "pgqueue_bitmap_scan_off"
@@ -217,6 +219,12 @@ class PostgresBackend(EnqueueVerbs):
 
     def notify(self, connection: Connection, channel: str, payload: str) -> None:
         connection.execute(_NOTIFY, {"channel": self.channel(channel), "payload": payload})
+
+    def notify_enqueued(self, connection: Connection, queue: str, count: int) -> None:
+        connection.execute(
+            _NOTIFY_ENQUEUED,
+            {"channel": self.channel(ENQUEUED_CHANNEL), "queue": queue, "count": max(count, 0)},
+        )
 
     def notify_many(self, connection: Connection, channel: str, payloads: Sequence[str]) -> None:
         if payloads:

@@ -44,6 +44,7 @@ from sqlalchemy.dialects.postgresql import JSONB
 from pgqueue.backends.base import Clock
 from pgqueue.backends.enqueue_port import SharedFields
 from pgqueue.backends.postgres import prepared
+from pgqueue.backends.postgres import statements as pg_statements
 from pgqueue.job import JobState
 from pgqueue.schema import JOBS
 from pgqueue.statements.enqueue import insert_or_requeue
@@ -78,7 +79,9 @@ def fresh_enqueue(clock: Clock, channel: str | None) -> Any:
     if channel is None:
         return statement
     queued = statement.returning(JOBS.c.queue).cte("queued")
-    return select(queued.c.id, func.pg_notify(literal(channel, Text), queued.c.queue))
+    # One queue (the shared parameter): the count of the whole statement.
+    payload = pg_statements.wake_payload(queued.c.queue, func.count().over())
+    return select(queued.c.id, func.pg_notify(literal(channel, Text), payload))
 
 
 @functools.cache

@@ -257,6 +257,7 @@ def insert_fresh_committed(
         "payload": _payload_template(extra),
         "now": clock.fixed,
         "channel": channel,
+        "count": len(ids),
     }
     schemas = engine.get_execution_options().get("schema_translate_map") or {}
     statement = _insert_text(schemas.get(JOBS.schema))
@@ -321,5 +322,8 @@ def _insert_statement(schema: str | None) -> sql.Composed:
         "coalesce(%(now)s::timestamptz, now()), coalesce(%(now)s::timestamptz, now()) "
         "FROM ROWS FROM (unnest(%(ids)s::text[]), jsonb_array_elements(%(args)s::jsonb)) "
         "AS g(id, args)) "
-        "SELECT pg_notify(%(channel)s, %(queue)s)"
+        # The wake-up announces the call's jobs, the transaction's id its nonce (as
+        # statements.wake_payload; every id is written or the statement fails).
+        "SELECT pg_notify(%(channel)s, concat_ws(chr(31), %(queue)s, %(count)s::int, "
+        "txid_current()))"
     ).format(table, sql.Literal(str(JobState.QUEUED)))

@@ -36,6 +36,7 @@ from sqlalchemy.sql.elements import TextClause
 
 from pgqueue.backends.base import Clock
 from pgqueue.job import JobState
+from pgqueue.notifications import WAKE_SEPARATOR
 from pgqueue.schema import (
     JOBS,
     WORKERS,
@@ -55,11 +56,13 @@ __all__ = [
     "job_orphaned",
     "leaders_holding_locks",
     "notify",
+    "notify_enqueued",
     "notify_many",
     "schema_exists",
     "session_setting",
     "table_lock_exclusive",
     "transaction_setting",
+    "wake_payload",
 ]
 
 
@@ -124,12 +127,21 @@ def job_enqueue_notify(insert: Any, clock: Clock, channel: str) -> Select[tuple[
     """PostgreSQL: :func:`job_enqueue_many` and its wake-up in one statement, so that a producer
     outside any transaction commits both in one round trip (no ``BEGIN``/``COMMIT`` of its own).
 
-    Returns one row per id queued; ``pg_notify(channel, queue)`` runs once per such row (the
-    server folds identical notifications of one transaction into one), so nothing is sent when
-    every id already existed.
+    Returns one row per id queued; ``pg_notify(channel, wake_payload(...))`` runs once per such
+    row with the same payload for each queue (the server folds identical notifications of one
+    transaction into one), so nothing is sent when every id already existed.
     """
     queued = job_enqueue_many(insert, clock).returning(JOBS.c.queue).cte("queued")
-    return select(queued.c.id, func.pg_notify(literal(channel, Text), queued.c.queue))
+    payload = wake_payload(queued.c.queue, func.count().over(partition_by=queued.c.queue))
+    return select(queued.c.id, func.pg_notify(literal(channel, Text), payload))
+
+
+def wake_payload(queue: ColumnElement[Any], count: ColumnElement[Any]) -> ColumnElement[str]:
+    """The enqueue wake-up's payload in SQL (``notifications.enqueued_payload``): the queue,
+    the number of its jobs the statement queued, and the transaction's id as the nonce (the
+    same for every row of the statement, so one notification per queue and count)."""
+    separator = literal(WAKE_SEPARATOR, Text)
+    return func.concat_ws(separator, queue, count, func.txid_current())
 
 
 _ONE_SECOND: ColumnElement[Any] = literal_column("INTERVAL '1 second'")
@@ -309,6 +321,13 @@ def notify() -> Select[Any]:
     return select(
         func.pg_notify(bindparam("channel", type_=Text), bindparam("payload", type_=Text))
     )
+
+
+def notify_enqueued() -> Select[Any]:
+    """Announce ``count`` jobs of ``queue`` on ``channel`` (:func:`wake_payload`), inside the
+    caller's transaction."""
+    payload = wake_payload(bindparam("queue", type_=Text), bindparam("count", type_=Integer))
+    return select(func.pg_notify(bindparam("channel", type_=Text), payload))
 
 
 def notify_many() -> Select[Any]:

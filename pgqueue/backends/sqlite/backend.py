@@ -235,6 +235,9 @@ class SQLiteBackend:
     def notify_many(self, connection: Connection, channel: str, payloads: Sequence[str]) -> None:
         return None
 
+    def notify_enqueued(self, connection: Connection, queue: str, count: int) -> None:
+        return None
+
     def complete(
         self, connection: Connection, jobs: Sequence[Completion], clock: Clock
     ) -> dict[str, bool]:

@@ -18,6 +18,7 @@ from pgqueue.backends.postgres import locks
 from pgqueue.backends.postgres import statements as pg
 from pgqueue.job import JobState
 from pgqueue.maintenance.leadership import close_quietly
+from pgqueue.notifications import parse_enqueued
 
 pytestmark = POSTGRES_ONLY
 
@@ -56,7 +57,10 @@ def test_job_enqueue_notify_queues_and_notifies_in_one_statement(queue: pgqueue.
         conn.commit()
         conn.execute(sa.select(sa.literal(1)))  # reads what arrived
         heard = [n.payload for n in conn.connection.driver_connection.notifies(timeout=1, stop_after=1)]  # type: ignore[union-attr]  # fmt: skip
-    assert [row[0] for row in rows] == ["n"] and heard == ["q"]
+    assert [row[0] for row in rows] == ["n"]
+    # One wake-up: the queue, the number of its jobs queued, the transaction's id as nonce.
+    [wake] = [parse_enqueued(payload) for payload in heard]
+    assert (wake.queue, wake.count) == ("q", 1) and wake.nonce is not None
 
 
 def test_job_complete_many_is_fenced(queue: pgqueue.Queue) -> None:

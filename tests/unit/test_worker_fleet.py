@@ -1,0 +1,163 @@
+"""Who of an idle fleet claims on a wake-up, and when: the herd tamed, with a clock the tests
+move and no database. A fleet is simulated as one FleetWakes per rank, all hearing the same
+wake-ups, as every worker hears every NOTIFY."""
+
+from __future__ import annotations
+
+import pytest
+
+from pgqueue.notifications import enqueued_payload, parse_enqueued, taken_payload
+from pgqueue.worker.fleet import BACKUP_TIERS, FLEET_POLLS, TIER_SECONDS, FleetWakes
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+def fleet_of(size: int, clock: FakeClock, *, fraction: float = 0.5) -> list[FleetWakes]:
+    fleet = []
+    for rank in range(size):
+        wakes = FleetWakes(poll_interval=1.0, clock=clock, random_fraction=lambda: fraction)
+        wakes.roster(rank=rank, size=size)
+        fleet.append(wakes)
+    return fleet
+
+
+def hear(fleet: list[FleetWakes], count: int, nonce: int) -> list[int]:
+    """The ranks that claim at once."""
+    return [rank for rank, w in enumerate(fleet) if w.heard("q", count=count, nonce=nonce) == 0]
+
+
+def test_a_lone_worker_claims_on_every_wake_up_and_polls_as_configured(clock: FakeClock) -> None:
+    wakes = FleetWakes(poll_interval=1.0, clock=clock)
+    assert wakes.heard("q", count=1, nonce=7) == 0
+    assert wakes.next_at() is None
+    assert wakes.poll_seconds() == 1.0
+    assert wakes.claimed() == []  # nobody else to tell
+
+
+@pytest.mark.parametrize("nonce", [0, 1, 2, 12345, 2**40 + 3])
+def test_one_job_wakes_exactly_one_worker_of_two_hundred(clock: FakeClock, nonce: int) -> None:
+    fleet = fleet_of(200, clock)
+    assert len(hear(fleet, 1, nonce)) == 1
+
+
+def test_n_jobs_wake_n_workers(clock: FakeClock) -> None:
+    fleet = fleet_of(200, clock)
+    assert len(hear(fleet, 5, 99)) == 5
+
+
+def test_more_jobs_than_workers_wake_everyone(clock: FakeClock) -> None:
+    fleet = fleet_of(4, clock)
+    assert hear(fleet, 4, 1) == [0, 1, 2, 3]
+    assert hear(fleet, 10, 2) == [0, 1, 2, 3]
+
+
+def test_an_unknown_count_wakes_everyone(clock: FakeClock) -> None:
+    fleet = fleet_of(10, clock)
+    assert len(hear(fleet, 0, 5)) == 10
+    assert len([w for w in fleet if w.heard("q", count=1, nonce=None) == 0]) == 10
+
+
+def test_the_chosen_worker_rotates_with_the_nonce(clock: FakeClock) -> None:
+    fleet = fleet_of(50, clock)
+    chosen = {hear(fleet, 1, nonce)[0] for nonce in range(1000, 1400)}
+    # 400 wake-ups over 50 workers: practically all of them get some.
+    assert len(chosen) > 40
+
+
+def test_backups_claim_a_tier_apart_unless_the_chosen_says_it_claimed(clock: FakeClock) -> None:
+    fleet = fleet_of(200, clock)
+    delays = [w.heard("q", count=1, nonce=77) for w in fleet]
+    [chosen] = [rank for rank, delay in enumerate(delays) if delay == 0]
+    assert sorted(d for d in delays if d) == pytest.approx(
+        sorted(
+            w.next_at() - clock.now  # type: ignore[operator]
+            for w in fleet
+            if w.next_at() is not None
+        )
+    )
+    scheduled = sorted(d for d in delays if d)
+    # One backup per tier, TIER_SECONDS apart; the rest leave it to the fleet's poll.
+    assert scheduled == pytest.approx([TIER_SECONDS * t for t in range(1, BACKUP_TIERS + 1)])
+    # The chosen one owes the others a notice once it has claimed.
+    assert fleet[chosen].claimed() == [("q", 77)]
+    assert fleet[chosen].claimed() == []
+    for wakes in fleet:
+        wakes.taken(77)
+    clock.now += 10
+    assert not any(w.due() for w in fleet)
+
+
+def test_a_silent_chosen_worker_is_covered_by_the_next_tier(clock: FakeClock) -> None:
+    fleet = fleet_of(200, clock)
+    hear(fleet, 1, 78)
+    clock.now += TIER_SECONDS - 0.001
+    assert not any(w.due() for w in fleet)
+    clock.now += 0.002
+    came = [w for w in fleet if w.due()]
+    assert len(came) == 1
+    # It claims, then tells the rest: the later tiers stand down.
+    assert came[0].claimed() == [("q", 78)]
+    for wakes in fleet:
+        wakes.taken(78)
+    clock.now += 1
+    assert not any(w.due() for w in fleet)
+
+
+def test_a_taken_notice_for_another_wake_up_cancels_nothing(clock: FakeClock) -> None:
+    fleet = fleet_of(10, clock)
+    hear(fleet, 1, 5)
+    for wakes in fleet:
+        wakes.taken(6)
+    clock.now += TIER_SECONDS
+    assert len([w for w in fleet if w.due()]) == 1
+
+
+def test_the_fleet_polls_a_few_times_per_interval_whatever_its_size(clock: FakeClock) -> None:
+    for size in (FLEET_POLLS + 1, 50, 200, 1000):
+        fleet = fleet_of(size, clock, fraction=0.5)
+        polls_per_second = sum(1 / w.poll_seconds() for w in fleet)
+        assert polls_per_second == pytest.approx(FLEET_POLLS)
+
+
+def test_small_fleets_poll_as_configured(clock: FakeClock) -> None:
+    for size in range(1, FLEET_POLLS + 1):
+        assert {w.poll_seconds() for w in fleet_of(size, clock, fraction=0.9)} == {1.0}
+
+
+def test_the_poll_is_jittered(clock: FakeClock) -> None:
+    low = fleet_of(200, clock, fraction=0.0)[0].poll_seconds()
+    high = fleet_of(200, clock, fraction=0.999)[0].poll_seconds()
+    assert low == pytest.approx(25.0) and high == pytest.approx(75.0, rel=0.01)
+
+
+def test_a_roster_out_of_range_is_clamped(clock: FakeClock) -> None:
+    wakes = FleetWakes(poll_interval=1.0, clock=clock)
+    wakes.roster(rank=5, size=0)
+    assert (wakes.rank, wakes.size) == (0, 1)
+
+
+def test_payloads_round_trip() -> None:
+    heard = parse_enqueued(enqueued_payload("emails", 3, nonce=12))
+    assert (heard.queue, heard.count, heard.nonce, heard.taken) == ("emails", 3, 12, False)
+    taken = parse_enqueued(taken_payload("emails", 12))
+    assert (taken.queue, taken.nonce, taken.taken) == ("emails", 12, True)
+    # A queue name may hold the separator itself: the fields are read from the right.
+    odd = parse_enqueued(enqueued_payload("a\x1f1\x1f2", 1, nonce=9))
+    assert (odd.queue, odd.count, odd.nonce) == ("a\x1f1\x1f2", 1, 9)
+
+
+def test_a_bare_queue_name_is_an_unknown_number_of_jobs() -> None:
+    for payload in ("emails", "", "a\x1fb", "a\x1fx\x1fy"):
+        heard = parse_enqueued(payload)
+        assert (heard.queue, heard.count, heard.nonce) == (payload, 0, None)
