@@ -18,7 +18,7 @@ from test_producer_enqueue import set_state
 
 import pgqueue
 import pgqueue.producer
-from pgqueue.notifications import ENQUEUED_CHANNEL
+from pgqueue.notifications import ENQUEUED_CHANNEL, parse_enqueued
 from pgqueue.producer import batch, bulk, options
 from pgqueue.producer.paths import EnqueuePath
 from pgqueue.schema import JOBS
@@ -182,7 +182,8 @@ class listening:
     def payloads(self) -> set[str]:
         assert self.connection is not None
         for notice in self.connection.notifies(timeout=0.1):
-            self.heard.add(notice.payload)
+            # The queue the wake-up names (with its job count and nonce where the path says).
+            self.heard.add(parse_enqueued(notice.payload).queue)
         return self.heard
 
     def __exit__(self, *_: object) -> None:
