@@ -3,6 +3,9 @@ worker``), stopping them, running one to its end."""
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
 import subprocess
 import threading
 from collections.abc import Mapping
@@ -21,9 +24,11 @@ class Output:
         for line in stream:  # type: ignore[attr-defined]
             self.lines.append(line.rstrip("\n"))
 
-    def close(self) -> None:
-        """Wait for the end of the stream (the process has exited)."""
+    def close(self) -> bool:
+        """Wait for the end of the stream (every process holding it has exited); True if it
+        ended."""
         self._thread.join(timeout=30)
+        return not self._thread.is_alive()
 
     def worker_pids(self) -> list[int]:
         """The pid in each "worker started worker_id=HOST-PID-RANDOM" line, in order."""
@@ -35,14 +40,20 @@ class Output:
 
 
 def stop_supervisor(process: subprocess.Popen[str], output: Output) -> None:
-    """Kill ``process`` if it still runs, wait for the end of its output, close its stderr (call
-    it in a ``finally``)."""
+    """Kill ``process`` if it still runs and every worker it started that still runs (a test
+    that failed midway must not leave one holding the pipe), wait for the end of its output,
+    close its stderr (call it in a ``finally``)."""
     if process.poll() is None:
         process.kill()
         process.wait()
-    output.close()
+    for pid in output.worker_pids():
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
     assert process.stderr is not None
-    process.stderr.close()
+    # Closing a pipe that the reading thread is blocked on waits for that read: only once the
+    # stream has ended.
+    if output.close():
+        process.stderr.close()
 
 
 def run_ok(

@@ -19,7 +19,10 @@ import argparse
 import math
 import os
 import shlex
+import signal
 import sys
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -35,10 +38,13 @@ __all__ = [
     "wants_reload",
 ]
 
-#: Set in the worker processes the supervisor starts, where ``--reload`` then does nothing.
+#: Set (to the supervisor's pid) in the worker processes the supervisor starts, where
+#: ``--reload`` then does nothing.
 CHILD_ENVIRONMENT_VARIABLE = "PGQUEUE_RELOAD_CHILD"
 # Seconds past the grace period that a stopping child gets before it is killed.
 _STOP_SLACK_SECONDS = 5
+# How often a child looks whether its supervisor still lives.
+_PARENT_CHECK_SECONDS = 0.5
 
 
 def add_reload_options(parser: argparse.ArgumentParser) -> None:
@@ -66,9 +72,34 @@ def prepare_child() -> None:
     """In a worker the supervisor started: leave the terminal's process group, so that Ctrl-C
     reaches the supervisor only, which then stops this worker with one SIGINT (gracefully)
     rather than the worker getting the terminal's SIGINT and the supervisor's (a second signal
-    stops at once, leaving jobs to the reaper). Elsewhere nothing happens."""
-    if os.environ.get(CHILD_ENVIRONMENT_VARIABLE) and hasattr(os, "setpgrp"):
+    stops at once, leaving jobs to the reaper); and stop when the supervisor dies. Elsewhere
+    nothing happens."""
+    supervisor = os.environ.get(CHILD_ENVIRONMENT_VARIABLE)
+    if not supervisor:
+        return
+    if hasattr(os, "setpgrp"):
         os.setpgrp()
+        _stop_with(int(supervisor) if supervisor.isdigit() else None)
+
+
+def _stop_with(supervisor: int | None) -> None:
+    """Send this process one SIGTERM (a graceful stop) when its parent is no longer
+    ``supervisor``.
+
+    Out of the terminal's group, a worker whose supervisor was killed outright (SIGKILL: an
+    IDE's stop button, the OOM killer) would otherwise run on unseen, holding its jobs and
+    reloading nothing. A thread that looks at the parent twice a second, not Linux's
+    ``PR_SET_PDEATHSIG``: that signal comes once for every thread of the dying supervisor that
+    the child is handed to, and a second SIGTERM stops a worker at once."""
+    if supervisor is None:
+        return
+
+    def watch() -> None:
+        while os.getppid() == supervisor:
+            time.sleep(_PARENT_CHECK_SECONDS)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=watch, name="pgqueue-reload-parent", daemon=True).start()
 
 
 def child_command() -> list[str]:
@@ -90,7 +121,8 @@ def run_reloading(args: argparse.Namespace) -> int:
         if not directory.is_dir():
             raise PgQueueError(f"--reload-dir {str(directory)!r} is not a directory")
     grace = getattr(args, "grace_period", 0.0) or 0.0
-    os.environ[CHILD_ENVIRONMENT_VARIABLE] = "1"
+    # The supervisor's pid: the child stops when its parent is no longer this process.
+    os.environ[CHILD_ENVIRONMENT_VARIABLE] = str(os.getpid())
     watched = ", ".join(map(str, directories))
     print(f"pgqueue: watching {watched} for .py changes", file=sys.stderr, flush=True)
 

@@ -49,11 +49,16 @@ def _gone(pid: int) -> bool:
         os.kill(pid, 0)
     except ProcessLookupError:
         return True
-    return False
+    # An orphan that exited stays a zombie until init reaps it (some containers' init never does).
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state == "Z"
 
 
-def test_a_code_change_restarts_the_worker_on_the_new_code(db_url: str, tmp_path: Path) -> None:
-    pytest.importorskip("watchfiles")
+def _supervise(db_url: str, tmp_path: Path) -> tuple[subprocess.Popen[str], Output]:
+    """``pgqueue worker app --reload`` on version 1 of the app, with its stderr being read."""
     (tmp_path / "app.py").write_text(APP.format(version=1))
     command = [sys.executable, "-m", "pgqueue", "worker", "app", "--reload", "--grace-period", "1"]
     command += ["--no-reaper", "--no-scheduler", "--poll-interval", "0.1"]
@@ -69,7 +74,12 @@ def test_a_code_change_restarts_the_worker_on_the_new_code(db_url: str, tmp_path
         bufsize=1,
         start_new_session=True,
     )
-    output = Output(supervisor.stderr)
+    return supervisor, Output(supervisor.stderr)
+
+
+def test_a_code_change_restarts_the_worker_on_the_new_code(db_url: str, tmp_path: Path) -> None:
+    pytest.importorskip("watchfiles")
+    supervisor, output = _supervise(db_url, tmp_path)
     queue = pgqueue.Queue(db_url, allow_unknown_tasks=True)
     try:
         wait_until(lambda: len(output.worker_pids()) == 1, "the first worker")
@@ -103,6 +113,28 @@ def test_a_code_change_restarts_the_worker_on_the_new_code(db_url: str, tmp_path
         wait_until(lambda: _gone(second), "the worker to exit with its supervisor")
         status = queue.status(job.id)
         assert status is not None and (status.state, status.attempts) == ("queued", 0)
+    finally:
+        stop_supervisor(supervisor, output)
+        queue.close()
+
+
+@pytest.mark.skipif(not hasattr(os, "setpgrp"), reason="POSIX: the worker leaves the group")
+def test_the_worker_stops_when_its_supervisor_is_killed(db_url: str, tmp_path: Path) -> None:
+    # SIGKILL to the supervisor (an IDE's stop button, the OOM killer): its worker, out of the
+    # terminal's group, must not run on unseen holding its jobs; it stops as on SIGTERM.
+    pytest.importorskip("watchfiles")
+    supervisor, output = _supervise(db_url, tmp_path)
+    queue = pgqueue.Queue(db_url, allow_unknown_tasks=True)
+    try:
+        worker = wait_until(lambda: output.worker_pids(), "the worker")[0]
+        job = queue.enqueue("app.slow")
+        wait_until(lambda: queue.status(job.id).state == "processing", "the slow job to start")  # type: ignore[union-attr]
+        supervisor.kill()
+        supervisor.wait(timeout=60)
+        wait_until(lambda: _gone(worker), "the worker to exit after its supervisor")
+        status = queue.status(job.id)
+        # A graceful stop: the running job handed back, no attempt spent.
+        assert status is not None and (status.state, status.attempts) == ("queued", 0), output.lines
     finally:
         stop_supervisor(supervisor, output)
         queue.close()
