@@ -56,6 +56,7 @@ __all__ = [
 T = TypeVar("T")
 logger = logging.getLogger("pgqueue.worker")
 
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class JobContext:
     """The job a handler is running, from :func:`current_job`.
