@@ -36,13 +36,12 @@ from pgqueue._threads import AsyncTask, HandlerPool, LoopThread
 from pgqueue.errors import ConfigError, PgQueueError
 from pgqueue.job import JobState, error_fields
 from pgqueue.retries import DEFAULT_RETRY, Retry, RetryPolicy, Snooze
-from pgqueue.runtime import JobTransactionPort
+from pgqueue.runtime import HasRuntime, JobTransactionPort
 
 if TYPE_CHECKING:
     from sqlalchemy import Connection
 
     from pgqueue.durable.run import DurableRun
-    from pgqueue.queue import Queue
 
 __all__ = [
     "AsyncTask",
@@ -85,7 +84,7 @@ class JobContext:
     created_at: datetime
     cancelled: threading.Event = field(default_factory=threading.Event, compare=False)
     #: The Queue the job was claimed from (for :meth:`dependency_results`).
-    source: Queue | None = field(default=None, compare=False, repr=False)
+    source: HasRuntime | None = field(default=None, compare=False, repr=False)
     #: The attempt's own transaction (see :meth:`transaction`).
     job_transaction: JobTransactionPort | None = field(default=None, compare=False, repr=False)
     #: The attempt's durable state, made by the first step, sleep or wait (see :meth:`step`).
