@@ -81,7 +81,8 @@ class _Steps:
         connection: Connection | None = None,
         session: Session | None = None,
     ) -> WorkflowRun:
-        """Enqueue the whole workflow in one transaction (see :func:`enqueue_workflow`).
+        """Enqueue the whole workflow in one transaction on ``queue``, the :class:`~pgqueue.Queue`
+        (annotated by what a workflow uses of it), see :func:`enqueue_workflow`.
 
         Example::
 
