@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from datetime import timedelta, tzinfo
-from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, cast, overload
+from typing import Any, ParamSpec, TypeVar, cast, overload
 
 from pgqueue import config
 from pgqueue.errors import ConfigError, UnknownTaskError
@@ -23,10 +23,7 @@ from pgqueue.periodic import (
 )
 from pgqueue.retries import RetryPolicy
 from pgqueue.serde import Serializer
-from pgqueue.task import Task
-
-if TYPE_CHECKING:
-    from pgqueue.queue import Queue
+from pgqueue.task import Task, TaskQueue
 
 __all__ = ["TaskDeclarations"]
 
@@ -257,7 +254,10 @@ class TaskDeclarations:
             def sync(region: str) -> None: ...
         """
         return periodic_decorator(
-            self._queue,
+            self,
+            self.serializer,
+            self.schedules,
+            self.task,
             cron=cron,
             every=every,
             name=name,
@@ -270,9 +270,9 @@ class TaskDeclarations:
         )
 
     @property
-    def _queue(self) -> Queue:
-        # Tasks and schedules belong to the Queue this is a base of.
-        return cast("Queue", self)
+    def _queue(self) -> TaskQueue:
+        # Tasks belong to the Queue this is a base of (queue.py checks that it is a TaskQueue).
+        return cast("TaskQueue", self)
 
     def get_task(self, name: str) -> Task[Any, Any]:
         """The task registered under ``name``; UnknownTaskError lists the known ones."""

@@ -36,17 +36,15 @@ from pgqueue._threads import AsyncTask, HandlerPool, LoopThread
 from pgqueue.errors import ConfigError, PgQueueError
 from pgqueue.job import JobState, error_fields
 from pgqueue.retries import DEFAULT_RETRY, Retry, RetryPolicy, Snooze
-from pgqueue.runtime import JobTransactionPort
+from pgqueue.runtime import HasRuntime, JobTransactionPort
 
 if TYPE_CHECKING:
     from sqlalchemy import Connection
 
     from pgqueue.durable.run import DurableRun
-    from pgqueue.queue import Queue
 
 __all__ = [
     "AsyncTask",
-    "CancelEvent",
     "HandlerPool",
     "JobContext",
     "LoopThread",
@@ -56,65 +54,6 @@ __all__ = [
 
 T = TypeVar("T")
 logger = logging.getLogger("pgqueue.worker")
-
-# A traceback is kept for the operator, not for replay: beyond this many characters only the
-# innermost frames (the end of the text) are kept.
-
-
-# Guards every CancelEvent's flag and the making of its condition (held for a few instructions).
-_CANCEL_LOCK = threading.Lock()
-
-
-class CancelEvent(threading.Event):
-    """A :class:`threading.Event` whose condition (a lock and a waiter list) is made on the first
-    :meth:`wait`, not up front: a worker makes one per job, and almost no handler ever waits on
-    it, so the usual Event's construction was a tenth of the worker's time per no-op job.
-
-    Example::
-
-        event = CancelEvent()
-        event.set()
-        assert event.is_set() and event.wait(0)
-    """
-
-    def __init__(self) -> None:  # no super().__init__(): that is the cost being avoided
-        self._flag = False
-        self._cond: threading.Condition | None = None
-
-    def _at_fork_reinit(self) -> None:
-        if self._cond is not None:
-            self._cond._at_fork_reinit()  # type: ignore[attr-defined]
-
-    def is_set(self) -> bool:
-        """Whether the event was set."""
-        return self._flag
-
-    def set(self) -> None:
-        """Set the flag and wake every waiter."""
-        with _CANCEL_LOCK:
-            self._flag = True
-            condition = self._cond
-        if condition is not None:
-            with condition:
-                condition.notify_all()
-
-    def clear(self) -> None:
-        """Reset the flag."""
-        with _CANCEL_LOCK:
-            self._flag = False
-
-    def wait(self, timeout: float | None = None) -> bool:
-        """Block until the flag is set or ``timeout`` seconds pass; returns the flag."""
-        with _CANCEL_LOCK:
-            if self._flag:
-                return True
-            if self._cond is None:
-                self._cond = threading.Condition(threading.Lock())
-            condition = self._cond
-        with condition:
-            # Checked again under the condition: a set() between the two locks has set the flag
-            # before it notifies under this one, so it is either seen here or notified.
-            return condition.wait_for(lambda: self._flag, timeout)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -143,9 +82,9 @@ class JobContext:
     max_attempts: int
     worker_id: str
     created_at: datetime
-    cancelled: threading.Event = field(default_factory=CancelEvent, compare=False)
+    cancelled: threading.Event = field(default_factory=threading.Event, compare=False)
     #: The Queue the job was claimed from (for :meth:`dependency_results`).
-    source: Queue | None = field(default=None, compare=False, repr=False)
+    source: HasRuntime | None = field(default=None, compare=False, repr=False)
     #: The attempt's own transaction (see :meth:`transaction`).
     job_transaction: JobTransactionPort | None = field(default=None, compare=False, repr=False)
     #: The attempt's durable state, made by the first step, sleep or wait (see :meth:`step`).

@@ -3,9 +3,8 @@
 Why not ``uuid4``: the id is the jobs table's primary key, a B-tree. Random ids land on random
 leaf pages, so a bulk enqueue touches (and, after each checkpoint, writes whole into the WAL)
 a page per row, and splits pages all over the index; ids that grow with time all land at the
-right edge of it. Measured on PostgreSQL 15 (docs/benchmarks.md): a 50,000-row enqueue into
-the jobs table took under half the server time per row, with a hundredth of the full-page
-writes.
+right edge of it: a bulk enqueue costs the server less per row and writes far fewer full pages
+(docs/benchmarks.md, "Index upkeep per job").
 
 Layout (32 hex digits, 8-4-4-4-12 like any UUID, so ``uuid.UUID(job_id).version == 7``)::
 

@@ -46,7 +46,7 @@ from pgqueue.errors import ConfigError
 from pgqueue.serde import encode_value
 
 if TYPE_CHECKING:
-    from pgqueue.queue import Queue
+    from pgqueue.serde import Serializer
     from pgqueue.task import Task
 
 __all__ = [
@@ -198,7 +198,10 @@ class Schedule:
 
 
 def periodic_decorator(
-    queue: Queue,
+    owner: object,
+    serializer: Serializer,
+    schedules: dict[str, Schedule],
+    declare: Callable[[Callable[..., Any]], Task[Any, Any]],
     *,
     cron: str | None,
     every: timedelta | float | None,
@@ -211,7 +214,8 @@ def periodic_decorator(
     catch_up_window: float | timedelta,
 ) -> Callable[[Any], Task[Any, Any]]:
     """The decorator behind :meth:`Queue.periodic`: validates everything now, registers the
-    schedule when applied to a task (or to a plain function, which becomes a task)."""
+    schedule in ``schedules`` when applied to a task of ``owner`` (the Queue), or to a plain
+    function, which ``declare`` makes a task of it."""
     zone = _zone(timezone)
     if (cron is None) == (every is None):
         raise ConfigError("give exactly one of cron='*/5 * * * *' or every=timedelta(...)")
@@ -235,7 +239,7 @@ def periodic_decorator(
     if not all(isinstance(key, str) for key in kwargs):
         raise ConfigError("kwargs must be a mapping with str keys")
     # Fail at declaration, not at the first fire time hours later.
-    encode_value(queue.serializer, {"args": list(args), "kwargs": kwargs}, "payload")
+    encode_value(serializer, {"args": list(args), "kwargs": kwargs}, "payload")
     if job_queue is not None:
         job_queue = config.check_name("queue", job_queue)
     if name is not None:
@@ -244,8 +248,8 @@ def periodic_decorator(
     def register(target: Any) -> Task[Any, Any]:
         from pgqueue.task import Task
 
-        task = target if isinstance(target, Task) else queue.task()(target)
-        if task.queue is not queue:
+        task = target if isinstance(target, Task) else declare(target)
+        if task.queue is not owner:
             raise ConfigError(f"task {task.name!r} belongs to another Queue")
         schedule = Schedule(
             name=name or task.name,
@@ -261,13 +265,13 @@ def periodic_decorator(
             trigger=trigger,
             fires_twice_on_repeated_time=fires_twice,
         )
-        existing = queue.schedules.get(schedule.name)
+        existing = schedules.get(schedule.name)
         if existing is not None and existing != schedule:
             raise ConfigError(
                 f"a different schedule is already registered as {schedule.name!r}; give each "
                 "schedule of a task its own name=..."
             )
-        queue.schedules[schedule.name] = schedule
+        schedules[schedule.name] = schedule
         return task
 
     return register

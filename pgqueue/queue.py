@@ -39,6 +39,8 @@ from pgqueue.workflow.status import WorkflowStatus, cancel_workflow, workflow_st
 
 if TYPE_CHECKING:
     from pgqueue.migrate import Migration
+    from pgqueue.runtime import HasRuntime
+    from pgqueue.task import TaskQueue
 
 __all__ = ["ConnectionProvider", "Queue"]
 
@@ -617,3 +619,9 @@ class Queue(TaskDeclarations):
             connection=connection, session=session, write=write, replica=replica
         ) as conn:
             yield conn
+
+
+if TYPE_CHECKING:
+    # The Queue is what its tasks and the services below it take it for (mypy checks these).
+    def _conforms(queue: Queue) -> tuple[TaskQueue, HasRuntime]:
+        return queue, queue

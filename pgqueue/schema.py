@@ -36,6 +36,7 @@ __all__ = [
     "LEADERS",
     "LIMITS",
     "METADATA",
+    "NEW_JOB_COLUMNS",
     "PAUSED_QUEUES",
     "SCHEDULES",
     "SIGNALS",
@@ -203,6 +204,29 @@ partial_index("ix_pgqueue_jobs_result_expiry", JOBS.c.result_expires_at, where=_
 
 # Jobs of one workflow, for its status and for cancelling it whole.
 partial_index("ix_pgqueue_jobs_workflow", JOBS.c.workflow_id, where=text("workflow_id IS NOT NULL"))
+
+#: The columns of a new job's row without flow limits or a workflow, in the order the fast
+#: enqueue paths write them (``backends/postgres/copy_enqueue.py``: its ``COPY`` and its plain
+#: ``INSERT``): the two that differ per job first, then what a call's jobs share. Every column
+#: of ``JOBS`` that is NOT NULL without a server default is here (a test holds it).
+NEW_JOB_COLUMNS: tuple[Column[Any], ...] = tuple(
+    JOBS.c[name]
+    for name in (
+        "id",
+        "payload",
+        "task",
+        "queue",
+        "priority",
+        "max_attempts",
+        "result_ttl",
+        "state",
+        "run_at",
+        "attempts",
+        "stall_count",
+        "created_at",
+        "updated_at",
+    )
+)
 
 # One row per edge "job_id waits for depends_on". A job with unfinished dependencies is
 # ``waiting``; the transaction that finishes its last dependency moves it on (see

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Coroutine, Iterable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar, Unpack
+from typing import TYPE_CHECKING, Any, Generic, ParamSpec, Protocol, TypeVar, Unpack
 
 from pgqueue.errors import ConfigError
 from pgqueue.job import EnqueueResult
@@ -20,12 +20,95 @@ if TYPE_CHECKING:
     from sqlalchemy import Connection
     from sqlalchemy.orm import Session
 
-    from pgqueue.queue import Queue
-
-__all__ = ["BoundTask", "EnqueueOptions", "JobSpec", "Task"]
+__all__ = ["BoundTask", "EnqueueOptions", "JobSpec", "Task", "TaskQueue"]
 
 P = ParamSpec("P")
 R = TypeVar("R")
+
+
+class TaskQueue(Protocol):
+    """What a :class:`Task` uses of the :class:`~pgqueue.Queue` it is registered on: the
+    enqueue calls, and the schema its jobs live in. Named here, below the facade, so that a
+    task does not import the ``Queue`` (the layers contract counts annotations too).
+
+    Example::
+
+        queue: TaskQueue = pgqueue.Queue("postgresql://app@db/app")
+        queue.enqueue("tasks.add", args=(1, 2))
+    """
+
+    @property
+    def schema(self) -> str | None:
+        """The schema of pgqueue's tables (None: the connection's search_path)."""
+        ...
+
+    def enqueue(
+        self,
+        task: str,
+        /,
+        args: Iterable[Any] = (),
+        kwargs: Mapping[str, Any] | None = None,
+        **options: Unpack[EnqueueOptions],
+    ) -> EnqueueResult:
+        """Enqueue one job (:meth:`Queue.enqueue`)."""
+        ...
+
+    def enqueue_many(
+        self,
+        task: str,
+        /,
+        items: Iterable[tuple[Any, ...] | list[Any] | JobSpec],
+        **options: Unpack[EnqueueOptions],
+    ) -> list[EnqueueResult]:
+        """Enqueue many jobs in bulk (:meth:`Queue.enqueue_many`)."""
+        ...
+
+    def enqueue_and_wait(
+        self,
+        task: str,
+        /,
+        args: Iterable[Any] = (),
+        kwargs: Mapping[str, Any] | None = None,
+        *,
+        timeout: float | timedelta | None = None,
+        **options: Unpack[EnqueueOptions],
+    ) -> Any:
+        """Enqueue one job and wait for its value (:meth:`Queue.enqueue_and_wait`)."""
+        ...
+
+    async def aenqueue(
+        self,
+        task: str,
+        /,
+        args: Iterable[Any] = (),
+        kwargs: Mapping[str, Any] | None = None,
+        **options: Unpack[EnqueueOptions],
+    ) -> EnqueueResult:
+        """:meth:`enqueue` for asyncio code."""
+        ...
+
+    async def aenqueue_many(
+        self,
+        task: str,
+        /,
+        items: Iterable[tuple[Any, ...] | list[Any] | JobSpec],
+        **options: Unpack[EnqueueOptions],
+    ) -> list[EnqueueResult]:
+        """:meth:`enqueue_many` for asyncio code."""
+        ...
+
+    def aenqueue_and_wait(
+        self,
+        task: str,
+        /,
+        args: Iterable[Any] = (),
+        kwargs: Mapping[str, Any] | None = None,
+        *,
+        timeout: float | timedelta | None = None,
+        **options: Unpack[EnqueueOptions],
+    ) -> Coroutine[Any, Any, Any]:
+        """:meth:`enqueue_and_wait` for asyncio code."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,7 +125,8 @@ class Task(Generic[P, R]):
         send.using(id="welcome-7", delay=60).enqueue("b@example.com")
     """
 
-    queue: Queue
+    #: The Queue the task is registered on (typed by what a task uses of it: :class:`TaskQueue`).
+    queue: TaskQueue
     function: Callable[P, R]
     name: str
     queue_name: str

@@ -4,9 +4,8 @@
 A claim moves a row out of ``queued``, but the row's old version stays in the partial claim index
 until a VACUUM removes it, and every later claim walks over those entries from the head of the
 index. Autovacuum wakes once a minute (``autovacuum_naptime``); in a deep drain tens of thousands
-of dead entries pile up meanwhile and each claim gets slower (measured on PostgreSQL 15 with a
-1,000,000-job backlog: 5,089 buffer hits and 11-17 ms per claim before a vacuum, 206 hits and
-0.4 ms after).
+of dead entries pile up meanwhile and each claim gets slower, by an order of magnitude in a deep
+backlog (docs/benchmarks.md, "What bounds the claim at depth").
 
 Every ``interval`` seconds the elected leader reads the table's statistics (``pg_stat_user_tables``:
 in memory, no table touched) and runs ``VACUUM (SKIP_LOCKED, INDEX_CLEANUP ON, TRUNCATE false)``

@@ -22,9 +22,7 @@ Example::
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from itertools import repeat
 from typing import TYPE_CHECKING, Any
 
 from pgqueue import serde, tracing
@@ -47,7 +45,8 @@ CHUNK = 5000
 # 1,000-job call while the rest are built, large enough that a write's own cost is noise.
 COPY_CHUNK = 250
 # From this many jobs the results are built while the server inserts the rows (psycopg's
-# pipeline mode): they cost ~0.35 µs a job, the pipeline a fixed ~50 µs (measured, loaded).
+# pipeline mode): below it the pipeline's fixed cost is more than building the results costs
+# (docs/benchmarks.md, "Enqueue: server CPU per row").
 OVERLAP_FROM = 256
 
 
@@ -125,18 +124,22 @@ def _fresh_copy(
     """A COPY streamed ``COPY_CHUNK`` jobs at a time; None when nothing was written."""
     serializer = producer.serializer
     database = producer.database
+    built: list[EnqueueResult] = []
 
     def chunks() -> Iterator[tuple[Sequence[str], list[bytes]]]:
         # Checked and encoded chunk by chunk while the server writes the one before; a bad
         # payload aborts the COPY and its transaction: nothing of the call is written.
         for start, chunk in _chunks(items, COPY_CHUNK):
-            yield ids[start : start + len(chunk)], payload_texts(serializer, chunk, extra)
+            chunk_ids = ids[start : start + len(chunk)]
+            yield chunk_ids, payload_texts(serializer, chunk, extra)
+            # The chunk's results, built while the server writes it (as _fresh_args's are).
+            built.extend(_queued(chunk_ids))
 
     with database.translating():
         written = database.backend.enqueue_copy(
             database.engine, shared, chunks(), clock, ENQUEUED_CHANNEL
         )
-    return None if written is None else _queued(ids)
+    return None if written is None else built
 
 
 def _documents(
@@ -221,30 +224,8 @@ _WRITERS: dict[EnqueuePath, Callable[..., list[EnqueueResult] | None]] = {
 }
 
 
-# EnqueueResult is a frozen dataclass with slots: its __init__ sets each field through
-# object.__setattr__, about 1 µs a job, as much as the rest of a call's Python per job. Its slots'
-# own descriptors set the same fields for half that (a test holds the results equal).
-_new_result = EnqueueResult.__new__
-_set_fields = tuple(
-    getattr(EnqueueResult, name).__set__ for name in ("id", "status", "existing_state", "result")
-)
-
-
-def _queued(ids: list[str]) -> list[EnqueueResult]:
-    """``EnqueueResult(id=job_id, status="queued")`` of each id, built the cheap way: each
-    step a ``map`` over the whole call, so no Python bytecode runs per job."""
-    set_id, set_status, set_state, set_result = _set_fields
-    count = len(ids)
-    results = list(map(_new_result, repeat(EnqueueResult, count)))
-    _drain(map(set_id, results, ids))
-    _drain(map(set_status, results, repeat("queued", count)))
-    _drain(map(set_state, results, repeat(None, count)))
-    _drain(map(set_result, results, repeat(None, count)))
-    return results
-
-
-def _drain(calls: Iterator[Any]) -> None:
-    deque(calls, maxlen=0)
+def _queued(ids: Sequence[str]) -> list[EnqueueResult]:
+    return [EnqueueResult(id=job_id, status="queued") for job_id in ids]
 
 
 def _chunks(items: Sequence[Any], size: int = CHUNK) -> Iterator[tuple[int, Sequence[Any]]]:

@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from sqlalchemy import Connection
     from sqlalchemy.orm import Session
 
-    from pgqueue.queue import Queue
+    from pgqueue.runtime import HasRuntime
 
 __all__ = ["Chain", "Group", "Signature", "WorkflowRun", "chain", "chord", "group"]
 
@@ -75,13 +75,14 @@ class _Steps:
 
     def enqueue(
         self,
-        queue: Queue,
+        queue: HasRuntime,
         *,
         id: str | None = None,
         connection: Connection | None = None,
         session: Session | None = None,
     ) -> WorkflowRun:
-        """Enqueue the whole workflow in one transaction (see :func:`enqueue_workflow`).
+        """Enqueue the whole workflow in one transaction on ``queue``, the :class:`~pgqueue.Queue`
+        (annotated by what a workflow uses of it), see :func:`enqueue_workflow`.
 
         Example::
 
@@ -206,7 +207,7 @@ class _Plan:
 
 
 def enqueue_workflow(
-    queue: Queue,
+    queue: HasRuntime,
     workflow: Signature | Chain | Group,
     *,
     id: str | None = None,
@@ -231,6 +232,7 @@ def enqueue_workflow(
     )
     plan = _Plan(workflow_id)
     last = plan.add(workflow, [], False)
+    runtime = queue.runtime
     rows: list[dict[str, Any]] = []
     for signature, options, passing in plan.rows:
         owned = [name for name in _OWNED if name in signature.options]
@@ -240,10 +242,10 @@ def enqueue_workflow(
             )
         extra = {PREVIOUS_RESULT_KEY: True} if passing else None
         rows.append(
-            queue.runtime.producer.build_row(
+            runtime.producer.build_row(
                 signature.task, signature.args, signature.kwargs, options, extra
             )
         )
-    with queue.connect(connection=connection, session=session) as conn:
-        results = queue.runtime.producer.insert_rows(conn, rows)
+    with runtime.db.connect(connection=connection, session=session) as conn:
+        results = runtime.producer.insert_rows(conn, rows)
     return WorkflowRun(id=workflow_id, jobs=results, last=last)

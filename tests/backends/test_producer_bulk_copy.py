@@ -298,6 +298,7 @@ def test_results_are_built_while_the_statement_runs_and_only_once(
 
     running: list[bool] = [False]
     built_during: list[bool] = []
+    built: list[str] = []
     real_run, real_queued = prepared.run_text_on_driver, _bulk._queued
 
     def run(*args: Any, **kwargs: Any) -> Any:
@@ -309,13 +310,16 @@ def test_results_are_built_while_the_statement_runs_and_only_once(
 
     def queued(ids: list[str]) -> Any:
         built_during.append(running[0])
+        built.extend(ids)
         return real_queued(ids)
 
     monkeypatch.setattr(prepared, "run_text_on_driver", run)
     monkeypatch.setattr(_bulk, "_queued", queued)
     results = queue.enqueue_many("t.any", [(n,) for n in range(4)])
     assert [r.status for r in results] == ["queued"] * 4 and count_jobs(queue) == 4
-    assert built_during == [path == "overlapped"]
+    # Every result is built once: in one go, or (COPY) chunk by chunk as the server writes.
+    assert built == [r.id for r in results]
+    assert built_during == {"copy": [False, False]}.get(path, [path == "overlapped"])
 
 
 @POSTGRES_ONLY

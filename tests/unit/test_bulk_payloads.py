@@ -134,26 +134,6 @@ def test_no_args_document_unless_every_value_is_plain(args: Any) -> None:
     assert payloads.args_document(SERIALIZER, [(0,), args]) is None
 
 
-def test_queued_results_equal_those_built_the_usual_way() -> None:
-    import dataclasses
-
-    from pgqueue.job import EnqueueResult
-    from pgqueue.producer import bulk
-
-    # Every field of EnqueueResult is set by bulk._queued: a new field would fail here.
-    assert [f.name for f in dataclasses.fields(EnqueueResult)] == [
-        "id",
-        "status",
-        "existing_state",
-        "result",
-    ]
-    built = bulk._queued(["a", "b"])
-    assert built == [EnqueueResult(id="a", status="queued"), EnqueueResult(id="b", status="queued")]
-    assert built[0].queued and hash(built[1]) == hash(EnqueueResult(id="b", status="queued"))
-    with pytest.raises(dataclasses.FrozenInstanceError):
-        built[0].status = "duplicate"  # type: ignore[misc]
-
-
 def _many(odd: Any, kinds: str) -> list[Any]:
     """500 args tuples of plain scalars (of ``kinds``: s str, i int, f float, b bool/None)
     with ``odd`` as one value in the middle: the whole-call checks of one kind must find it."""

@@ -4,14 +4,11 @@ jobs table for a larger one.
 
 An ``INSERT … ON CONFLICT`` pays per row for the speculative insertion (a pre-check of the
 primary key, a speculative token, a second pass to confirm it) on top of the heap row, the three
-index entries and the WAL. Measured on PostgreSQL 15 (server CPU per row, loaded machine, into
-the migrated jobs table; 5,000 rows a statement unless said): the JSON-document
-``INSERT … SELECT … ON CONFLICT`` 10.4 to 13.1 µs; ``COPY`` (text) into a temporary table and one
-``INSERT … SELECT … ON CONFLICT`` 9.2 to 9.6 µs; ``COPY`` (text) into the jobs table 6.6 µs, in
-binary 5.0 to 6.6 µs (no timestamp or integer parsed per row); a plain ``INSERT`` whose
-payloads the server builds from one JSON array of args 7.9 µs, and at 1,000 rows a
-transaction 7.2 µs against 9.3 for ``COPY``, whose extra statements and round trips (the
-transaction, its start, its data, the commit) only pay off on larger calls.
+index entries and the WAL. Without it, the server spends less per row: least in a binary
+``COPY`` (no timestamp or integer parsed per row), whose extra statements and round trips (the
+transaction, its start, its data, the commit) pay off only on larger calls, so a call of up to
+a statement's worth of jobs takes the plain ``INSERT`` instead. The figures behind these
+choices are in docs/benchmarks.md ("Enqueue: server CPU per row").
 
 Neither has ``ON CONFLICT``: both are for ids generated for this call (UUIDv7, 62 random bits),
 which no existing row can hold. Should one all the same, the unique violation rolls the whole
@@ -29,6 +26,7 @@ Example::
 from __future__ import annotations
 
 import functools
+import json
 import struct
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
@@ -43,7 +41,7 @@ from pgqueue.backends.base import Clock
 from pgqueue.backends.identifiers import driver_identifier
 from pgqueue.backends.postgres import prepared
 from pgqueue.job import JobState
-from pgqueue.schema import JOBS
+from pgqueue.schema import JOBS, NEW_JOB_COLUMNS
 
 __all__ = [
     "FreshIdTaken",
@@ -53,22 +51,12 @@ __all__ = [
     "insert_fresh_committed",
 ]
 
-#: Columns the rows carry, in ``COPY`` order: the two that differ per job first.
-_COLUMNS = (
-    "id",
-    "payload",
-    "task",
-    "queue",
-    "priority",
-    "max_attempts",
-    "result_ttl",
-    "state",
-    "run_at",
-    "attempts",
-    "stall_count",
-    "created_at",
-    "updated_at",
-)
+#: The columns the rows carry (``schema.NEW_JOB_COLUMNS``), in ``COPY`` order: the two that
+#: differ per job first, then what every row of a call shares.
+_COLUMNS = tuple(column.name for column in NEW_JOB_COLUMNS)
+_SHARED_COLUMNS = _COLUMNS[2:]
+if _COLUMNS[:2] != ("id", "payload"):
+    raise AssertionError(f"schema.NEW_JOB_COLUMNS must start with id and payload: {_COLUMNS}")
 _UNIQUE_VIOLATION = "23505"
 # COPY's binary format: the signature, no flags, no header extension; -1 fields ends the data.
 _HEADER = b"PGCOPY\n\xff\r\n\x00" + bytes(8)
@@ -196,21 +184,20 @@ def _copy_statement(schema: str | None) -> sql.Composed:
 
 def _tail(shared: Mapping[str, Any], run_at: datetime, now: datetime) -> bytes:
     """Every column after the payload in COPY's binary form: the same for every row."""
-    return b"".join(
-        [
-            _text(shared["task"]),
-            _text(shared["queue"]),
-            _int4(shared["priority"]),
-            _int4(shared["max_attempts"]),
-            _int4(shared["result_ttl"]),
-            _text(str(JobState.QUEUED)),
-            _timestamp(run_at),
-            _int4(0),
-            _int4(0),
-            _timestamp(now),
-            _timestamp(now),
-        ]
-    )
+    fields = {
+        "task": _text(shared["task"]),
+        "queue": _text(shared["queue"]),
+        "priority": _int4(shared["priority"]),
+        "max_attempts": _int4(shared["max_attempts"]),
+        "result_ttl": _int4(shared["result_ttl"]),
+        "state": _text(str(JobState.QUEUED)),
+        "run_at": _timestamp(run_at),
+        "attempts": _int4(0),
+        "stall_count": _int4(0),
+        "created_at": _timestamp(now),
+        "updated_at": _timestamp(now),
+    }
+    return b"".join([fields[name] for name in _SHARED_COLUMNS])
 
 
 def _text(value: str) -> bytes:
@@ -240,10 +227,10 @@ def insert_fresh_committed(
     """One autocommit statement for a call too small to gain from ``COPY``'s extra round
     trips: the jobs ``ids`` whose args arrays are the elements of the JSON array ``args`` (each
     payload built by the server: one template for the call, ``extra``, a JSON object, merged
-    into it, and the job's args set in it), and their wake-up. A
-    plain ``INSERT`` (no ``ON CONFLICT``: measured 7.2 µs of server CPU per row at 1,000 rows a
-    statement, against 9.3 for ``COPY`` in its transaction and 11.3 for the JSON-document
-    ``INSERT … ON CONFLICT``). False when nothing was written because a generated id met an
+    into it, and the job's args set in it), and their wake-up. A plain ``INSERT``: without
+    ``ON CONFLICT`` it costs the server less per row than the JSON-document ``INSERT … ON
+    CONFLICT``, and at this size less than ``COPY`` in its own transaction (docs/benchmarks.md,
+    "Enqueue: server CPU per row"). False when nothing was written because a generated id met an
     existing row (the caller then takes the ``ON CONFLICT`` path). ``meanwhile`` (work of the
     caller's that cannot fail, such as building its results) runs while the server executes
     the statement when that can be arranged, else before it is sent; it may run again on the
@@ -290,9 +277,11 @@ def insert_fresh_committed(
 def _payload_template(extra: str) -> str:
     """The payload every row of the call shares, its args left null (the statement sets each
     job's): one ``jsonb_set`` a row costs the server less than building the object and merging
-    ``extra`` (measured 0.3 to 0.45 µs a row, of 5.5 to 6)."""
-    inner = extra.strip()[1:-1].strip()
-    return '{"args":null,"kwargs":{}' + (f",{inner}}}" if inner else "}")
+    ``extra`` into it per row (docs/benchmarks.md, "Enqueue: server CPU per row")."""
+    fields = json.loads(extra)
+    if not isinstance(fields, dict):
+        raise TypeError(f"extra must be a JSON object, not {extra!r}")
+    return json.dumps({"args": None, "kwargs": {}, **fields}, separators=(",", ":"))
 
 
 @functools.lru_cache(maxsize=64)
@@ -310,20 +299,38 @@ def _insert_statement(schema: str | None) -> sql.Composed:
         if not schema
         else f"{driver_identifier(schema)}.{driver_identifier(JOBS.name)}"
     )
+    values = [_INSERT_VALUES[name] for name in _COLUMNS]
     return sql.SQL(
-        "WITH queued AS (INSERT INTO {} "
-        "(id, task, queue, payload, priority, max_attempts, result_ttl, state, run_at, "
-        "attempts, stall_count, created_at, updated_at) "
-        "SELECT g.id, %(task)s, %(queue)s, "
-        "jsonb_set(%(payload)s::jsonb, '{{args}}', g.args), "
-        "%(priority)s, %(max_attempts)s, %(result_ttl)s, {}, "
-        "coalesce(%(run_at)s::timestamptz, "
-        "coalesce(%(now)s::timestamptz, now()) + %(delay)s * interval '1 second'), 0, 0, "
-        "coalesce(%(now)s::timestamptz, now()), coalesce(%(now)s::timestamptz, now()) "
+        "WITH queued AS (INSERT INTO {} ({}) SELECT {} "
         "FROM ROWS FROM (unnest(%(ids)s::text[]), jsonb_array_elements(%(args)s::jsonb)) "
         "AS g(id, args)) "
         # The wake-up announces the call's jobs, the transaction's id its nonce (as
         # statements.wake_payload; every id is written or the statement fails).
         "SELECT pg_notify(%(channel)s, concat_ws(chr(31), %(queue)s, %(count)s::int, "
         "txid_current()))"
-    ).format(table, sql.Literal(str(JobState.QUEUED)))
+    ).format(
+        table,
+        sql.SQL(", ").join(map(sql.Identifier, _COLUMNS)),
+        sql.SQL(", ").join(values),
+    )
+
+
+_NOW = "coalesce(%(now)s::timestamptz, now())"
+#: What the plain ``INSERT`` writes in each of ``_COLUMNS``: ``g`` is the job's id and args.
+_INSERT_VALUES: dict[str, sql.Composable] = {
+    "id": sql.SQL("g.id"),
+    "payload": sql.SQL("jsonb_set(%(payload)s::jsonb, '{args}', g.args)"),
+    "task": sql.SQL("%(task)s"),
+    "queue": sql.SQL("%(queue)s"),
+    "priority": sql.SQL("%(priority)s"),
+    "max_attempts": sql.SQL("%(max_attempts)s"),
+    "result_ttl": sql.SQL("%(result_ttl)s"),
+    "state": sql.Literal(str(JobState.QUEUED)),
+    "run_at": sql.SQL(
+        f"coalesce(%(run_at)s::timestamptz, {_NOW} + %(delay)s * interval '1 second')"
+    ),
+    "attempts": sql.SQL("0"),
+    "stall_count": sql.SQL("0"),
+    "created_at": sql.SQL(_NOW),
+    "updated_at": sql.SQL(_NOW),
+}

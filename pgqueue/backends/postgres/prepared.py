@@ -18,6 +18,7 @@ from sqlalchemy.exc import DBAPIError
 
 from pgqueue import statements
 from pgqueue.backends.base import Clock, Completion
+from pgqueue.backends.postgres import sqlalchemy_private
 from pgqueue.backends.postgres import statements as pg_statements
 
 __all__ = [
@@ -125,8 +126,7 @@ def unobserved(engine: Engine) -> bool:
     ``sqlalchemy.engine`` logger at INFO), and psycopg 3 as the driver (whose connections
     switch to autocommit and back without a round trip)."""
     return (
-        not engine._has_events
-        and not getattr(engine.dialect, "_has_events", False)
+        not sqlalchemy_private.has_listeners(engine)
         and engine.dialect.driver == "psycopg"
         and not engine.logger.isEnabledFor(logging.INFO)
     )
@@ -161,7 +161,7 @@ def run_text_on_driver(
         pooled = engine.raw_connection()
     except engine.dialect.loaded_dbapi.Error as exc:
         # No server to connect to, or it refused us: wrapped exactly as Engine.connect() does.
-        Connection._handle_dbapi_exception_noconnection(exc, engine.dialect, engine)
+        sqlalchemy_private.raise_connect_error(exc, engine)
     driver: Any = pooled.dbapi_connection
     cursor = None
     # Put back as found: an engine made with isolation_level="AUTOCOMMIT" pools connections
@@ -215,7 +215,7 @@ def _discard_or_return(
     )
     if lost:
         if isinstance(error, Exception):
-            engine.pool._invalidate(pooled, error, _checkin=False)
+            sqlalchemy_private.invalidate_generation(engine, pooled, error)
         pooled.invalidate(error)
         return True
     try:

@@ -262,6 +262,9 @@ class TaskFinder:
         if module is not None and qualname is not None and "<locals>" not in qualname:
             found = _by_module(name, module, qualname)
             if found is not None:
+                # Tasks are declared on a Queue (TaskDeclarations is its base), whatever
+                # Task.queue's annotation (what a task uses of it) says.
+                assert isinstance(found.queue, Queue)
                 return found, found.queue
         where = f"the Queue of app {self.app!r}" if self.app else f"module {module!r}"
         raise UnknownTaskError(
