@@ -75,7 +75,7 @@ def test_a_late_rate_limited_start_is_handed_back_without_an_attempt(db_url: str
             created_at=datetime.now(UTC),
         )
         with store.transaction() as conn:
-            stored, lost = store.store(
+            stored, lost = store.write_outcomes(
                 conn, [(Claimed(job_id, context, token, 60, None), outcome)], queue.backend.clock()
             )
         assert lost == [] and len(stored) == 1
