@@ -64,6 +64,17 @@ class Step(Enum):
     DONE = "done"
 
 
+# Module names for the members: a member looked up on its Enum class costs several times more,
+# and the claim's hot path (an unkeyed claim per turn) does it every time.
+_UNKEYED, _LIMITED, _FAIR, _LONE, _DONE = (
+    Step.UNKEYED,
+    Step.LIMITED,
+    Step.FAIR,
+    Step.LONE,
+    Step.DONE,
+)
+
+
 class LimitedClaimPolicy:
     """One worker's choice of claims, turn after turn (see the module docstring). Each claim
     starts with :meth:`begin`, reports what every step claimed (each report returns the next
@@ -119,23 +130,24 @@ class LimitedClaimPolicy:
         that commits by itself); returns its first step, :data:`Step.UNKEYED` unless the fair
         claim stands in for it."""
         self._wanted = wanted
-        self._claimed = 0
         self._autocommit = autocommit
         self._wake = None
         if autocommit or self.clock() >= self._unkeyed_idle_until:
-            self._fair_in_place = False
-            return Step.UNKEYED
+            return _UNKEYED
         # Draining keyed jobs with no unkeyed job due: the fair claim in the unkeyed claim's
         # place (limited jobs get the slots it leaves, as they get those the unkeyed claim
         # leaves), until a wake-up, LONE_SECONDS or a short batch, whichever comes first.
+        self._claimed = 0
         self._fair_in_place = True
         return self._fair_step()
 
     def unkeyed_claimed(self, claimed: int) -> Step:
-        """The unkeyed claim claimed ``claimed`` jobs; returns the next step."""
+        """The unkeyed claim claimed ``claimed`` jobs; returns the next step (:data:`Step.DONE`
+        after a full batch: the caller may end the claim without asking)."""
         self._claimed = claimed
+        self._fair_in_place = False
         if claimed >= self._wanted:
-            return Step.DONE
+            return _DONE
         now = self.clock()
         skip = self._limited_idle_until - now
         self._fair_skip = fair_skip = self._fair_idle_until - now
@@ -143,19 +155,19 @@ class LimitedClaimPolicy:
             # Both looked a moment ago and found nothing: one enqueued since is claimed when
             # that moment ends, not at the next poll.
             self._wake = min(skip, fair_skip)
-            return Step.DONE
+            return _DONE
         if (claimed and not self._limited_owed) or self._autocommit:
             # Jobs claimed and slots left: end the turn so that their handlers start now (the
             # limited claim would be more statements before the commit), and claim again at
             # once, owing the limited claim. A claim that commits by itself cannot run it at all.
             self._limited_owed = True
             self._wake = 0.0
-            return Step.DONE
+            return _DONE
         self._limited_owed = False
         if skip > 0:
             self._wake = skip
             return self._then_fair()
-        return Step.LIMITED
+        return _LIMITED
 
     def limited_claimed(self, claimed: int, *, wake_in: float | None) -> Step:
         """The limited claim claimed ``claimed`` jobs; ``wake_in``: seconds until a rate slot
@@ -199,18 +211,18 @@ class LimitedClaimPolicy:
 
     def _then_fair(self) -> Step:
         if self._claimed >= self._wanted:
-            return Step.DONE
+            return _DONE
         if self._fair_skip > 0:
             self._wake_within(self._fair_skip)
-            return Step.DONE
+            return _DONE
         self._before_fair = self._claimed
         return self._fair_step()
 
     def _fair_step(self) -> Step:
         self._fair_at = now = self.clock()
         if self._lone is not None and now < self._lone[1]:
-            return Step.LONE
-        return Step.FAIR
+            return _LONE
+        return _FAIR
 
     def _fair_done(self) -> Step:
         if self._fair_in_place:
@@ -220,7 +232,7 @@ class LimitedClaimPolicy:
         elif not self._before_fair and self._claimed >= self._wanted:
             # Only keyed jobs filled the batch: the fair claim takes the unkeyed claim's place.
             self._unkeyed_idle_until = self.clock() + LONE_SECONDS
-        return Step.DONE
+        return _DONE
 
     def _wake_within(self, seconds: float) -> None:
         self._wake = seconds if self._wake is None else min(self._wake, seconds)

@@ -20,7 +20,7 @@ import logging
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection
 from sqlalchemy.exc import DBAPIError
@@ -42,11 +42,20 @@ logger = logging.getLogger("pgqueue.worker")
 
 _NO_STARTS: Mapping[str, float] = MappingProxyType({})
 _NO_IDS: frozenset[str] = frozenset()
+# The policy's steps under module names (an Enum member looked up on its class costs more).
+_UNKEYED, _LIMITED, _FAIR, _LONE, _DONE = (
+    Step.UNKEYED,
+    Step.LIMITED,
+    Step.FAIR,
+    Step.LONE,
+    Step.DONE,
+)
 
 
-class ClaimResult(NamedTuple):
-    """What one :meth:`JobStore.claim` took, and when it asks to claim again (a named tuple:
-    one per turn, built as cheaply as a tuple, with shared empty defaults).
+class ClaimResult:
+    """What one :meth:`JobStore.claim` took, and when it asks to claim again. Read-only by
+    convention: a plain slotted class, built once per turn on the claim's hot path, where a
+    frozen dataclass costs several times more; the empty defaults are shared.
 
     ``rows``: the jobs claimed (``statements.CLAIMED_COLUMNS``); ``wake_in``: seconds until the
     worker should claim again (a rate slot opens, a skipped claim looks again; 0: at once; None:
@@ -60,10 +69,25 @@ class ClaimResult(NamedTuple):
         ClaimResult(rows=[], wake_in=0.05)
     """
 
-    rows: Sequence[Any]
-    wake_in: float | None = None
-    starts: Mapping[str, float] = _NO_STARTS
-    limited: frozenset[str] = _NO_IDS
+    __slots__ = ("limited", "rows", "starts", "wake_in")
+
+    def __init__(
+        self,
+        rows: Sequence[Any],
+        wake_in: float | None = None,
+        starts: Mapping[str, float] = _NO_STARTS,
+        limited: frozenset[str] = _NO_IDS,
+    ) -> None:
+        self.rows = rows
+        self.wake_in = wake_in
+        self.starts = starts
+        self.limited = limited
+
+    def __repr__(self) -> str:
+        return (
+            f"ClaimResult(rows=<{len(self.rows)} rows>, wake_in={self.wake_in!r}, "
+            f"starts={dict(self.starts)!r}, limited={set(self.limited)!r})"
+        )
 
 
 class JobStore:
@@ -174,7 +198,7 @@ class JobStore:
         policy = self.policy
         step = policy.begin(limit, autocommit=self._autocommit)
         rows: list[Any]
-        if step is Step.UNKEYED:
+        if step is _UNKEYED:
             statement = self._statement(
                 "claim",
                 clock,
@@ -189,15 +213,18 @@ class JobStore:
             )
             values = {statements.CLAIM_LIMIT: limit, statements.CLAIM_LOCK_TOKEN: lock_token}
             rows = self.backend.claim(conn, statement, values)
+            if len(rows) >= limit:
+                # A full batch, the hot path: no slot left for the other claims and nothing to
+                # wake up for (the policy's unkeyed_claimed() would say Step.DONE, no wake-up).
+                return ClaimResult(rows)
             step = policy.unkeyed_claimed(len(rows))
-            if step is Step.DONE:
-                # Most claims end here: no look at limited or fair jobs, nothing else to build.
+            if step is _DONE:
                 return ClaimResult(rows, policy.wake_in())
         else:
             rows = []
         starts: Mapping[str, float] = _NO_STARTS
         limited: frozenset[str] = _NO_IDS
-        if step is Step.LIMITED:
+        if step is _LIMITED:
             found = claim_limited(
                 conn,
                 self.backend.insert,
@@ -214,11 +241,11 @@ class JobStore:
             if found.starts:
                 starts = {job_id: at.timestamp() for job_id, at in found.starts.items()}
             step = policy.limited_claimed(len(found.rows), wake_in=found.wake_in)
-        if step is Step.LONE:
+        if step is _LONE:
             alone = self._claim_lone(conn, limit - len(rows), lock_token, clock)
             rows += alone
             policy.lone_claimed(len(alone))
-        elif step is Step.FAIR:
+        elif step is _FAIR:
             fair = claim_fair(
                 conn,
                 self.backend.insert,
