@@ -12,7 +12,8 @@ from typing import Any
 import pgqueue
 from pgqueue.execution import JobContext, Outcome
 from pgqueue.job import JobState
-from pgqueue.worker.executor import SLOT_START_DELAY, START_GUARD, Executor
+from pgqueue.limits.slots import SLOT_START_DELAY, START_GUARD
+from pgqueue.worker.executor import Executor
 from pgqueue.worker.ledger import Claimed
 from pgqueue.worker.store import JobStore
 
