@@ -22,11 +22,12 @@ slot opens, so it claims then instead of at its next poll.
 
 A claim may take a slot up to ``LOOKAHEAD_SECONDS`` before it opens: the job is claimed early and
 its handler started at the slot's instant (``LimitedClaim.starts``). The worker starts every
-rate-limited handler a fixed delay (100 ms) after its slot, on its wall clock (on SQLite the clock the
-slots are measured on; on PostgreSQL the server's, which a worker on the same host or kept by
-NTP agrees with to a few ms): the claim's commit and the dispatch to a handler thread then
-happen within that delay, and their jitter under load does not move starts across a window's
-edge. A job's ``started_at`` is its slot.
+rate-limited handler a fixed delay (100 ms; these figures live in :mod:`pgqueue.limits.slots`)
+after its slot, on its wall clock (on SQLite the clock the slots are measured on; on PostgreSQL
+the server's, which a worker on the same host or kept by NTP agrees with to a few ms): the
+claim's commit and the dispatch to a handler thread then happen within that delay, and their
+jitter under load does not move starts across a window's edge. A job's ``started_at`` is its
+slot.
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ from pgqueue import statements
 from pgqueue.backends.base import Clock
 from pgqueue.limits import rate_step
 from pgqueue.limits import statements as limit_statements
+from pgqueue.limits.slots import CATCH_UP_SECONDS, LOOKAHEAD_SECONDS
 from pgqueue.limits.statements import RATE, RUNNING
 
 __all__ = [
@@ -67,14 +69,6 @@ class LimitedClaim:
     wake_in: float | None = None
     #: The rate-limited jobs claimed, each with its slot (the worker starts it then).
     starts: dict[str, datetime] = field(default_factory=dict)
-
-
-#: How late a claim may take a rate key's slots and still keep its rhythm: one slot, or this many
-#: seconds for rates faster than 20 a second, so that one claim can take the few slots that
-#: passed since the last one instead of one per turn.
-CATCH_UP_SECONDS = 0.05
-#: How long before its slot opens a claim may take it (the handler then waits for the slot).
-LOOKAHEAD_SECONDS = 0.1
 
 
 def rate_first_slot(

@@ -29,6 +29,7 @@ from pgqueue.durable.run import Parked
 from pgqueue.errors import ConfigError, UnknownTaskError
 from pgqueue.execution import HandlerPool, LoopThread, Outcome, running, snoozed, thread_stack
 from pgqueue.job import JobState, error_fields
+from pgqueue.limits.slots import START_GUARD, seconds_to_start, start_time
 from pgqueue.retries import Snooze
 from pgqueue.worker.isolation.runner import IsolatedRunner, is_isolated
 from pgqueue.worker.ledger import Claimed
@@ -111,7 +112,7 @@ class Executor:
             self._starting.append((job, self._run_async(job, task, args, kwargs, previous)))
         else:
             # A rate-limited job starts at its slot in the child, under the same start guard.
-            start_at = None if job.not_before is None else job.not_before + SLOT_START_DELAY
+            start_at = None if job.not_before is None else start_time(job.not_before)
             self._runner().launch(job, task, payload, job.carrier, previous, start_at)
         return None
 
@@ -205,7 +206,7 @@ class Executor:
         job.thread_id = threading.get_ident()
         if job.not_before is not None:
             # Claimed ahead of its rate-limit slot (pgqueue.limits.claim): start at the slot.
-            job.context.cancelled.wait(_until(job.not_before))
+            job.context.cancelled.wait(seconds_to_start(job.not_before, time.time()))
             if not self._may_start(job):
                 self.deliver(job, HANDED_BACK)
                 return
@@ -238,7 +239,7 @@ class Executor:
     ) -> Outcome:
         """An ``async def`` handler call, on the worker's event loop."""
         if job.not_before is not None:
-            await asyncio.sleep(_until(job.not_before))
+            await asyncio.sleep(seconds_to_start(job.not_before, time.time()))
             if not self._may_start(job):
                 return HANDED_BACK
         try:
@@ -301,12 +302,13 @@ class Executor:
     @staticmethod
     def _may_start(job: Claimed) -> bool:
         """Whether a rate-limited handler may start now: not given up while it waited for its
-        slot, and not more than ``START_GUARD`` past its start (see :data:`START_GUARD`)."""
+        slot, and not more than ``START_GUARD`` past its start (see
+        :data:`pgqueue.limits.slots.START_GUARD`)."""
         assert job.not_before is not None
         if job.context.cancelled.is_set():
             # A stop or a lost lease ended the wait: the job is not ours to start any more.
             return False
-        late = time.time() - (job.not_before + SLOT_START_DELAY)
+        late = time.time() - start_time(job.not_before)
         if late <= START_GUARD:
             return True
         logger.debug(
@@ -356,28 +358,5 @@ class Executor:
 # Where a task's handler runs (Executor._kinds).
 _THREAD, _ASYNC, _PROCESS = 0, 1, 2
 
-#: A rate-limited handler starts this long after its slot (pgqueue.limits.claim): the same
-#: delay for every start, within which the claim's commit and the hand-over to a thread fall,
-#: so that their jitter does not bunch starts (a claim may take a slot up to 50 ms old: the
-#: catch-up of pgqueue.limits.claim, which leaves at least 50 ms).
-SLOT_START_DELAY = 0.1
-#: The latest a rate-limited handler may start after its slot's start (slot + SLOT_START_DELAY);
-#: a later one is handed back (queued again, no attempt spent, the slot spent) and paced
-#: anew at its next claim. Every start then lies within [start, start + START_GUARD] of its own
-#: slot's, and slots are a step (1/20 s at "20/s") apart: a window of one second can hold
-#: count + 1 starts only, as long as START_GUARD plus the few instructions from the guard to the
-#: handler's first line stay under one step; 25 ms leaves the other 25 ms at "20/s" to a
-#: thread preempted in between. (Above 40 a second a window may hold START_GUARD worth of slots
-#: more, as it may hold CATCH_UP_SECONDS worth: see docs/limits.md.)
-START_GUARD = 0.025
 #: What a handler that may not start any more delivers: hand the job back to ``queued``.
 HANDED_BACK = Outcome(JobState.QUEUED)
-#: The longest a handler waits for its slot: the claim's look-ahead plus the delay, and some
-#: room for a worker clock behind the database's.
-_MAX_SLOT_WAIT = 0.25
-
-
-def _until(slot: float) -> float:
-    """Seconds from now (wall clock) until a handler whose rate-limit slot is ``slot`` starts,
-    within 0 and ``_MAX_SLOT_WAIT``."""
-    return min(max(slot + SLOT_START_DELAY - time.time(), 0.0), _MAX_SLOT_WAIT)

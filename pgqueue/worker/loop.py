@@ -18,19 +18,20 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from queue import Empty, SimpleQueue
 from typing import TYPE_CHECKING, Any
 
 from pgqueue.execution import JobContext, Outcome
+from pgqueue.limits.policy import LimitedClaimPolicy
 from pgqueue.notifications import ENQUEUED_CHANNEL, parse_enqueued, taken_payload
 from pgqueue.worker.executor import Executor
 from pgqueue.worker.fleet import FleetWakes
 from pgqueue.worker.ledger import Claimed, Ledger
 from pgqueue.worker.planner import Turn, TurnPlanner
 from pgqueue.worker.services import EmbeddedServices
-from pgqueue.worker.store import JobStore
+from pgqueue.worker.store import ClaimResult, JobStore
 from pgqueue.worker.transaction import JobTransaction
 
 if TYPE_CHECKING:
@@ -60,6 +61,8 @@ class _Stop:
 
 
 _WAKE = object()
+# What a turn that does not claim claimed.
+_NOTHING = ClaimResult([])
 # A staggered claim was scheduled: the loop's sleep may have to end sooner.
 _NUDGE = object()
 
@@ -87,9 +90,17 @@ class WorkerLoop:
         self.ledger = Ledger(
             queue.runtime.jobs_finished, self.id, log_completions=config.log_completions
         )
+        # Which claims a turn runs (unkeyed, limited, fair), as the planner decides when.
+        self.claim_policy = LimitedClaimPolicy(clock=clock)
         self.store = JobStore(
-            queue.db, worker_id=self.id, lease=config.lease, queues=config.queues, clock=clock
+            queue.db,
+            worker_id=self.id,
+            lease=config.lease,
+            queues=config.queues,
+            policy=self.claim_policy,
         )
+        # Running jobs claimed under a flow limit: when one finishes, its key has a free slot.
+        self._limited: set[str] = set()
         self.executor = Executor(
             queue,
             self.id,
@@ -228,7 +239,7 @@ class WorkerLoop:
 
     def _woken(self) -> None:
         self.planner.due = True
-        self.store.woken()
+        self.claim_policy.woken()
 
     def _receive(self, timeout: float | None) -> None:
         try:
@@ -250,8 +261,8 @@ class WorkerLoop:
                 self.ledger.decide(job, message.outcome)
             else:
                 logger.debug("late outcome discarded job_id=%s worker_id=%s", job.id, self.id)
-            limited = job.id in self.store.limited
-            self.store.limited.discard(job.id)
+            limited = job.id in self._limited
+            self._limited.discard(job.id)
             if self.burst or limited:
                 # Whatever the handler enqueued is due work too: look once more before leaving.
                 # A job with a flow limit frees its key's slot: the next turn, which stores its
@@ -292,21 +303,26 @@ class WorkerLoop:
         store = self.store
         # run_jobs claims its jobs once: afterwards a claim finds nothing, so a burst ends.
         claiming = bool(turn.claim) and self.only != []
-        # A turn with nothing to store or extend (a wake-up on an idle worker): the claim alone.
-        alone = (
+        # A turn with nothing to store or extend (a wake-up on an idle worker): the claim alone,
+        # committing by itself where the backend can.
+        autocommit = (
             claiming
             and not pending
             and not turn.beat
             and self.only is None
-            and store.claims_alone()
+            and self.claim_policy.may_autocommit()
         )
         try:
-            with store.claim_only() if alone else store.transaction() as conn:
+            with store.autocommit() if autocommit else store.transaction() as conn:
                 clock = self.queue.db.clock()
-                stored, lost = store.store(conn, pending, clock, one_by_one=self._one_by_one)
+                stored, lost = store.write_outcomes(
+                    conn, pending, clock, one_by_one=self._one_by_one
+                )
                 kept = store.extend(conn, holding, clock) if turn.beat else None
-                rows = (
-                    store.claim(conn, turn.claim, lock_token, clock, self.only) if claiming else []
+                claimed = (
+                    store.claim(conn, turn.claim, lock_token, clock, self.only)
+                    if claiming
+                    else _NOTHING
                 )
         except Exception as exc:
             self._failed(turn, pending, exc)
@@ -314,17 +330,20 @@ class WorkerLoop:
         self._one_by_one = False
         if turn.claim and self.only is not None:
             self.only = []
+        rows = claimed.rows
         self.planner.succeeded(turn, claimed=len(rows), was_holding=bool(holding))
-        if claiming and store.rate_wake_in is not None:
-            # A job held back by a rate limit may start then: claim at that moment.
-            self.planner.wake_within(turn, store.rate_wake_in)
+        if claimed.wake_in is not None:
+            # A rate slot opens, a skipped claim looks again, or a claim is owed: claim then.
+            self.planner.wake_within(turn, claimed.wake_in)
+        if claimed.limited:
+            self._limited |= claimed.limited
         self.ledger.settled(stored, lost)
         if kept is not None:
             for job in holding:
                 if job.id not in kept and not _committed_itself(job):
                     self.ledger.lose(job)
         if rows:
-            self._dispatch(rows, lock_token)
+            self._dispatch(rows, lock_token, claimed.starts)
         if claiming:
             self._announce_taken()
 
@@ -364,7 +383,7 @@ class WorkerLoop:
             extra={"worker_id": self.id},
         )
 
-    def _dispatch(self, rows: Sequence[Any], lock_token: str) -> None:
+    def _dispatch(self, rows: Sequence[Any], lock_token: str, starts: Mapping[str, float]) -> None:
         # UPDATE … RETURNING gives no order; start the most urgent first.
         rows = sorted(rows, key=_urgency)
         self.ledger.count("claimed", len(rows))
@@ -373,7 +392,6 @@ class WorkerLoop:
         queue, worker_id = self.queue, self.id
         transaction_class = queue.job_transaction_class or JobTransaction
         tasks = queue.tasks
-        start_at = self.store.start_at
         add, launch, decide = self.ledger.add, self.executor.launch, self.ledger.decide
         for row in rows:
             job_id, result_ttl = row["id"], row["result_ttl"]
@@ -394,8 +412,9 @@ class WorkerLoop:
                 result_ttl,
                 tasks.get(row["task"]),
             )
-            if start_at:
-                job.not_before = start_at.pop(job_id, None)
+            if starts:
+                # Claimed in a rate-limit slot: its handler starts then (pgqueue.limits.slots).
+                job.not_before = starts.get(job_id)
             add(job)
             failure = launch(job, row["payload"])
             if failure is not None:
@@ -414,7 +433,7 @@ class WorkerLoop:
             try:
                 with self.store.transaction() as conn:
                     clock = self.queue.db.clock()
-                    stored, lost = self.store.store(
+                    stored, lost = self.store.write_outcomes(
                         conn, pending, clock, one_by_one=self._one_by_one
                     )
                     released = self.store.release(conn, unfinished, clock)

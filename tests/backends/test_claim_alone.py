@@ -1,4 +1,4 @@
-"""A worker's claim-only turn (a wake-up on an idle worker: nothing to store, no heartbeat due).
+"""A worker's autocommit turn (a wake-up on an idle worker: nothing to store, no heartbeat due).
 On PostgreSQL the claim is one statement that commits itself (no BEGIN, no COMMIT round trips);
 on SQLite an ordinary transaction. Either way the claimed jobs are committed when the turn ends,
 the work connection is left as it was, and a job with a flow limit is never left behind: the
@@ -13,7 +13,7 @@ import pytest
 from conftest import POSTGRES_ONLY
 
 import pgqueue
-from pgqueue.worker.store import JobStore
+from pgqueue.worker.store import ClaimResult, JobStore
 
 
 @pytest.fixture
@@ -23,12 +23,12 @@ def store(queue: pgqueue.Queue) -> Any:
     store.close()
 
 
-def _alone(queue: pgqueue.Queue, store: JobStore, limit: int) -> list[Any]:
-    with store.claim_only() as conn:
+def _alone(queue: pgqueue.Queue, store: JobStore, limit: int) -> ClaimResult:
+    with store.autocommit() as conn:
         return store.claim(conn, limit, uuid.uuid4().hex, queue.db.clock())
 
 
-def _turn(queue: pgqueue.Queue, store: JobStore, limit: int) -> list[Any]:
+def _turn(queue: pgqueue.Queue, store: JobStore, limit: int) -> ClaimResult:
     with store.transaction() as conn:
         return store.claim(conn, limit, uuid.uuid4().hex, queue.db.clock())
 
@@ -39,17 +39,17 @@ def _state(queue: pgqueue.Queue, job_id: str) -> str:
     return str(status.state)
 
 
-def test_a_claim_only_turn_claims_and_commits(queue: pgqueue.Queue, store: JobStore) -> None:
+def test_an_autocommit_turn_claims_and_commits(queue: pgqueue.Queue, store: JobStore) -> None:
     @queue.task()
     def plain() -> None: ...
 
     job_id = plain.enqueue().id
-    rows = _alone(queue, store, 4)
+    rows = _alone(queue, store, 4).rows
     assert [row["id"] for row in rows] == [job_id]
     assert rows[0]["attempts"] == 1
     assert _state(queue, job_id) == "processing"
     # The connection is fit for an ordinary turn afterwards.
-    assert _turn(queue, store, 4) == []
+    assert _turn(queue, store, 4).rows == []
 
 
 def test_a_limited_job_is_claimed_by_the_next_turn_at_the_latest(
@@ -65,25 +65,27 @@ def test_a_limited_job_is_claimed_by_the_next_turn_at_the_latest(
     plain_id = plain.enqueue().id
     # Slots left after the plain job: the limited claim is owed, and the next turn must be a
     # transaction that runs it.
-    assert [row["id"] for row in _alone(queue, store, 4)] == [plain_id]
-    assert store.rate_wake_in == 0.0
-    assert not store.claims_alone()
-    assert [row["id"] for row in _turn(queue, store, 4)] == [limited_id]
-    assert store.claims_alone()
+    first = _alone(queue, store, 4)
+    assert [row["id"] for row in first.rows] == [plain_id]
+    assert first.wake_in == 0.0
+    assert not store.policy.may_autocommit()
+    assert [row["id"] for row in _turn(queue, store, 4).rows] == [limited_id]
+    assert store.policy.may_autocommit()
 
 
-def test_an_empty_claim_only_turn_leaves_no_limited_job_behind(
+def test_an_empty_autocommit_turn_leaves_no_limited_job_behind(
     queue: pgqueue.Queue, store: JobStore
 ) -> None:
     @queue.task(max_running=1)
     def limited() -> None: ...
 
     limited_id = limited.enqueue().id
-    claimed = [row["id"] for row in _alone(queue, store, 4)]
+    first = _alone(queue, store, 4)
+    claimed = [row["id"] for row in first.rows]
     if not claimed:
         # PostgreSQL: the claim alone cannot run the limited claim; it asks for a turn at once.
-        assert store.rate_wake_in == 0.0 and not store.claims_alone()
-        claimed = [row["id"] for row in _turn(queue, store, 4)]
+        assert first.wake_in == 0.0 and not store.policy.may_autocommit()
+        claimed = [row["id"] for row in _turn(queue, store, 4).rows]
     assert claimed == [limited_id]
 
 
@@ -93,7 +95,7 @@ def test_the_claim_commits_by_itself_on_postgresql(queue: pgqueue.Queue, store: 
     def plain() -> None: ...
 
     job_id = plain.enqueue().id
-    with store.claim_only() as conn:
+    with store.autocommit() as conn:
         raw: Any = conn.connection.dbapi_connection
         assert raw.autocommit
         store.claim(conn, 4, uuid.uuid4().hex, queue.db.clock())
@@ -109,7 +111,7 @@ def test_behind_a_transaction_pooler_the_claim_keeps_its_transaction(db_url: str
     queue = pgqueue.Queue(db_url, pooler="transaction")
     store = JobStore(queue.db, worker_id="w", lease=30, queues=None)
     try:
-        with store.claim_only() as conn:
+        with store.autocommit() as conn:
             raw: Any = conn.connection.dbapi_connection
             assert not raw.autocommit
             store.claim(conn, 4, uuid.uuid4().hex, queue.db.clock())

@@ -5,13 +5,12 @@ then looks for jobs under flow limits whatever else it finds; no job is left beh
 from __future__ import annotations
 
 import uuid
-from typing import Any
 
 import pgqueue
-from pgqueue.worker.store import JobStore
+from pgqueue.worker.store import ClaimResult, JobStore
 
 
-def _turn(queue: pgqueue.Queue, store: JobStore, limit: int) -> list[Any]:
+def _turn(queue: pgqueue.Queue, store: JobStore, limit: int) -> ClaimResult:
     with store.transaction() as conn:
         return store.claim(conn, limit, uuid.uuid4().hex, queue.db.clock())
 
@@ -30,14 +29,15 @@ def test_a_turn_that_claimed_jobs_leaves_the_limited_claim_to_the_next(
     store = JobStore(queue.db, worker_id="w", lease=30, queues=None)
     try:
         first = _turn(queue, store, 4)
-        assert [row["id"] for row in first] == [plain_id]
-        assert store.rate_wake_in == 0.0  # the next claim is due at once
+        assert [row["id"] for row in first.rows] == [plain_id]
+        assert first.wake_in == 0.0  # the next claim is due at once
+        assert not first.limited
         # Passed over once only: the next claim takes limited jobs too, even when it finds
         # others (a trickle of plain jobs must not hold limited ones back).
         later_id = plain.enqueue().id
         second = _turn(queue, store, 3)
-        assert sorted(row["id"] for row in second) == sorted([later_id, limited_id])
-        assert store.limited == {limited_id}
+        assert sorted(row["id"] for row in second.rows) == sorted([later_id, limited_id])
+        assert second.limited == {limited_id}
     finally:
         store.close()
 
@@ -51,6 +51,6 @@ def test_a_turn_that_claimed_nothing_looks_for_limited_jobs_in_the_same_transact
     limited_id = limited.enqueue().id
     store = JobStore(queue.db, worker_id="w", lease=30, queues=None)
     try:
-        assert [row["id"] for row in _turn(queue, store, 4)] == [limited_id]
+        assert [row["id"] for row in _turn(queue, store, 4).rows] == [limited_id]
     finally:
         store.close()

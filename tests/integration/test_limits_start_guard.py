@@ -12,7 +12,8 @@ from typing import Any
 import pgqueue
 from pgqueue.execution import JobContext, Outcome
 from pgqueue.job import JobState
-from pgqueue.worker.executor import SLOT_START_DELAY, START_GUARD, Executor
+from pgqueue.limits.slots import SLOT_START_DELAY, START_GUARD
+from pgqueue.worker.executor import Executor
 from pgqueue.worker.ledger import Claimed
 from pgqueue.worker.store import JobStore
 
@@ -75,7 +76,7 @@ def test_a_late_rate_limited_start_is_handed_back_without_an_attempt(db_url: str
             created_at=datetime.now(UTC),
         )
         with store.transaction() as conn:
-            stored, lost = store.store(
+            stored, lost = store.write_outcomes(
                 conn, [(Claimed(job_id, context, token, 60, None), outcome)], queue.backend.clock()
             )
         assert lost == [] and len(stored) == 1

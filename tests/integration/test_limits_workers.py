@@ -208,7 +208,7 @@ def test_rate_limit_20_per_second_over_200_jobs(workers: Workers, producer: pgqu
     assert busiest_claim <= 21
     # Handlers start a fixed 100 ms after their slot (jobs are claimed up to 100 ms ahead:
     # pgqueue.limits.claim), and one that would start more than 25 ms after that is handed back
-    # and paced anew (worker/executor.py START_GUARD): every start lies within 25 ms of its own
+    # and paced anew (limits/slots.py START_GUARD): every start lies within 25 ms of its own
     # slot's start, slots are 50 ms apart, so exact here too; a no-op's completion follows.
     assert busiest_start <= 21
     assert busiest_end <= 21

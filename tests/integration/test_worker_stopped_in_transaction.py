@@ -46,7 +46,7 @@ def test_a_worker_stopped_inside_a_transaction_hands_its_jobs_to_the_reaper(
     reaper = pgqueue.Reaper(pg_queue, grace=0)
     store = JobStore(pg_queue.db, worker_id="stopped", lease=LEASE, queues=None)
     with store.transaction() as conn:
-        rows = store.claim(conn, 1, "token-1", pg_queue.backend.clock())
+        rows = store.claim(conn, 1, "token-1", pg_queue.backend.clock()).rows
     assert [row["id"] for row in rows] == [job_id]
 
     # The next turn (a heartbeat) locks the row, then the worker stops mid-transaction: this

@@ -144,13 +144,10 @@ def test_a_cancel_reaches_the_running_handler() -> None:
 def test_a_rate_limited_job_starts_at_its_slot_or_is_handed_back() -> None:
     import time
 
-    from pgqueue.worker import executor
-    from pgqueue.worker.isolation import runner
+    from pgqueue.limits.slots import MAX_SLOT_WAIT, START_GUARD
 
-    assert runner.START_GUARD == executor.START_GUARD
-    assert runner.MAX_SLOT_WAIT == executor._MAX_SLOT_WAIT
     message = _run_message(isolation_tasks.double, 2)
-    message.update(start_at=time.time() + 0.05, start_guard=0.025, max_wait=0.25)
+    message.update(start_at=time.time() + 0.05, start_guard=START_GUARD, max_wait=MAX_SLOT_WAIT)
     before = time.time()
     assert run_job(message, TaskFinder(None))["result"] == "4"
     assert time.time() >= before + 0.04

@@ -40,7 +40,7 @@ def _finishing(queue: pgqueue.Queue, job_id: str, token: str, state: JobState) -
     store = JobStore(queue.db, worker_id="w1", lease=30, queues=None)
     try:
         with store.transaction() as conn:
-            stored, lost = store.store(
+            stored, lost = store.write_outcomes(
                 conn, [(_claimed(job_id, token), _outcome(state))], queue.backend.clock()
             )
             assert [job.id for job, _ in stored] == [job_id] and not lost

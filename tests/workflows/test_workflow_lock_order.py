@@ -101,7 +101,7 @@ def test_enqueues_with_dependents_and_batch_completions_never_deadlock(
                 try:
                     start.wait(10)
                     with store.transaction() as conn:
-                        done, lost = store.store(conn, pending, queue.backend.clock())
+                        done, lost = store.write_outcomes(conn, pending, queue.backend.clock())
                     assert lost == []
                     stored.extend(done)
                 except BaseException as exc:

@@ -27,6 +27,7 @@ from pgqueue import config as checks
 from pgqueue import statements
 from pgqueue.execution import Outcome, snoozed
 from pgqueue.job import JobState, error_fields
+from pgqueue.limits.slots import MAX_SLOT_WAIT, START_GUARD
 from pgqueue.retries import Snooze
 from pgqueue.worker.isolation.pool import ProcessPool
 from pgqueue.worker.isolation.protocol import RUN, encode
@@ -41,11 +42,6 @@ __all__ = ["WATCH_INTERVAL", "IsolatedRunner", "is_isolated"]
 
 logger = logging.getLogger("pgqueue.worker")
 
-#: The latest a rate-limited isolated handler may start after its slot's start, and the longest
-#: it waits for it: the thread path's START_GUARD and _MAX_SLOT_WAIT (pgqueue.worker.executor,
-#: which imports this module), checked equal by a test.
-START_GUARD = 0.025
-MAX_SLOT_WAIT = 0.25
 #: Seconds between two reads of which isolated jobs are still held (see the module docstring).
 WATCH_INTERVAL = 0.25
 
@@ -107,8 +103,9 @@ class IsolatedRunner:
     ) -> None:
         """Send ``job`` to the pool; its outcome reaches ``deliver`` when the child is done.
         ``start_at`` (``time.time()``): a rate-limited job's start, which the child waits for
-        (at most :data:`MAX_SLOT_WAIT`) and misses by at most :data:`START_GUARD`, or hands
-        the job back (see pgqueue.limits.claim)."""
+        (at most :data:`~pgqueue.limits.slots.MAX_SLOT_WAIT`) and misses by at most
+        :data:`~pgqueue.limits.slots.START_GUARD`, or hands the job back (see
+        pgqueue.limits.claim)."""
         context = job.context
         function = task.function
         request = encode(
