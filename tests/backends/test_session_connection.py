@@ -184,7 +184,7 @@ def test_a_workers_services_share_its_session(pg_queue: pgqueue.Queue) -> None:
     worker = pgqueue.Worker(pg_queue, reaper=application_reaper, pruner=True, heartbeat=0.2)
     worker.start()
     try:
-        services = worker._loop.services
+        services = worker.services
         session = services.session
         assert session is not None and session is pg_queue.listener
         wait_until(lambda: services.scheduler is not None, "the services to start")
