@@ -8,7 +8,7 @@ callbacks run, and they look again.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 
@@ -33,14 +33,20 @@ def listener(queue: Queue) -> Iterator[WakeUps]:
     found.stop()
 
 
-def test_a_notify_wakes_the_listener_on_commit(queue: Queue, listener: WakeUps) -> None:
+def _heard(listener: WakeUps) -> tuple[list[str], Callable[[], bool]]:
+    """Subscribe to ENQUEUED_CHANNEL once the listener has had its first look: the payloads
+    heard, and whether it has looked again since (all a listener without payloads does)."""
     payloads: list[str] = []
     looks: list[int] = []
     listener.on_reconnect(lambda: looks.append(1))
     listener.subscribe(ENQUEUED_CHANNEL, payloads.append)
     wait_until(lambda: looks, "the listener's first look")
     before = len(looks)
+    return payloads, lambda: len(looks) > before
 
+
+def test_a_notify_wakes_the_listener_on_commit(queue: Queue, listener: WakeUps) -> None:
+    payloads, looked_again = _heard(listener)
     with queue.backend.begin(queue.engine) as conn:
         queue.backend.enqueue_rows(conn, [job_row("woken")], queue.backend.clock())
         queue.backend.notify(conn, ENQUEUED_CHANNEL, "default")
@@ -51,7 +57,7 @@ def test_a_notify_wakes_the_listener_on_commit(queue: Queue, listener: WakeUps) 
         wait_until(lambda: len(payloads) == 3, "three payloads")
         assert sorted(payloads) == ["default", "q1", "q2"]
     else:
-        wait_until(lambda: len(looks) > before, "a look after the commit")
+        wait_until(looked_again, "a look after the commit")
         assert payloads == []
 
 
@@ -80,12 +86,7 @@ def test_stop_is_idempotent_and_removers_work(queue: Queue, listener: WakeUps) -
 def test_an_enqueue_announcement_reaches_listeners_once_per_transaction(
     queue: Queue, listener: WakeUps
 ) -> None:
-    payloads: list[str] = []
-    looks: list[int] = []
-    listener.on_reconnect(lambda: looks.append(1))
-    listener.subscribe(ENQUEUED_CHANNEL, payloads.append)
-    wait_until(lambda: looks, "the listener's first look")
-    before = len(looks)
+    payloads, looked_again = _heard(listener)
     with queue.backend.begin(queue.engine) as conn:
         # The jobs announced (a file watch sees the write, not the announcement).
         queue.backend.enqueue_rows(conn, [job_row(), job_row()], queue.backend.clock())
@@ -93,7 +94,7 @@ def test_an_enqueue_announcement_reaches_listeners_once_per_transaction(
         queue.backend.notify_enqueued(conn, "mail", 2)  # the same announcement again
         queue.backend.notify_enqueued(conn, "", 1)  # any queue
     if not queue.backend.supports_notify:
-        wait_until(lambda: len(looks) > before, "a look after the commit")
+        wait_until(looked_again, "a look after the commit")
         assert payloads == []
         return
     # A wake-up committed afterwards arrives after them: a duplicate would be in by then.
