@@ -278,12 +278,13 @@ class SessionConnection(WakeUpThread):
             # Out of the pool for good: closing it really closes it, and no pool ever hands a
             # connection that still holds session locks to anyone else.
             connection.detach()
+            self._advisory.name(
+                connection, lambda: connection.scalar(current_setting("application_name"))
+            )
             with self._lock:
                 self._listened = set()
             self._listen_to_new_channels(connection)
-            self._advisory.connected(
-                connection, lambda: connection.scalar(current_setting("application_name"))
-            )
+            self._advisory.take_kept(connection)
         except BaseException:
             with contextlib.suppress(Exception):
                 connection.close()

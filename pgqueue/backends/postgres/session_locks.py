@@ -127,14 +127,17 @@ class SessionLocks:
                 if connection_broken(connection):
                     self._host.mark_broken()
 
-    def connected(self, connection: Connection, name: Callable[[], str | None]) -> None:
-        """On a new connection, before any borrower runs: name it ``label`` (``name()`` reads
-        the name it has then) and hold the ``keep`` locks again, so a live worker's liveness
-        lock is free only while it has no connection at all."""
+    def name(self, connection: Connection, current: Callable[[], str | None]) -> None:
+        """On a new connection, first: name it ``label`` (``current()`` reads the name it has
+        then, the one given back when no role is led)."""
         if self._label is not None:
             locks.set_session(connection, "application_name", self._label)
-        self._default_name = name()
+        self._default_name = current()
         self._applied = (self._label or self._default_name, 0)
+
+    def take_kept(self, connection: Connection) -> None:
+        """On a new connection, before any borrower runs: hold the ``keep`` locks again, so a
+        live worker's liveness lock is free only while it has no connection at all."""
         for key, hold in list(self._held.items()):
             if not hold.keep:
                 del self._held[key]
