@@ -30,6 +30,7 @@ from pgqueue.errors import ConfigError, UnknownTaskError
 from pgqueue.execution import HandlerPool, LoopThread, Outcome, running, snoozed, thread_stack
 from pgqueue.job import JobState, error_fields
 from pgqueue.retries import Snooze
+from pgqueue.worker.isolation.pool import ProcessPool
 from pgqueue.worker.isolation.runner import IsolatedRunner, is_isolated
 from pgqueue.worker.ledger import Claimed
 from pgqueue.worker.parking import parked_outcome
@@ -76,6 +77,11 @@ class Executor:
         self._isolated: IsolatedRunner | None = None
         #: ``async def`` handlers launched but not yet handed to the event loop (see :meth:`flush`).
         self._starting: list[tuple[Claimed, Coroutine[Any, Any, Outcome]]] = []
+
+    @property
+    def process_pool(self) -> ProcessPool | None:
+        """The pool of child processes of isolated handlers (None until the first one runs)."""
+        return None if self._isolated is None else self._isolated.pool
 
     def free_slots(self) -> int:
         """Handlers that may start now."""

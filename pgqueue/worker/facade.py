@@ -22,6 +22,7 @@ from pgqueue.worker.config import (
     WorkerConfig,
 )
 from pgqueue.worker.fleet import FleetWakes
+from pgqueue.worker.isolation.pool import ProcessPool
 from pgqueue.worker.ledger import WorkerStats
 from pgqueue.worker.loop import WorkerLoop
 from pgqueue.worker.services import EmbeddedServices
@@ -205,6 +206,19 @@ class Worker:
             ...   # once idle, the next job it runs is one enqueued from now on
         """
         return not self._loop.planner.due and self._loop.executor.busy == 0
+
+    @property
+    def process_pool(self) -> ProcessPool | None:
+        """The warm pool of child processes that runs isolated handlers (``isolation=
+        "process"``, or a task's own), None until the first such job: ``pids()`` and the
+        children's state, for looking at.
+
+        Example::
+
+            pool = worker.process_pool
+            print(pool.pids() if pool is not None else [])
+        """
+        return self._loop.executor.process_pool
 
     @property
     def fleet(self) -> FleetWakes:
