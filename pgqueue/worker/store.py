@@ -28,8 +28,8 @@ from pgqueue import statements
 from pgqueue.backends import Clock
 from pgqueue.backends.base import Completion
 from pgqueue.errors import BackendError
-from pgqueue.execution import Outcome
 from pgqueue.job import JobState, error_fields
+from pgqueue.job_context import Outcome
 from pgqueue.limits.claim import claim_limited
 from pgqueue.limits.fair import LONE_SECONDS, claim_fair
 from pgqueue.notifications import FINISHED_CHANNEL, finished_payload

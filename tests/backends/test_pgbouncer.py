@@ -31,7 +31,7 @@ from pgqueue.maintenance.leadership import (
     LeaseRowLeadership,
     process_label,
 )
-from pgqueue.producer.bulk import OVERLAP_FROM
+from pgqueue.producer.fresh import OVERLAP_FROM
 
 
 @pytest.fixture

@@ -1,6 +1,6 @@
 """PostgreSQL's enqueue verbs, which :class:`~pgqueue.backends.postgres.PostgresBackend` hands
 its enqueue port's calls to: by JSON document (the general way, with ``ON CONFLICT``), by
-columns, and for generated ids the plain ``INSERT`` and ``COPY`` ways (statements in ``bulk.py``
+columns, and for generated ids the plain ``INSERT`` and ``COPY`` ways (statements in ``shared_enqueue.py``
 and ``copy_enqueue.py``). Internal: reached through the backend.
 
 Example::
@@ -22,7 +22,7 @@ from sqlalchemy.dialects import postgresql
 from pgqueue._chunks import iter_chunks
 from pgqueue.backends.base import Clock
 from pgqueue.backends.enqueue_port import SharedFields
-from pgqueue.backends.postgres import bulk, copy_enqueue, prepared
+from pgqueue.backends.postgres import copy_enqueue, prepared, shared_enqueue
 from pgqueue.backends.postgres import statements as pg_statements
 
 __all__ = ["ENQUEUE_CHUNK", "EnqueueVerbs"]
@@ -91,14 +91,16 @@ class EnqueueVerbs:
         documents: Iterable[str],
         clock: Clock,
     ) -> list[str]:
-        return bulk.insert_documents(connection, shared, documents, clock)
+        return shared_enqueue.insert_documents(connection, shared, documents, clock)
 
     def enqueue_fresh_committed(
         self, engine: Engine, shared: SharedFields, document: str, clock: Clock, channel: str
     ) -> list[str]:
         channel = self.channel(channel)
         return prepared.once_more_if_lost(
-            lambda: bulk.insert_documents_committed(engine, shared, document, clock, channel)
+            lambda: shared_enqueue.insert_documents_committed(
+                engine, shared, document, clock, channel
+            )
         )
 
     def enqueue_fresh_args(
@@ -139,7 +141,7 @@ class EnqueueVerbs:
         priorities: Sequence[int | None] | None = None,
         run_ats: Sequence[datetime | None] | None = None,
     ) -> list[str]:
-        return bulk.insert_columns(
+        return shared_enqueue.insert_columns(
             connection,
             shared,
             ids,
