@@ -164,8 +164,8 @@ def _span(url: str, task: str, jobs: int, *, concurrency: int) -> tuple[float, f
         worker.start()
         # The pool warm before the jobs arrive, as in a running worker.
         time.sleep(2.0)
-        runner = worker._loop.executor._isolated
-        pids = [os.getpid(), *(runner.pool.pids() if runner is not None else [])]
+        pool = worker.process_pool
+        pids = [os.getpid(), *(pool.pids() if pool is not None else [])]
         with opened(url) as producer:
             before = cpu_snapshot(pids)
             producer.enqueue_many(task, [() for _ in range(jobs)])

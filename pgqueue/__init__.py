@@ -33,8 +33,8 @@ from pgqueue.errors import (
     WaitTimeout,
 )
 from pgqueue.events import AsyncEventStream, Event, EventStream
-from pgqueue.execution import JobContext, current_job
 from pgqueue.job import CancelResult, EnqueueResult, JobState, JobStatus
+from pgqueue.job_context import JobContext, current_job
 from pgqueue.limits import Limits, RateLimit
 from pgqueue.maintenance.pruner import PruneCounts, Pruner
 from pgqueue.maintenance.reaper import Reaper, StalledJob

@@ -17,8 +17,8 @@ from collections import Counter
 from pathlib import Path
 
 from pgqueue.cli import EXIT_OK, command, print_table
-from pgqueue.execution import current_job
 from pgqueue.job import FINISHED_STATES, JobState
+from pgqueue.job_context import current_job
 from pgqueue.queue import Queue
 from pgqueue.retries import Backoff
 from pgqueue.worker import Worker

@@ -1,7 +1,7 @@
 """Wake-ups between processes: the channels, their payloads, and what a listener offers.
 
 A Queue's listener comes from its backend (``Backend.listener``): LISTEN/NOTIFY on PostgreSQL
-(``pgqueue.backends.postgres.listener``), a watch on the database file on SQLite
+(``pgqueue.backends.postgres.session``), a watch on the database file on SQLite
 (``pgqueue.backends.sqlite.watch``). Both only ever say "look again": waiters and workers read
 the rows themselves, and their polls remain for whatever a wake-up misses.
 """
@@ -118,7 +118,7 @@ def finished_payload(state: str, job_id: str) -> str:
 
 class WakeUps(Protocol):
     """What a Queue's listener offers its waiters and workers, whatever the database:
-    ``backends.postgres.listener.Listener`` on PostgreSQL, ``backends.sqlite.watch.FileWatcher`` on
+    ``backends.postgres.session.SessionConnection`` on PostgreSQL, ``backends.sqlite.watch.FileWatcher`` on
     SQLite
     (which cannot carry payloads, so only its ``on_reconnect`` callbacks run)."""
 
@@ -140,7 +140,7 @@ class WakeUps(Protocol):
 @runtime_checkable
 class Session(Protocol):
     """A listener that is also a database session able to hold session advisory locks
-    (PostgreSQL's ``backends.postgres.listener.Listener``): a worker process holds its LISTEN,
+    (PostgreSQL's ``backends.postgres.session.SessionConnection``): a worker process holds its LISTEN,
     its liveness lock and every maintenance role it leads on this one connection, and its
     maintenance queries borrow it (see docs/scaling.md, "Connections")."""
 

@@ -4,7 +4,7 @@ Each Queue has one :class:`Waiters` registry that maps job ids to wake-up callba
 only ever means "look again": a waiter believes nothing until it has re-read the job's row.
 Wake-ups come from three places:
 
-- **PostgreSQL**: the Queue's one shared LISTEN connection (:class:`~pgqueue.notifications.Listener`),
+- **PostgreSQL**: the Queue's one shared LISTEN connection (``backends.postgres.session.SessionConnection``),
   however many threads wait. A worker's completion or final failure sends ``pg_notify`` in the
   same transaction as its UPDATE, so the row is visible by the time the notification arrives.
   Whenever that connection (re)starts listening, every waiter re-reads: a notification sent while

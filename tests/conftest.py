@@ -15,10 +15,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import sqlalchemy as sa
-from postgres_server import PostgresServer, postgres_available
 
-import pgqueue
+# The conformance suite lives in the package (a third backend runs it too): its asserts are
+# rewritten like a test module's, which must be asked for before it is first imported.
+pytest.register_assert_rewrite("pgqueue.testing.conformance")
+
+import sqlalchemy as sa  # noqa: E402
+from postgres_server import PostgresServer, postgres_available  # noqa: E402
+
+import pgqueue  # noqa: E402
 
 IN_CI = os.environ.get("CI", "").lower() == "true"
 BACKENDS = ("sqlite", "postgresql")

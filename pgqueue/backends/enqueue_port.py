@@ -1,9 +1,10 @@
 """The enqueue port: every verb a backend writes new jobs with, and the flags that say which it has.
 
-Part of the :class:`~pgqueue.backends.base.Backend` protocol (which extends it). Two verbs every
-backend has: :meth:`EnqueuePort.enqueue_rows` (whole rows, in the caller's transaction, with the
-dedup rule) and :meth:`EnqueuePort.enqueue_committed` (the same as one self-committing statement,
-up to ``committed_enqueue_limit`` rows; 0 where there is none). The others write many jobs of one
+The producer's port of the :class:`~pgqueue.backends.base.Backend` protocol (the others are in
+``backends/ports.py``). Two verbs every backend has: :meth:`EnqueuePort.enqueue_rows` (whole
+rows, in the caller's transaction, with the dedup rule) and :meth:`EnqueuePort.enqueue_committed`
+(the same as one self-committing statement, up to ``committed_enqueue_limit`` rows; 0 where there
+is none). The others write many jobs of one
 task whose shared fields (:class:`SharedFields`) go once per call; a backend that cannot say them
 better than ``enqueue_rows`` sets their flag False and the producer never calls them
 (``pgqueue.producer.paths`` chooses). Every verb writes the rows ``enqueue_rows`` would write.
@@ -20,7 +21,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any, Protocol, TypedDict
 
-from sqlalchemy import Connection, Engine, Table
+from sqlalchemy import Connection, Engine
 
 from pgqueue.backends.clock import Clock
 
@@ -78,10 +79,6 @@ class EnqueueCapabilities(Protocol):
 class EnqueuePort(EnqueueCapabilities, Protocol):
     """Writing new jobs. Ids returned are the ids queued: inserted, or failed/cancelled ones
     re-queued (``statements.job_enqueue``'s rule); an id missing met a live or finished job."""
-
-    def insert(self, table: Table) -> Any:
-        """The dialect's INSERT construct (it carries ``on_conflict_do_update``)."""
-        ...
 
     def enqueue_rows(
         self, connection: Connection, rows: Iterable[dict[str, Any]], clock: Clock

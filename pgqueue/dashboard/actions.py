@@ -19,7 +19,7 @@ from dataclasses import replace
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from pgqueue.backends.base import iter_chunks
+from pgqueue._chunks import iter_chunks
 from pgqueue.dashboard import queries
 from pgqueue.dashboard.queries import JobFilter
 from pgqueue.errors import ConfigError

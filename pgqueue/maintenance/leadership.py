@@ -62,7 +62,7 @@ from sqlalchemy import Connection
 from sqlalchemy.exc import DBAPIError
 
 from pgqueue import config, statements
-from pgqueue.backends.base import split_holder
+from pgqueue.backends.labels import process_label, split_holder
 from pgqueue.backends.lock_keys import advisory_key, leader_key, worker_key
 from pgqueue.errors import ConfigError
 from pgqueue.notifications import Session
@@ -81,6 +81,7 @@ __all__ = [
     "close_quietly",
     "holder_is_dead",
     "leader_key",
+    "process_label",
     "worker_key",
 ]
 
@@ -101,13 +102,6 @@ DEFAULT_LEASE_TTL = 30.0
 def check_lock_namespace(value: object) -> int:
     """A lock namespace: the high 32 bits of pgqueue's advisory lock keys, kept non-negative."""
     return config.check_int("lock_namespace", value, low=0, high=0x7FFF_FFFF)
-
-
-def process_label() -> str:
-    """This process as leaders are shown: ``PID@HOST``, the pid and host a worker registers, so
-    the dashboard can name the worker that leads (a process runs one worker; see
-    ``backends.base.split_holder``)."""
-    return f"{os.getpid()}@{socket.gethostname()}"
 
 
 def holder_is_dead(holder: str) -> bool:

@@ -3,7 +3,7 @@ building rows, and writing them.
 
 - :mod:`pgqueue.producer.options`: per-call options checked, one job's row built;
 - :mod:`pgqueue.producer.paths`: which way a call writes (one pure function);
-- :mod:`pgqueue.producer.bulk`: the fresh paths (args tuples, generated ids, shared fields once);
+- :mod:`pgqueue.producer.fresh`: the fresh paths (args tuples, generated ids, shared fields once);
 - :mod:`pgqueue.producer.insert`: the write, with dedup, unique keys and workflow links;
 - :mod:`pgqueue.producer.lookups`: reading jobs back, cancel and retry.
 
@@ -21,7 +21,7 @@ from pgqueue import config, tracing
 from pgqueue._database import Database
 from pgqueue.errors import ConfigError
 from pgqueue.job import EnqueueResult
-from pgqueue.producer import bulk
+from pgqueue.producer import fresh
 from pgqueue.producer import options as _options
 from pgqueue.producer.insert import Inserter
 from pgqueue.producer.paths import FRESH_PATHS, EnqueuePath, plan_enqueue
@@ -108,11 +108,11 @@ class Producer:
                 linked=linked,
                 limited=_options.limited(checked, defaults),
                 replacing=replacing,
-                statement_rows=bulk.CHUNK,
+                statement_rows=fresh.CHUNK,
             )
             path = paths[0]
             if path in FRESH_PATHS:
-                return bulk.enqueue_args_tuples(
+                return fresh.enqueue_args_tuples(
                     self, paths, task, defaults, checked, items, span.carrier
                 )
             if path is EnqueuePath.COMMITTED:

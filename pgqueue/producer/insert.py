@@ -16,9 +16,10 @@ from sqlalchemy import Connection
 from sqlalchemy.exc import IntegrityError
 
 from pgqueue import statements
+from pgqueue._chunks import iter_chunks
 from pgqueue._database import Database
 from pgqueue._rows import stored
-from pgqueue.backends.base import Clock, iter_chunks
+from pgqueue.backends.base import Clock
 from pgqueue.errors import BackendError
 from pgqueue.job import EnqueueResult, JobState
 from pgqueue.limits.statements import limit_unique_holder

@@ -50,7 +50,7 @@ class EnqueuePath(enum.Enum):
 
 
 #: The paths that take the call's items as args tuples and the shared fields once
-#: (``producer/bulk.py`` writes them).
+#: (``producer/fresh.py`` writes them).
 FRESH_PATHS = frozenset(
     {
         EnqueuePath.FRESH_ARGS,

@@ -1,7 +1,7 @@
 """Running handlers for the worker: plain functions on a pool of threads, ``async def`` ones on
 one event loop, each within its task's timeout.
 
-What a handler did becomes an :class:`~pgqueue.execution.Outcome`, made on the handler's own
+What a handler did becomes an :class:`~pgqueue.job_context.Outcome`, made on the handler's own
 thread (its result encoded there, once) and handed to ``deliver``; the worker's loop stores it.
 
 Example::
@@ -27,10 +27,11 @@ from typing import TYPE_CHECKING, Any
 from pgqueue import serde, tracing
 from pgqueue.durable.run import Parked
 from pgqueue.errors import ConfigError, UnknownTaskError
-from pgqueue.execution import HandlerPool, LoopThread, Outcome, running, snoozed, thread_stack
 from pgqueue.job import JobState, error_fields
+from pgqueue.job_context import HandlerPool, LoopThread, Outcome, running, snoozed, thread_stack
 from pgqueue.limits.slots import START_GUARD, seconds_to_start, start_time
 from pgqueue.retries import Snooze
+from pgqueue.worker.isolation.pool import ProcessPool
 from pgqueue.worker.isolation.runner import IsolatedRunner, is_isolated
 from pgqueue.worker.ledger import Claimed
 from pgqueue.worker.parking import parked_outcome
@@ -77,6 +78,11 @@ class Executor:
         self._isolated: IsolatedRunner | None = None
         #: ``async def`` handlers launched but not yet handed to the event loop (see :meth:`flush`).
         self._starting: list[tuple[Claimed, Coroutine[Any, Any, Outcome]]] = []
+
+    @property
+    def process_pool(self) -> ProcessPool | None:
+        """The pool of child processes of isolated handlers (None until the first one runs)."""
+        return None if self._isolated is None else self._isolated.pool
 
     def free_slots(self) -> int:
         """Handlers that may start now."""

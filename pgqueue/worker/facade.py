@@ -21,6 +21,8 @@ from pgqueue.worker.config import (
     DEFAULT_LEASE,
     WorkerConfig,
 )
+from pgqueue.worker.fleet import FleetWakes
+from pgqueue.worker.isolation.pool import ProcessPool
 from pgqueue.worker.ledger import WorkerStats
 from pgqueue.worker.loop import WorkerLoop
 from pgqueue.worker.services import EmbeddedServices
@@ -167,6 +169,67 @@ class Worker:
     def stats(self) -> WorkerStats:
         """A snapshot of the worker's counters."""
         return self._loop.ledger.stats()
+
+    # -- inspection: what the worker is doing now, for a shell, a health check or a test ---------
+
+    @property
+    def services(self) -> EmbeddedServices:
+        """The services this worker runs beside its jobs: ``presence``, and once started
+        ``reaper``, ``scheduler``, ``pruner`` and ``vacuum`` (None where switched off), each
+        with ``is_leader``. For looking at, not for driving: the worker starts and stops them.
+
+        Example::
+
+            reaper = worker.services.reaper
+            print(reaper is not None and reaper.is_leader)
+        """
+        return self._loop.services
+
+    @property
+    def running(self) -> int:
+        """How many handlers run now (at most ``concurrency``).
+
+        Example::
+
+            worker.running   # 0 once every slot is free again
+        """
+        return self._loop.executor.busy
+
+    @property
+    def idle(self) -> bool:
+        """True while the worker has nothing running and no reason to think a job is due: it
+        waits for a wake-up or its next poll.
+
+        Example::
+
+            worker.start()
+            ...   # once idle, the next job it runs is one enqueued from now on
+        """
+        return not self._loop.planner.due and self._loop.executor.busy == 0
+
+    @property
+    def process_pool(self) -> ProcessPool | None:
+        """The warm pool of child processes that runs isolated handlers (``isolation=
+        "process"``, or a task's own), None until the first such job: ``pids()`` and the
+        children's state, for looking at.
+
+        Example::
+
+            pool = worker.process_pool
+            print(pool.pids() if pool is not None else [])
+        """
+        return self._loop.executor.process_pool
+
+    @property
+    def fleet(self) -> FleetWakes:
+        """The fleet as this worker sees it: ``size`` (workers of the queue it knows of),
+        its ``rank`` among them, ``next_at()`` (its next staggered claim, None: none pending).
+
+        Example::
+
+            worker.fleet.size   # 8 on an 8-worker fleet, once the roster is read
+        """
+        return self._loop.fleet
 
     def run(self, burst: bool = False) -> None:
         """Run in the calling thread until stopped. SIGTERM or SIGINT stop gracefully (see

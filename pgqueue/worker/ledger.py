@@ -17,8 +17,8 @@ from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any
 
 from pgqueue import metrics
-from pgqueue.execution import AsyncTask, JobContext, Outcome, failed
 from pgqueue.job import JobState
+from pgqueue.job_context import AsyncTask, JobContext, Outcome, failed
 from pgqueue.retries import DEFAULT_RETRY
 
 if TYPE_CHECKING:

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from queue import Empty, SimpleQueue
 from typing import TYPE_CHECKING, Any
 
-from pgqueue.execution import JobContext, Outcome
+from pgqueue.job_context import JobContext, Outcome
 from pgqueue.limits.policy import LimitedClaimPolicy
 from pgqueue.notifications import ENQUEUED_CHANNEL, parse_enqueued, taken_payload
 from pgqueue.worker.executor import Executor

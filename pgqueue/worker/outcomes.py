@@ -25,8 +25,8 @@ from pgqueue import statements
 from pgqueue.backends import Clock
 from pgqueue.backends.base import Completion
 from pgqueue.errors import BackendError
-from pgqueue.execution import Outcome
 from pgqueue.job import JobState, error_fields
+from pgqueue.job_context import Outcome
 from pgqueue.notifications import FINISHED_CHANNEL, finished_payload
 from pgqueue.worker.ledger import Claimed
 from pgqueue.workflow import dependencies

@@ -15,8 +15,8 @@ Example::
 from __future__ import annotations
 
 from pgqueue.durable.run import Parked
-from pgqueue.execution import Outcome
 from pgqueue.job import JobState
+from pgqueue.job_context import Outcome
 
 __all__ = ["is_parked", "parked_outcome"]
 

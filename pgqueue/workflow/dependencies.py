@@ -22,7 +22,8 @@ from typing import Any
 from sqlalchemy import Connection
 
 from pgqueue import config
-from pgqueue.backends import Backend, Clock
+from pgqueue.backends import Clock
+from pgqueue.backends.ports import NotificationPort
 from pgqueue.errors import ConfigError
 from pgqueue.job import FINISHED_STATES, JobState
 from pgqueue.notifications import FINISHED_CHANNEL, finished_payload
@@ -150,7 +151,7 @@ def _path(cycle: Sequence[str], shown: int = 10) -> str:
 
 def attach(
     conn: Connection,
-    backend: Backend,
+    backend: NotificationPort,
     rows: Sequence[Mapping[str, Any]],
     queued: set[str],
     clock: Clock,
@@ -181,7 +182,9 @@ def attach(
     return _resolve(conn, backend, ids, clock)
 
 
-def settle(conn: Connection, backend: Backend, finished: Sequence[str], clock: Clock) -> Settled:
+def settle(
+    conn: Connection, backend: NotificationPort, finished: Sequence[str], clock: Clock
+) -> Settled:
     """In the transaction that finished ``finished``: release or cancel the jobs waiting on
     them, cascading through cancellations, and send the wake-ups (delivered on commit)."""
     if not finished:
@@ -203,7 +206,7 @@ class Retried:
     blocked: list[str] = field(default_factory=list)
 
 
-def retry(conn: Connection, backend: Backend, ids: Sequence[str], clock: Clock) -> Retried:
+def retry(conn: Connection, backend: NotificationPort, ids: Sequence[str], clock: Clock) -> Retried:
     """Move these ``failed`` / ``cancelled`` jobs back with fresh counters, rechecking their
     dependencies as an enqueue would: a job whose dependencies have not all finished goes back
     to ``waiting``, and one with a failed or cancelled dependency under the ``cancel`` policy
@@ -249,7 +252,7 @@ def retry(conn: Connection, backend: Backend, ids: Sequence[str], clock: Clock) 
     return retried
 
 
-def _resolve(conn: Connection, backend: Backend, ids: list[str], clock: Clock) -> Settled:
+def _resolve(conn: Connection, backend: NotificationPort, ids: list[str], clock: Clock) -> Settled:
     settled = Settled()
     while ids:
         cancelled = [

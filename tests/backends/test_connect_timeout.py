@@ -13,6 +13,7 @@ import sqlalchemy as sa
 
 import pgqueue
 from pgqueue.backends.postgres import backend as pg_backend
+from pgqueue.backends.postgres import engines
 from pgqueue.errors import BackendError
 
 pytestmark = pytest.mark.postgres
@@ -30,7 +31,7 @@ def silent_server() -> Iterator[int]:
 def test_enqueue_to_a_silent_host_fails_within_the_connect_timeout(
     silent_server: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(pg_backend, "CONNECT_TIMEOUT_SECONDS", 1, raising=False)
+    monkeypatch.setattr(engines, "CONNECT_TIMEOUT_SECONDS", 1)
     queue = pgqueue.Queue(
         f"postgresql://app@127.0.0.1:{silent_server}/app", allow_unknown_tasks=True
     )

@@ -17,7 +17,7 @@ import pytest
 from dashboard_support import Filled, fill, page_text, request
 
 import pgqueue
-from pgqueue.backends.base import split_holder
+from pgqueue.backends.labels import split_holder
 from pgqueue.dashboard import Dashboard
 from pgqueue.dashboard.app import CSRF_COOKIE
 from pgqueue.dashboard.data import read_jobs, read_overview

@@ -19,7 +19,7 @@ from test_producer_enqueue import set_state
 import pgqueue
 import pgqueue.producer
 from pgqueue.notifications import ENQUEUED_CHANNEL, parse_enqueued
-from pgqueue.producer import batch, bulk, options
+from pgqueue.producer import batch, fresh, options
 from pgqueue.producer.paths import EnqueuePath
 from pgqueue.schema import JOBS
 
@@ -109,7 +109,7 @@ class IdFeed:
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.chosen: list[str] = []
         monkeypatch.setattr(options, "new_id", self.next)
-        monkeypatch.setattr(bulk, "new_ids", lambda count: [self.next() for _ in range(count)])
+        monkeypatch.setattr(fresh, "new_ids", lambda count: [self.next() for _ in range(count)])
 
     def start(self, prefix: str, last: int) -> list[str]:
         """``prefix-0``… and, for the last job, ``prefix-{last}``."""

@@ -30,12 +30,9 @@ def test_a_worker_runs_the_scheduler_beside_the_reaper(queue: pgqueue.Queue) -> 
     worker.start()
     try:
         wait_until(
-            lambda: (
-                worker._loop.services.scheduler is not None
-                and worker._loop.services.scheduler.is_leader
-            )
+            lambda: worker.services.scheduler is not None and worker.services.scheduler.is_leader
         )
-        scheduler = worker._loop.services.scheduler
+        scheduler = worker.services.scheduler
         assert scheduler is not None
         assert scheduler.leadership.name == "scheduler"
         # Its first tick recorded the schedule, as of when it first saw it.
@@ -53,25 +50,17 @@ def test_a_worker_without_schedules_cannot_keep_the_scheduler_from_leading(
     plain = pgqueue.Worker(other)
     plain.start()
     try:
-        wait_until(
-            lambda: (
-                plain._loop.services.reaper is not None and plain._loop.services.reaper.is_leader
-            )
-        )
+        wait_until(lambda: plain.services.reaper is not None and plain.services.reaper.is_leader)
         declare(queue)
         worker = pgqueue.Worker(queue)
         worker.start()
         try:
             wait_until(
                 lambda: (
-                    worker._loop.services.scheduler is not None
-                    and worker._loop.services.scheduler.is_leader
+                    worker.services.scheduler is not None and worker.services.scheduler.is_leader
                 )
             )
-            assert (
-                worker._loop.services.reaper is not None
-                and not worker._loop.services.reaper.is_leader
-            )
+            assert worker.services.reaper is not None and not worker.services.reaper.is_leader
         finally:
             worker.stop()
     finally:
@@ -102,12 +91,8 @@ def test_periodic_jobs_are_enqueued_and_run(queue: pgqueue.Queue) -> None:
 def started_without_scheduler(worker: pgqueue.Worker) -> None:
     worker.start()
     try:
-        wait_until(
-            lambda: (
-                worker._loop.services.reaper is not None and worker._loop.services.reaper.is_leader
-            )
-        )
-        assert worker._loop.services.scheduler is None
+        wait_until(lambda: worker.services.reaper is not None and worker.services.reaper.is_leader)
+        assert worker.services.scheduler is None
     finally:
         worker.stop()
 

@@ -31,7 +31,7 @@ from pgqueue.maintenance.leadership import (
     LeaseRowLeadership,
     process_label,
 )
-from pgqueue.producer.bulk import OVERLAP_FROM
+from pgqueue.producer.fresh import OVERLAP_FROM
 
 
 @pytest.fixture
@@ -65,7 +65,7 @@ def test_without_a_session_url_the_queue_polls_and_leases_stand_in_for_locks(
     with pytest.raises(ConfigError, match="session_url"):
         AdvisoryLockLeadership(pooled, "maintenance")
     worker = pgqueue.Worker(pooled)
-    assert worker._loop.services.presence.crash_detection is False
+    assert worker.services.presence.crash_detection is False
 
 
 def test_producers_and_workers_share_a_transaction_pooler(pooled: pgqueue.Queue) -> None:
@@ -178,9 +178,7 @@ def test_a_session_url_brings_back_listen_leader_locks_and_crash_detection(
             # Woken by NOTIFY (sent through pgbouncer, heard on the direct LISTEN connection).
             assert queue.enqueue_and_wait("tasks.add", args=[2, 3], timeout=30) == 5
             wait_until(lambda: reaper.is_leader, "the advisory-lock leader")
-            wait_until(
-                lambda: worker._loop.services.presence.lock_key is not None, "the liveness lock"
-            )
+            wait_until(lambda: worker.services.presence.lock_key is not None, "the liveness lock")
             engine = sa.create_engine(direct)
             with engine.connect() as conn:
                 holders = conn.execute(

@@ -1,5 +1,5 @@
 """Queue.enqueue_batch: jobs given as columns with chosen ids (the columnar statement of
-backends/postgres/bulk.py on PostgreSQL, enqueue_many's general path on SQLite): the same id
+backends/postgres/shared_enqueue.py on PostgreSQL, enqueue_many's general path on SQLite): the same id
 checks, the same dedup outcome counts, the caller's transaction, all-or-nothing on bad input."""
 
 from __future__ import annotations

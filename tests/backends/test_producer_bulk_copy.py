@@ -20,7 +20,7 @@ import pgqueue
 from pgqueue.backends.base import Clock
 from pgqueue.backends.postgres import copy_enqueue
 from pgqueue.notifications import ENQUEUED_CHANNEL, parse_enqueued
-from pgqueue.producer import bulk as _bulk
+from pgqueue.producer import fresh as _fresh
 
 pytestmark = pytest.mark.queue_options(allow_unknown_tasks=True)
 
@@ -51,12 +51,12 @@ def path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str
     INSERT (from OVERLAP_FROM jobs, 1 here, sent in psycopg's pipeline mode so the results are
     built while the server inserts); past it (2 jobs here), COPY in several writes."""
     if request.param == "copy":
-        monkeypatch.setattr(_bulk, "CHUNK", 2)
-        monkeypatch.setattr(_bulk, "COPY_CHUNK", 2)
+        monkeypatch.setattr(_fresh, "CHUNK", 2)
+        monkeypatch.setattr(_fresh, "COPY_CHUNK", 2)
     if request.param == "overlapped":
-        monkeypatch.setattr(_bulk, "OVERLAP_FROM", 1)
+        monkeypatch.setattr(_fresh, "OVERLAP_FROM", 1)
     else:
-        monkeypatch.setattr(_bulk, "OVERLAP_FROM", 10**9)
+        monkeypatch.setattr(_fresh, "OVERLAP_FROM", 10**9)
     return str(request.param)
 
 
@@ -185,7 +185,7 @@ def test_a_generated_id_that_exists_gets_the_dedup_rule(
     cancelled = queue.enqueue("t.any", [2], id=str(uuid.uuid4())).id
     assert queue.cancel(cancelled)
     fresh = [str(uuid.uuid4()) for _ in range(3)]
-    monkeypatch.setattr(_bulk, "new_ids", lambda count: [fresh[0], live, cancelled, *fresh[1:]])
+    monkeypatch.setattr(_fresh, "new_ids", lambda count: [fresh[0], live, cancelled, *fresh[1:]])
     results = queue.enqueue_many("t.any", [(10,), (11,), (12,), (13,), (14,)])
     assert [(r.id, r.status) for r in results] == [
         (fresh[0], "queued"),
@@ -299,7 +299,7 @@ def test_results_are_built_while_the_statement_runs_and_only_once(
     running: list[bool] = [False]
     built_during: list[bool] = []
     built: list[str] = []
-    real_run, real_queued = prepared.run_text_on_driver, _bulk._queued
+    real_run, real_queued = prepared.run_text_on_driver, _fresh._queued
 
     def run(*args: Any, **kwargs: Any) -> Any:
         running[0] = True
@@ -314,7 +314,7 @@ def test_results_are_built_while_the_statement_runs_and_only_once(
         return real_queued(ids)
 
     monkeypatch.setattr(prepared, "run_text_on_driver", run)
-    monkeypatch.setattr(_bulk, "_queued", queued)
+    monkeypatch.setattr(_fresh, "_queued", queued)
     results = queue.enqueue_many("t.any", [(n,) for n in range(4)])
     assert [r.status for r in results] == ["queued"] * 4 and count_jobs(queue) == 4
     # Every result is built once: in one go, or (COPY) chunk by chunk as the server writes.
@@ -328,7 +328,7 @@ def test_without_pipeline_mode_the_results_are_built_first(
 ) -> None:
     # A psycopg on a libpq older than 14 has no pipeline mode: the call must work all the same.
     monkeypatch.setattr(copy_enqueue, "_PIPELINE", False)
-    monkeypatch.setattr(_bulk, "OVERLAP_FROM", 1)
+    monkeypatch.setattr(_fresh, "OVERLAP_FROM", 1)
     sent: list[Any] = []
     real_run = copy_enqueue.prepared.run_text_on_driver
 

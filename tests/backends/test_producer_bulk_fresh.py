@@ -1,4 +1,4 @@
-"""enqueue_many of args tuples with generated ids (the bulk path of pgqueue/producer/bulk.py on
+"""enqueue_many of args tuples with generated ids (the bulk path of pgqueue/producer/fresh.py on
 PostgreSQL, the general path elsewhere): the options every job shares land on every row, ids are
 time-ordered (version-7) UUIDs, and the call commits its jobs with their wake-up, in one
 statement or in chunks."""
@@ -15,13 +15,13 @@ from conftest import count_jobs
 import pgqueue
 from pgqueue.backends.postgres import backend as postgres
 from pgqueue.job import JobState
-from pgqueue.producer import bulk as _bulk
+from pgqueue.producer import fresh as _fresh
 
 
 @pytest.fixture(params=["one statement", "chunks"])
 def shape(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     if request.param == "chunks":
-        monkeypatch.setattr(_bulk, "CHUNK", 7)
+        monkeypatch.setattr(_fresh, "CHUNK", 7)
         monkeypatch.setattr(postgres.PostgresBackend, "committed_enqueue_limit", 5)
     return str(request.param)
 

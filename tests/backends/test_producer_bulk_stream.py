@@ -10,7 +10,7 @@ import pgqueue
 from pgqueue.backends.postgres import backend as postgres
 from pgqueue.backends.postgres import enqueue_verbs
 from pgqueue.backends.sqlite import backend as sqlite
-from pgqueue.producer import bulk as _bulk
+from pgqueue.producer import fresh as _fresh
 
 
 @pytest.fixture(autouse=True)
@@ -18,9 +18,9 @@ def small_chunks(monkeypatch: pytest.MonkeyPatch) -> None:
     # Several chunks, and so the overlapped path, without enqueueing thousands of jobs.
     monkeypatch.setattr(enqueue_verbs, "ENQUEUE_CHUNK", 10)
     monkeypatch.setattr(sqlite, "ENQUEUE_CHUNK", 10)
-    # The args-only bulk path (pgqueue/producer/bulk.py): chunks of 10, and past 20 jobs the streamed
+    # The args-only bulk path (pgqueue/producer/fresh.py): chunks of 10, and past 20 jobs the streamed
     # transaction instead of the one statement that commits itself.
-    monkeypatch.setattr(_bulk, "CHUNK", 10)
+    monkeypatch.setattr(_fresh, "CHUNK", 10)
     monkeypatch.setattr(postgres.PostgresBackend, "committed_enqueue_limit", 20)
 
 

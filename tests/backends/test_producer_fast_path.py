@@ -17,8 +17,7 @@ from conftest import POSTGRES_ONLY, count_jobs
 from sqlalchemy import event
 
 import pgqueue
-from pgqueue.backends.postgres import backend as postgres
-from pgqueue.backends.postgres import prepared
+from pgqueue.backends.postgres import engines, prepared
 
 pytestmark = pytest.mark.queue_options(allow_unknown_tasks=True)
 
@@ -234,7 +233,7 @@ def test_a_connection_lost_while_idle_is_retried_once_on_the_fast_path(
 
     # Without the checkout check the dead connection is handed out, and only the statement
     # finds it gone.
-    event.remove(queue.engine, "checkout", postgres._check_idle_connection)
+    event.remove(queue.engine, "checkout", engines.check_idle_connection)
     assert queue.enqueue("tasks.noop").queued
     _terminate_others(queue.engine.url.render_as_string(hide_password=False))
     result = queue.enqueue("tasks.noop", id="after-the-loss")
@@ -250,7 +249,7 @@ def test_a_lost_connection_is_flagged_invalidated(queue: pgqueue.Queue) -> None:
     # and the pool does not hand it out again.
     from test_producer_idle_connection import _terminate_others
 
-    event.remove(queue.engine, "checkout", postgres._check_idle_connection)
+    event.remove(queue.engine, "checkout", engines.check_idle_connection)
     queue.enqueue("tasks.noop")
     _terminate_others(queue.engine.url.render_as_string(hide_password=False))
     statement = prepared.enqueue_notify_on_database_clock(queue.backend.channel("x"))

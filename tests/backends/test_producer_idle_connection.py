@@ -12,8 +12,7 @@ from conftest import POSTGRES_ONLY, count_jobs
 from sqlalchemy import event
 
 import pgqueue
-from pgqueue.backends.postgres import backend as postgres
-from pgqueue.backends.postgres import enqueue_verbs, prepared
+from pgqueue.backends.postgres import engines, enqueue_verbs, prepared
 from pgqueue.notifications import ENQUEUED_CHANNEL, parse_enqueued
 
 pytestmark = [
@@ -87,7 +86,7 @@ def test_the_enqueue_retries_once_when_the_loss_shows_on_its_statement(
 ) -> None:
     # Without the checkout check the dead connection is handed out, and only the statement
     # finds it gone: the enqueue sends it again on a fresh connection.
-    event.remove(queue.engine, "checkout", postgres._check_idle_connection)
+    event.remove(queue.engine, "checkout", engines.check_idle_connection)
     assert queue.enqueue("tasks.noop").queued
     _terminate_others(queue.engine.url.render_as_string(hide_password=False))
     result = queue.enqueue("tasks.noop", id="after-the-loss")
@@ -153,7 +152,7 @@ def test_pre_ping_can_still_be_chosen(db_url: str) -> None:
     queue = pgqueue.Queue(db_url, allow_unknown_tasks=True, engine_options={"pool_pre_ping": True})
     try:
         assert queue.engine.pool._pre_ping is True  # type: ignore[attr-defined]
-        assert not event.contains(queue.engine, "checkout", postgres._check_idle_connection)
+        assert not event.contains(queue.engine, "checkout", engines.check_idle_connection)
         queue.enqueue("tasks.noop")
         _terminate_others(db_url)
         assert queue.enqueue("tasks.noop").queued

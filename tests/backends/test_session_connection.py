@@ -17,7 +17,7 @@ from conditions import wait_until
 from conftest import POSTGRES_ONLY, claim_jobs
 
 import pgqueue
-from pgqueue.backends.postgres.listener import Listener
+from pgqueue.backends.postgres.session import SessionConnection
 from pgqueue.errors import ConfigError
 from pgqueue.job import JobState
 from pgqueue.maintenance import AdvisoryLockLeadership, Reaper, WorkerPresence
@@ -34,7 +34,7 @@ def pg_queue(queue: pgqueue.Queue) -> pgqueue.Queue:
 
 
 @pytest.fixture
-def session(pg_queue: pgqueue.Queue) -> Iterator[Listener]:
+def session(pg_queue: pgqueue.Queue) -> Iterator[SessionConnection]:
     found = session_of(pg_queue)
     assert found is not None
     yield found
@@ -51,7 +51,7 @@ def lock_holders(queue: pgqueue.Queue, key: int) -> list[int]:
         return list(conn.scalars(query, {"high": key >> 32, "low": key & 0xFFFFFFFF}))
 
 
-def cut(queue: pgqueue.Queue, session: Listener) -> int:
+def cut(queue: pgqueue.Queue, session: SessionConnection) -> int:
     """Terminate the session's server process; returns its pid."""
     pid = session.backend_pid
     assert pid is not None
@@ -61,7 +61,7 @@ def cut(queue: pgqueue.Queue, session: Listener) -> int:
 
 
 def test_one_session_holds_the_liveness_lock_the_roles_and_listens(
-    pg_queue: pgqueue.Queue, session: Listener
+    pg_queue: pgqueue.Queue, session: SessionConnection
 ) -> None:
     heard: list[str] = []
     session.subscribe(ENQUEUED_CHANNEL, lambda payload: heard.append(parse_enqueued(payload).queue))
@@ -99,11 +99,11 @@ def _leaders(queue: pgqueue.Queue) -> list[tuple[str, str, object]]:
 
 
 def test_a_cut_session_gives_roles_and_liveness_up_and_takes_them_back(
-    pg_queue: pgqueue.Queue, session: Listener
+    pg_queue: pgqueue.Queue, session: SessionConnection
 ) -> None:
     presence = WorkerPresence(pg_queue, "w", session=session)
     role = AdvisoryLockLeadership(pg_queue, "reaper", session=session)
-    other_session = Listener(pg_queue.engine)
+    other_session = SessionConnection(pg_queue.engine)
     follower = AdvisoryLockLeadership(pg_queue, "reaper", session=other_session)
     presence.start(every=3600)
     try:
@@ -134,7 +134,7 @@ def test_a_cut_session_gives_roles_and_liveness_up_and_takes_them_back(
 
 
 def test_a_live_worker_whose_session_is_cut_is_not_taken_for_dead(
-    pg_queue: pgqueue.Queue, session: Listener
+    pg_queue: pgqueue.Queue, session: SessionConnection
 ) -> None:
     presence = WorkerPresence(pg_queue, "w", session=session)
     presence.start(every=3600)
@@ -184,7 +184,7 @@ def test_a_workers_services_share_its_session(pg_queue: pgqueue.Queue) -> None:
     worker = pgqueue.Worker(pg_queue, reaper=application_reaper, pruner=True, heartbeat=0.2)
     worker.start()
     try:
-        services = worker._loop.services
+        services = worker.services
         session = services.session
         assert session is not None and session is pg_queue.listener
         wait_until(lambda: services.scheduler is not None, "the services to start")
@@ -206,7 +206,7 @@ def test_a_worker_without_its_session_says_so_in_its_row(pg_queue: pgqueue.Queue
     """A session that cannot connect: the row is written over a connection used once, without
     a lock key, so the reaper leaves the worker to its lease instead of taking it for dead."""
     unreachable = sa.create_engine(pg_queue.engine.url.set(port=1), poolclass=sa.pool.NullPool)
-    session = Listener(unreachable)
+    session = SessionConnection(unreachable)
     presence = WorkerPresence(pg_queue, "deaf", session=session)
     try:
         presence.beat(wait=0.2)

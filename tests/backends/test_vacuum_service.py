@@ -213,7 +213,7 @@ def test_a_draining_worker_vacuums_on_its_session(queue: pgqueue.Queue) -> None:
     try:
         wait_until(lambda: completed(queue) == 300, "the drain")
         wait_until(lambda: done, "a vacuum during or after the drain")
-        assert worker._loop.services.vacuum is vacuum and vacuum.running
+        assert worker.services.vacuum is vacuum and vacuum.running
     finally:
         worker.stop(timeout=30)
     assert vacuum_count(queue) > before
@@ -255,7 +255,7 @@ def test_a_worker_runs_the_vacuum_by_default_and_vacuum_false_turns_it_off(
     on = pgqueue.Worker(queue, concurrency=1)
     on.start()
     try:
-        services = on._loop.services
+        services = on.services
         wait_until(lambda: services.vacuum is not None and services.vacuum.running, "started")
         assert services.vacuum is not None
         assert services.vacuum.leadership is services.reaper.leadership  # type: ignore[union-attr]
@@ -267,7 +267,7 @@ def test_a_worker_runs_the_vacuum_by_default_and_vacuum_false_turns_it_off(
         # A worker claims only once its services started.
         queue.enqueue("tasks.add", args=[1, 2])
         wait_until(lambda: completed(queue) == 1, "a job run")
-        assert off._loop.services.vacuum is None
+        assert off.services.vacuum is None
     finally:
         off.stop(timeout=30)
 
@@ -286,7 +286,7 @@ def test_on_sqlite_the_service_does_nothing_and_a_worker_never_starts_it(
     try:
         queue.enqueue("tasks.add", args=[1, 2])  # claimed only once the services started
         wait_until(lambda: completed(queue) == 1, "a job run")
-        services = worker._loop.services
+        services = worker.services
         assert services.vacuum is not None and not services.vacuum.running
     finally:
         worker.stop(timeout=30)

@@ -10,8 +10,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pgqueue
-from pgqueue.execution import JobContext, Outcome
 from pgqueue.job import JobState
+from pgqueue.job_context import JobContext, Outcome
 from pgqueue.limits.slots import SLOT_START_DELAY, START_GUARD
 from pgqueue.worker.executor import Executor
 from pgqueue.worker.ledger import Claimed

@@ -16,7 +16,7 @@ from results_helpers import DEADLINE, Waiting, claim_one, finish_next, wait_unti
 
 import pgqueue
 from pgqueue import statements
-from pgqueue.backends.postgres.listener import Listener
+from pgqueue.backends.postgres.session import SessionConnection
 from pgqueue.notifications import FINISHED_CHANNEL, finished_payload
 
 pytestmark = pytest.mark.parametrize("db_url", ["postgresql"], indirect=True)
@@ -68,17 +68,17 @@ def test_a_completion_sent_while_deaf_is_found_by_the_reconnect_reread(
     listener = pg_queue.listener
     assert listener is not None
     reconnect = threading.Event()
-    connect = Listener._connect
+    connect = SessionConnection._connect
     connects = 0
 
-    def gated_connect(self: Listener) -> Any:
+    def gated_connect(self: SessionConnection) -> Any:
         nonlocal connects
         connects += 1
         if connects > 1:
             assert reconnect.wait(DEADLINE)
         return connect(self)
 
-    monkeypatch.setattr(Listener, "_connect", gated_connect)
+    monkeypatch.setattr(SessionConnection, "_connect", gated_connect)
     waiters = [
         Waiting(
             lambda i=i: pg_queue.enqueue_and_wait(

@@ -162,7 +162,7 @@ def test_an_idle_worker_wakes_for_a_new_job(queue: pgqueue.Queue) -> None:
     poll = 3600.0 if queue.backend.supports_notify else None
     with working(pgqueue.Worker(queue, poll_interval=poll)) as worker:
         # Let the worker go idle first: its startup claim has found nothing.
-        wait_until(lambda: not worker._loop.planner.due, what="the worker to go idle")
+        wait_until(lambda: worker.idle, what="the worker to go idle")
         result = ping.enqueue()
         assert done.wait(DEADLINE)
         wait_until(lambda: queue.result(result.id) == "pong", what="the completion")

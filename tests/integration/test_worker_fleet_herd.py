@@ -92,18 +92,18 @@ def test_a_lone_job_wakes_one_worker_of_an_idle_fleet(fleet_queue: pgqueue.Queue
     try:
         # Every worker knows its fleet (each is one of FLEET, with a rank of its own).
         wait_until(
-            lambda: all(w._loop.fleet.size == FLEET for w in workers),
+            lambda: all(w.fleet.size == FLEET for w in workers),
             "every worker's roster to hold the whole fleet",
             timeout=120,
         )
-        assert sorted(w._loop.fleet.rank for w in workers) == list(range(FLEET))
+        assert sorted(w.fleet.rank for w in workers) == list(range(FLEET))
         claimers.clear()
         before = statements[0]
         for n in range(JOBS):
             job = lone.enqueue(n)
             wait_until(lambda job=job, n=n: queue.result(job.id) == n, f"job {n} to complete")
         wait_until(
-            lambda: all(w._loop.fleet.next_at() is None for w in workers),
+            lambda: all(w.fleet.next_at() is None for w in workers),
             "the fleet's staggered claims to be taken or done",
         )
         assert len(claimers) == JOBS  # one wake-up per enqueue, each with a nonce
@@ -120,7 +120,7 @@ def test_a_lone_job_wakes_one_worker_of_an_idle_fleet(fleet_queue: pgqueue.Queue
 
 def record(worker: pgqueue.Worker, claimers: dict[int, set[str]]) -> None:
     """Note in ``claimers`` each wake-up ``worker`` decides to claim for."""
-    fleet = worker._loop.fleet
+    fleet = worker.fleet
     heard, due = fleet.heard, fleet.due
 
     def heard_and_noted(queue: str, *, count: int, nonce: int | None) -> float | None:

@@ -45,9 +45,9 @@ def _finished(queue: pgqueue.Queue, job_id: str) -> pgqueue.JobStatus | None:
 
 
 def _pool(worker: pgqueue.Worker) -> pgqueue.worker.isolation.ProcessPool:
-    runner = worker._loop.executor._isolated
-    assert runner is not None
-    return runner.pool
+    pool = worker.process_pool
+    assert pool is not None
+    return pool
 
 
 def _gone(pid: int) -> bool:

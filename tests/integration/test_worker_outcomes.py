@@ -205,7 +205,7 @@ def test_an_attempt_past_its_timeout_fails_and_its_late_return_is_discarded(
     with working(pgqueue.Worker(queue)) as worker:
         wait_until(lambda: queue.status(job_id).state is JobState.FAILED, what="the timeout")
         assert returned.wait(DEADLINE)
-        wait_until(lambda: worker._loop.executor.busy == 0, what="the slot to come back")
+        wait_until(lambda: worker.running == 0, what="the slot to come back")
         assert worker.stats.timed_out == 1
     status = queue.status(job_id)
     assert status.result is None
@@ -223,9 +223,7 @@ def test_an_async_attempt_past_its_timeout_is_cancelled(queue: pgqueue.Queue) ->
     job_id = aslow.enqueue().id
     with working(pgqueue.Worker(queue)) as worker:
         wait_until(lambda: queue.status(job_id).state is JobState.FAILED, what="the timeout")
-        wait_until(
-            lambda: worker._loop.executor.busy == 0, what="the cancelled task to give its slot back"
-        )
+        wait_until(lambda: worker.running == 0, what="the cancelled task to give its slot back")
 
 
 def test_a_job_of_an_unknown_task_fails_with_a_clear_error(

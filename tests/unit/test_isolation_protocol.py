@@ -14,7 +14,7 @@ import pytest
 
 import pgqueue
 from pgqueue import JobState
-from pgqueue.execution import JobContext
+from pgqueue.job_context import JobContext
 from pgqueue.worker.isolation.child import TaskFinder, load_app, run_job
 from pgqueue.worker.isolation.protocol import (
     DONE,

@@ -24,8 +24,8 @@ from conftest import POSTGRES_ONLY
 
 import pgqueue
 import pgqueue.testing
-from pgqueue.execution import JobContext, Outcome
 from pgqueue.job import JobState
+from pgqueue.job_context import JobContext, Outcome
 from pgqueue.worker.ledger import Claimed
 from pgqueue.worker.store import JobStore
 

@@ -1,6 +1,6 @@
 """PostgreSQL through psycopg 3: the backend (:mod:`.backend`, its enqueue verbs in
-:mod:`.enqueue_verbs`), its own statements (:mod:`.statements`) and the LISTEN connection
-(:mod:`.listener`)."""
+:mod:`.enqueue_verbs`, its engines in :mod:`.engines`), its own statements (:mod:`.statements`)
+and the session connection (:mod:`.session`: LISTEN and session advisory locks)."""
 
 from __future__ import annotations
 

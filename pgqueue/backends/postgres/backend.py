@@ -3,31 +3,27 @@
 from __future__ import annotations
 
 import json
-import select as select_module
 import zlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy import Connection, Engine, event
+from sqlalchemy import Connection, Engine, Table
+from sqlalchemy.dialects import postgresql
 from sqlalchemy.engine import URL
-from sqlalchemy.exc import DBAPIError, DisconnectionError, OperationalError
+from sqlalchemy.exc import DBAPIError, OperationalError
 
-from pgqueue.backends.base import (
-    Clock,
-    Completion,
-    JobsTableStats,
-    VacuumOutcome,
-    split_holder,
-)
+from pgqueue.backends.base import Clock, Completion, JobsTableStats, VacuumOutcome
+from pgqueue.backends.enqueue_port import SharedFields
 from pgqueue.backends.identifiers import qualified
+from pgqueue.backends.labels import split_holder
 from pgqueue.backends.lock_keys import leader_key
-from pgqueue.backends.postgres import documents, locks, prepared, vacuum
+from pgqueue.backends.postgres import documents, engines, locks, prepared, vacuum
 from pgqueue.backends.postgres import statements as pg_statements
-from pgqueue.backends.postgres.enqueue_verbs import EnqueueVerbs
-from pgqueue.backends.postgres.listener import Listener
+from pgqueue.backends.postgres.enqueue_verbs import ENQUEUE_CHUNK, EnqueueVerbs
+from pgqueue.backends.postgres.session import SessionConnection
 from pgqueue.config import check_schema
 from pgqueue.errors import BackendError, ConfigError, SchemaMissingError
 from pgqueue.notifications import ENQUEUED_CHANNEL
@@ -39,9 +35,6 @@ __all__ = ["PostgresBackend"]
 # (prepare_work_connection), never sooner than the floor (ms).
 IDLE_IN_TRANSACTION_LEASES = 3
 IDLE_IN_TRANSACTION_MIN_MS = 1000
-#: Seconds a new connection may take to come up, unless the URL says ``connect_timeout``: a host
-#: that swallows packets must not hang an enqueue, a worker's turn or its session thread forever.
-CONNECT_TIMEOUT_SECONDS = 10
 # SQLSTATE classes: 42P01 undefined_table; 08 connection exceptions; 57P admin shutdown etc.
 _UNDEFINED_TABLE = "42P01"
 
@@ -53,24 +46,11 @@ _NOTIFY_ENQUEUED = pg_statements.notify_enqueued()
 _LEADERS = pg_statements.leaders_holding_locks()
 # Connection.info key: this session runs with bitmap scans off (a worker's work connection).
 _BITMAP_SCAN_OFF = "pgqueue_bitmap_scan_off"
-
-
-def _check_idle_connection(dbapi_connection: Any, _record: Any, _proxy: Any) -> None:
-    """Pool checkout: refuse a connection that the server closed while it sat idle.
-
-    An idle connection in autocommit or between transactions expects nothing from the server;
-    if its socket is readable, the server has sent an error and hung up (a restart, a
-    ``pg_terminate_backend``, an idle-session timeout). Raising DisconnectionError makes the pool
-    discard it and hand out a fresh one. This replaces the pre-ping (a round trip per checkout)
-    with one non-blocking ``select``; a connection that died silently (no reset ever arrives) is
-    what it cannot see, and what the one retry of ``enqueue_committed`` covers for producers.
-    """
-    try:
-        readable, _, _ = select_module.select([dbapi_connection.fileno()], [], [], 0)
-    except (OSError, ValueError) as exc:
-        raise DisconnectionError("pooled connection is closed") from exc
-    if readable or dbapi_connection.closed:
-        raise DisconnectionError("the server closed this pooled connection while it was idle")
+# The column that addresses a row version physically: the completion of a worker's batch
+# updates the rows it locked by it, without a second index look-up. (Not the claim: a claim by
+# address misses a row version committed after its snapshot, and the worker would take the
+# short batch for a drained queue.)
+_ROW_ADDRESS = "ctid"
 
 
 # SQLSTATE classes of a value the server refuses: 22 data exception (e.g. a lone surrogate in
@@ -78,7 +58,7 @@ def _check_idle_connection(dbapi_connection: Any, _record: Any, _proxy: Any) -> 
 _REFUSED_VALUE_CLASSES = ("22", "54")
 
 
-class PostgresBackend(EnqueueVerbs):
+class PostgresBackend:
     """The production backend.
 
     ``schema`` holds pgqueue's tables (None: the first schema on the ``search_path``).
@@ -95,8 +75,12 @@ class PostgresBackend(EnqueueVerbs):
     single_writer = False
     # Clients on other hosts share the database: a process id read from a lease row says nothing.
     single_host = False
-    row_address: str | None = "ctid"
     vacuums_jobs = True
+    # The enqueue port: every verb (EnqueueVerbs writes them), every flag on.
+    committed_enqueue_limit = ENQUEUE_CHUNK
+    fresh_enqueue = True
+    copy_enqueue = True
+    column_enqueue = True
 
     def __init__(
         self, *, schema: str | None = None, pooler: str | None = None, sessions: bool = True
@@ -113,36 +97,13 @@ class PostgresBackend(EnqueueVerbs):
         self.pooler = pooler
         self.supports_notify = self.session_locks = pooler is None or sessions
         self._suffix = "" if schema is None else f"_{zlib.crc32(schema.encode()):08x}"
+        self._enqueue = EnqueueVerbs(channel=self.channel)
 
     def create_engine(self, url: Any, **options: Any) -> Engine:
-        # No pre-ping by default: it is a round trip per checkout, a third of a one-job enqueue.
-        # A socket check at checkout drops connections the server closed while they were idle.
-        pre_ping = options.setdefault("pool_pre_ping", False)
-        if "poolclass" not in options:
-            options.setdefault("pool_size", 10)
-            options.setdefault("max_overflow", 20)
-        if "connect_timeout" not in sa.make_url(url).query:
-            options["connect_args"] = {
-                "connect_timeout": CONNECT_TIMEOUT_SECONDS,
-                **options.get("connect_args", {}),
-            }
-        engine = sa.create_engine(url, **options)
-        if not pre_ping:
-            event.listen(engine, "checkout", _check_idle_connection)
-        self.prepare_engine(engine)
-        return engine
+        return engines.create_engine(url, pooler=self.pooler, **options)
 
     def prepare_engine(self, engine: Engine) -> None:
-        if self.pooler != "transaction" or getattr(engine, "_pgqueue_unprepared", False):
-            return
-        engine._pgqueue_unprepared = True  # type: ignore[attr-defined]
-
-        @sa.event.listens_for(engine, "connect")
-        def _on_connect(dbapi_connection: Any, _record: Any) -> None:
-            # psycopg prepares a statement on the server after a few runs and names it there; the
-            # pooler may run the next transaction on a server connection that never saw it
-            # ("prepared statement ... does not exist"). None: never prepare.
-            dbapi_connection.prepare_threshold = None
+        engines.prepare_engine(engine, pooler=self.pooler)
 
     def channel(self, name: str) -> str:
         # A short hash, not the schema itself: channel names are identifiers of at most 63
@@ -160,6 +121,83 @@ class PostgresBackend(EnqueueVerbs):
 
     def clock(self, now: datetime | None = None) -> Clock:
         return Clock(now)
+
+    def insert(self, table: Table) -> Any:
+        return postgresql.insert(table)
+
+    # -- the enqueue port, written by EnqueueVerbs ------------------------------------------------
+
+    def enqueue_rows(
+        self, connection: Connection, rows: Iterable[dict[str, Any]], clock: Clock
+    ) -> list[str]:
+        return self._enqueue.enqueue_rows(connection, rows, clock)
+
+    def enqueue_committed(
+        self, engine: Engine, rows: Sequence[dict[str, Any]], clock: Clock, channel: str
+    ) -> list[str]:
+        return self._enqueue.enqueue_committed(engine, rows, clock, channel)
+
+    def enqueue_fresh_documents(
+        self, connection: Connection, shared: SharedFields, documents: Iterable[str], clock: Clock
+    ) -> list[str]:
+        return self._enqueue.enqueue_fresh_documents(connection, shared, documents, clock)
+
+    def enqueue_fresh_committed(
+        self, engine: Engine, shared: SharedFields, document: str, clock: Clock, channel: str
+    ) -> list[str]:
+        return self._enqueue.enqueue_fresh_committed(engine, shared, document, clock, channel)
+
+    def enqueue_fresh_args(
+        self,
+        engine: Engine,
+        shared: SharedFields,
+        ids: Sequence[str],
+        args: str,
+        extra: str,
+        clock: Clock,
+        channel: str,
+        meanwhile: Callable[[], object] | None = None,
+    ) -> bool:
+        return self._enqueue.enqueue_fresh_args(
+            engine, shared, ids, args, extra, clock, channel, meanwhile
+        )
+
+    def enqueue_copy(
+        self,
+        engine: Engine,
+        shared: SharedFields,
+        chunks: Iterable[tuple[Sequence[str], Sequence[bytes]]],
+        clock: Clock,
+        channel: str,
+    ) -> int | None:
+        return self._enqueue.enqueue_copy(engine, shared, chunks, clock, channel)
+
+    def enqueue_columns(
+        self,
+        connection: Connection,
+        shared: SharedFields,
+        ids: Sequence[str],
+        args: Sequence[str],
+        kwargs: Mapping[str, str],
+        extra: str,
+        clock: Clock,
+        *,
+        priorities: Sequence[int | None] | None = None,
+        run_ats: Sequence[datetime | None] | None = None,
+    ) -> list[str]:
+        return self._enqueue.enqueue_columns(
+            connection,
+            shared,
+            ids,
+            args,
+            kwargs,
+            extra,
+            clock,
+            priorities=priorities,
+            run_ats=run_ats,
+        )
+
+    # -- the rest ---------------------------------------------------------------------------------
 
     def claim(self, connection: Connection, statement: Any, values: dict[str, Any]) -> list[Any]:
         # The claim must walk the claim index in order and stop after LIMIT rows. Without
@@ -190,9 +228,9 @@ class PostgresBackend(EnqueueVerbs):
         with engine.begin() as connection:
             yield connection
 
-    def listener(self, engine: Engine) -> Listener | None:
+    def listener(self, engine: Engine) -> SessionConnection | None:
         # Transaction pooling without a session of its own: no LISTEN to be had.
-        return Listener(engine, channel=self.channel) if self.supports_notify else None
+        return SessionConnection(engine, channel=self.channel) if self.supports_notify else None
 
     def database_identity(self, connection: Connection) -> tuple[Any, ...]:
         database, cluster, current_schema = connection.execute(
@@ -202,9 +240,11 @@ class PostgresBackend(EnqueueVerbs):
         # search_path decides where they are, and it may differ between two roles or poolers.
         return (database, cluster, self.schema if self.schema is not None else current_schema)
 
-    def session(self, engine: Engine, label: str) -> Listener | None:
+    def session(self, engine: Engine, label: str) -> SessionConnection | None:
         # A session of its own (a service or presence made outside a worker), named ``label``.
-        return Listener(engine, channel=self.channel, label=label) if self.session_locks else None
+        if not self.session_locks:
+            return None
+        return SessionConnection(engine, channel=self.channel, label=label)
 
     def lock_migrations(
         self, connection: Connection, key: int, *, tables: Sequence[str] = ()
@@ -245,7 +285,7 @@ class PostgresBackend(EnqueueVerbs):
     ) -> dict[str, bool]:
         if not jobs:
             return {}
-        done = self._complete(connection, jobs, clock, self.row_address)
+        done = self._complete(connection, jobs, clock, _ROW_ADDRESS)
         if len(done) < len(jobs):
             # By address, a row whose locked version committed after the statement's snapshot
             # was missed (see job_complete_many): by id, with a new snapshot, for those only.
@@ -322,15 +362,6 @@ class PostgresBackend(EnqueueVerbs):
 
     def lock_key(self, connection: Connection, key: int) -> None:
         connection.execute(pg_statements.advisory_xact_lock(key))
-
-    def try_lock(self, connection: Connection, key: int) -> bool:
-        return locks.try_lock(connection, key)
-
-    def holds_lock(self, connection: Connection, key: int) -> bool:
-        return locks.holds_lock(connection, key)
-
-    def unlock(self, connection: Connection, key: int) -> None:
-        locks.unlock(connection, key)
 
     def orphaned_jobs(self, *, limit: int) -> Any:
         return pg_statements.job_orphaned(limit=limit)

@@ -1,7 +1,12 @@
-"""PostgreSQL's enqueue verbs, the part of :class:`~pgqueue.backends.postgres.PostgresBackend`
-that writes new jobs: by JSON document (the general way, with ``ON CONFLICT``), by columns, and
-for generated ids the plain ``INSERT`` and ``COPY`` ways (statements in ``bulk.py`` and
-``copy_enqueue.py``). Internal: reached through the backend.
+"""PostgreSQL's enqueue verbs, which :class:`~pgqueue.backends.postgres.PostgresBackend` hands
+its enqueue port's calls to: by JSON document (the general way, with ``ON CONFLICT``), by
+columns, and for generated ids the plain ``INSERT`` and ``COPY`` ways (statements in ``shared_enqueue.py``
+and ``copy_enqueue.py``). Internal: reached through the backend.
+
+Example::
+
+    verbs = EnqueueVerbs(channel=backend.channel)
+    ids = verbs.enqueue_rows(connection, rows, clock)
 """
 
 from __future__ import annotations
@@ -11,12 +16,13 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, Engine, Table
+from sqlalchemy import Connection, Engine
 from sqlalchemy.dialects import postgresql
 
-from pgqueue.backends.base import Clock, iter_chunks
+from pgqueue._chunks import iter_chunks
+from pgqueue.backends.base import Clock
 from pgqueue.backends.enqueue_port import SharedFields
-from pgqueue.backends.postgres import bulk, copy_enqueue, prepared
+from pgqueue.backends.postgres import copy_enqueue, prepared, shared_enqueue
 from pgqueue.backends.postgres import statements as pg_statements
 
 __all__ = ["ENQUEUE_CHUNK", "EnqueueVerbs"]
@@ -27,19 +33,11 @@ ENQUEUE_CHUNK = 5000
 
 
 class EnqueueVerbs:
-    """The enqueue port of the Backend protocol on PostgreSQL (``backends/enqueue_port.py``; a
-    base of ``PostgresBackend``, which gives :meth:`channel`): every verb, every flag True."""
+    """The verbs of the enqueue port (``backends/enqueue_port.py``) on PostgreSQL, every one of
+    them; ``channel`` names a channel on the server (``PostgresBackend.channel``)."""
 
-    committed_enqueue_limit = ENQUEUE_CHUNK
-    fresh_enqueue = True
-    copy_enqueue = True
-    column_enqueue = True
-
-    def channel(self, name: str) -> str:
-        raise NotImplementedError
-
-    def insert(self, table: Table) -> Any:
-        return postgresql.insert(table)
+    def __init__(self, channel: Callable[[str], str]) -> None:
+        self.channel = channel
 
     def enqueue_rows(
         self, connection: Connection, rows: Iterable[dict[str, Any]], clock: Clock
@@ -47,7 +45,7 @@ class EnqueueVerbs:
         statement = (
             prepared.enqueue_on_database_clock()
             if clock.fixed is None
-            else pg_statements.job_enqueue_many(self.insert, clock)
+            else pg_statements.job_enqueue_many(postgresql.insert, clock)
         )
 
         def send(jobs: str) -> list[str]:
@@ -80,7 +78,7 @@ class EnqueueVerbs:
         statement = (
             prepared.enqueue_notify_on_database_clock(channel)
             if clock.fixed is None
-            else pg_statements.job_enqueue_notify(self.insert, clock, channel)
+            else pg_statements.job_enqueue_notify(postgresql.insert, clock, channel)
         )
         jobs = prepared.enqueue_document(list(rows))
         # Should a first try have been applied after all, the same ids make the second a no-op.
@@ -93,14 +91,16 @@ class EnqueueVerbs:
         documents: Iterable[str],
         clock: Clock,
     ) -> list[str]:
-        return bulk.insert_documents(connection, shared, documents, clock)
+        return shared_enqueue.insert_documents(connection, shared, documents, clock)
 
     def enqueue_fresh_committed(
         self, engine: Engine, shared: SharedFields, document: str, clock: Clock, channel: str
     ) -> list[str]:
         channel = self.channel(channel)
         return prepared.once_more_if_lost(
-            lambda: bulk.insert_documents_committed(engine, shared, document, clock, channel)
+            lambda: shared_enqueue.insert_documents_committed(
+                engine, shared, document, clock, channel
+            )
         )
 
     def enqueue_fresh_args(
@@ -141,7 +141,7 @@ class EnqueueVerbs:
         priorities: Sequence[int | None] | None = None,
         run_ats: Sequence[datetime | None] | None = None,
     ) -> list[str]:
-        return bulk.insert_columns(
+        return shared_enqueue.insert_columns(
             connection,
             shared,
             ids,

@@ -1,5 +1,5 @@
-"""What a session connection holds (``listener.Listener``): its session advisory locks by key,
-and what the session shows for them (its name, its idle timeouts).
+"""What a session connection (``session.SessionConnection``) holds: its session advisory locks
+by key, and what the session shows for them (its name, its idle timeouts).
 
 Example::
 
@@ -9,14 +9,14 @@ Example::
 
 from __future__ import annotations
 
-import os
-import socket
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import Connection, func, select
 
-__all__ = ["Hold", "current_setting", "process_label", "session_settings"]
+from pgqueue.backends.labels import process_label
+
+__all__ = ["Hold", "connection_broken", "current_setting", "session_settings"]
 
 
 @dataclass(slots=True)
@@ -32,10 +32,14 @@ class Hold:
     live: bool = True
 
 
-def process_label() -> str:
-    """This process as leaders are shown, ``PID@HOST`` (maintenance.leadership.process_label,
-    repeated: backends never import maintenance)."""
-    return f"{os.getpid()}@{socket.gethostname()}"
+def connection_broken(connection: Connection) -> bool:
+    """Whether ``connection``'s driver connection is gone (closed, or broken by a failed
+    statement): the session must be replaced, its locks are lost."""
+    try:
+        raw = connection.connection.dbapi_connection
+    except Exception:
+        return True
+    return raw is None or bool(raw.closed) or bool(getattr(raw, "broken", False))
 
 
 def current_setting(name: str) -> Any:

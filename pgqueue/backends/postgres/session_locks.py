@@ -1,27 +1,29 @@
-"""The session advisory locks of the session connection (``listener.Listener``): take, check and
-give up a lock for its owner, take the ``keep`` locks again on a new connection, and name the
-session and time it out after the leader roles it holds.
+"""The session advisory locks of a session connection (``session.SessionConnection``, which owns
+one :class:`SessionLocks`): take, check and give up a lock for its owner, take the ``keep`` locks
+again on a new connection, and name the session and time it out after the leader roles it holds.
 
 Example::
 
-    if listener.hold(key, owner, keep=True):
+    locks = SessionLocks(session_connection, label="pgqueue worker w1")
+    if locks.hold(key, owner, keep=True):
         ...   # the lock is this owner's until release() or the session is lost
 """
 
 from __future__ import annotations
 
 import logging
-import threading
+from collections.abc import Callable
 from contextlib import AbstractContextManager
+from typing import Protocol
 
 from sqlalchemy import Connection
 from sqlalchemy.exc import DBAPIError
 
 from pgqueue.backends.postgres import locks
-from pgqueue.backends.postgres.held import Hold, session_settings
+from pgqueue.backends.postgres.held import Hold, connection_broken, session_settings
 from pgqueue.errors import BackendError
 
-__all__ = ["SESSION_WAIT_SECONDS", "SessionLocks"]
+__all__ = ["SESSION_WAIT_SECONDS", "LockedConnection", "SessionLocks"]
 
 logger = logging.getLogger("pgqueue.notifications")
 
@@ -29,30 +31,43 @@ logger = logging.getLogger("pgqueue.notifications")
 SESSION_WAIT_SECONDS = 10.0
 
 
-class SessionLocks:
-    """The lock half of the session connection: :class:`~.listener.Listener` mixes it in and
-    provides the connection (``connection()``, ``_use``, ``listening``...)."""
-
-    _held: dict[int, Hold]
-    _use: threading.RLock
-    _connection: Connection | None
-    _broken: bool
-    _label: str | None
-    _default_name: str | None
-    _applied: tuple[str | None, int]
-    listening: threading.Event
+class LockedConnection(Protocol):
+    """What :class:`SessionLocks` needs of the connection its locks live on."""
 
     def connection(
         self, *, transaction: bool = False, wait: float = SESSION_WAIT_SECONDS
     ) -> AbstractContextManager[Connection]:
-        raise NotImplementedError
+        """The live connection on loan, started and waited for (see ``SessionConnection``)."""
+        ...
 
-    @staticmethod
-    def _is_broken(connection: Connection) -> bool:
-        raise NotImplementedError
+    def current(self) -> AbstractContextManager[Connection | None]:
+        """The live connection on loan if there is one (None: down or being replaced), without
+        starting or waiting for it."""
+        ...
 
-    def _mark_broken(self) -> None:
-        raise NotImplementedError
+    def connected(self) -> bool:
+        """Whether a live connection is up now."""
+        ...
+
+    def mark_broken(self) -> None:
+        """Have the connection replaced (its locks go with it)."""
+        ...
+
+
+class SessionLocks:
+    """The locks one session connection holds, by key, and the settings they give the session.
+
+    ``label`` names the session while it leads nothing (None: the name the URL gives).
+    """
+
+    def __init__(self, host: LockedConnection, *, label: str | None = None) -> None:
+        self._host = host
+        self._label = label
+        self._held: dict[int, Hold] = {}
+        # What _apply_settings last set on this connection (name, idle timeout in ms), and the
+        # name the connection had before pgqueue named it.
+        self._applied: tuple[str | None, int] = (None, 0)
+        self._default_name: str | None = None
 
     def hold(
         self,
@@ -69,7 +84,7 @@ class SessionLocks:
         a second take as re-entry). ``keep``: take it again on every new connection (a worker's
         liveness). ``role`` and ``ttl``: a leader role, shown in the session's name and bounding
         its ``idle_session_timeout``. Raises BackendError when the session is down."""
-        with self.connection(wait=wait) as connection:
+        with self._host.connection(wait=wait) as connection:
             current = self._held.get(key)
             if current is not None:
                 return current.owner is owner and current.live
@@ -85,33 +100,58 @@ class SessionLocks:
         hold = self._held.get(key)
         if hold is None or hold.owner is not owner or not hold.live:
             return False
-        if self._broken or not self.listening.is_set():
+        if not self._host.connected():
             return False
         if not check:
             return True
         try:
-            with self.connection(wait=0) as connection:
+            with self._host.connection(wait=0) as connection:
                 return locks.holds_lock(connection, key)
         except (DBAPIError, BackendError):
             return False
 
     def release(self, key: int, owner: object) -> None:
         """Give ``key`` up if ``owner`` holds it (idempotent; quiet if the session is down)."""
-        with self._use:
+        with self._host.current() as connection:
             hold = self._held.get(key)
             if hold is None or hold.owner is not owner:
                 return
             del self._held[key]
-            connection = self._connection
-            if connection is None or self._broken or not hold.live:
+            if connection is None or not hold.live:
                 return
             try:
                 locks.unlock(connection, key)
                 self._apply_settings(connection)
             except DBAPIError:
                 logger.debug("releasing a session lock failed", exc_info=True)
-                if self._is_broken(connection):
-                    self._mark_broken()
+                if connection_broken(connection):
+                    self._host.mark_broken()
+
+    def name(self, connection: Connection, current: Callable[[], str | None]) -> None:
+        """On a new connection, first: name it ``label`` (``current()`` reads the name it has
+        then, the one given back when no role is led)."""
+        if self._label is not None:
+            locks.set_session(connection, "application_name", self._label)
+        self._default_name = current()
+        self._applied = (self._label or self._default_name, 0)
+
+    def take_kept(self, connection: Connection) -> None:
+        """On a new connection, before any borrower runs: hold the ``keep`` locks again, so a
+        live worker's liveness lock is free only while it has no connection at all."""
+        for key, hold in list(self._held.items()):
+            if not hold.keep:
+                del self._held[key]
+            elif locks.try_lock(connection, key):
+                hold.live = True
+            else:
+                # Someone else took it meanwhile; its owner takes another on its next beat.
+                del self._held[key]
+        self._apply_settings(connection)
+
+    def lost(self) -> None:
+        """The connection is gone, and every lock with it."""
+        for hold in self._held.values():
+            hold.live = False
 
     def _apply_settings(self, connection: Connection) -> None:
         """Name the session after the roles it leads and time it out like its fastest role."""
@@ -129,21 +169,7 @@ class SessionLocks:
                 for setting in ("idle_in_transaction_session_timeout", "idle_session_timeout"):
                     locks.set_session(connection, setting, f"{timeout}ms")
             except DBAPIError as exc:
-                if self._is_broken(connection):
+                if connection_broken(connection):
                     raise
                 logger.info("no idle_session_timeout on this server (%s)", exc)
         self._applied = (name, timeout)
-
-    def _take_kept_locks(self, connection: Connection) -> None:
-        """On a new connection: hold the ``keep`` locks again, before any borrower runs (the
-        thread holds ``_use``), so a live worker's liveness lock is free only while it has no
-        connection at all."""
-        for key, hold in list(self._held.items()):
-            if not hold.keep:
-                del self._held[key]
-            elif locks.try_lock(connection, key):
-                hold.live = True
-            else:
-                # Someone else took it meanwhile; its owner takes another on its next beat.
-                del self._held[key]
-        self._apply_settings(connection)

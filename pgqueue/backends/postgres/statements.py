@@ -351,7 +351,7 @@ def leaders_holding_locks() -> TextClause:
     pid) and ``key`` (the 64-bit advisory key held: one row per key).
 
     Leaders hold a session advisory lock on a connection named "pgqueue leader ROLE[,ROLE...]
-    PID@HOST" (a worker's one session holds every role it leads, see backends/postgres/listener.py);
+    PID@HOST" (a worker's one session holds every role it leads, see backends/postgres/session.py);
     followers have the same name but no granted lock. pg_locks and pg_stat_activity show the
     whole cluster: the database is filtered here, the schema by the key (the backend's
     ``leaders``), since queues in other schemas of this database lead under other keys.

@@ -24,7 +24,8 @@ from sqlalchemy.engine import URL
 from sqlalchemy.exc import DBAPIError
 
 from pgqueue import _json, statements
-from pgqueue.backends.base import Clock, Completion, JobsTableStats, VacuumOutcome, iter_chunks
+from pgqueue._chunks import iter_chunks
+from pgqueue.backends.base import Clock, Completion, JobsTableStats, VacuumOutcome
 from pgqueue.backends.enqueue_port import SharedFields
 from pgqueue.backends.sqlite import completion
 from pgqueue.backends.sqlite import statements as sqlite_statements
@@ -52,7 +53,6 @@ class SQLiteBackend:
     name = "sqlite"
     single_writer = True
     single_host = True
-    row_address: str | None = None
     vacuums_jobs = False
     supports_notify = False
     events_in_table = True
@@ -284,15 +284,6 @@ class SQLiteBackend:
     def lock_key(self, connection: Connection, key: int) -> None:
         # One writer at a time: every transaction that writes is serialized already.
         return None
-
-    def try_lock(self, connection: Connection, key: int) -> bool:
-        raise NotImplementedError(_NO_SESSION_LOCKS)
-
-    def holds_lock(self, connection: Connection, key: int) -> bool:
-        raise NotImplementedError(_NO_SESSION_LOCKS)
-
-    def unlock(self, connection: Connection, key: int) -> None:
-        raise NotImplementedError(_NO_SESSION_LOCKS)
 
     def orphaned_jobs(self, *, limit: int) -> Any:
         raise NotImplementedError(_NO_SESSION_LOCKS)

@@ -18,7 +18,7 @@ from sqlalchemy.engine import URL
 from pgqueue.contrib.django import connection as bridge
 from pgqueue.contrib.django.transactions import DjangoJobTransaction
 from pgqueue.errors import ConfigError, PgQueueError
-from pgqueue.execution import current_job
+from pgqueue.job_context import current_job
 from pgqueue.queue import ConnectionProvider, Queue
 from pgqueue.task import Task
 

@@ -38,8 +38,8 @@ from django.utils.module_loading import import_string
 from pgqueue import config
 from pgqueue.contrib.django.options import TaskOptions, check_options, options_of
 from pgqueue.contrib.django.queues import TASK_FINDERS, DjangoQueue, get_queue
-from pgqueue.execution import current_job
 from pgqueue.job import JobState, JobStatus
+from pgqueue.job_context import current_job
 from pgqueue.limits import LIMIT_OPTIONS, check_limits
 from pgqueue.retries import RetryPolicy
 from pgqueue.task import Task as PgTask

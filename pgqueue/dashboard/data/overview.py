@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from pgqueue.backends.base import split_holder
+from pgqueue.backends.labels import split_holder
 from pgqueue.dashboard import queries
 from pgqueue.dashboard.data._common import aware, read_now
 from pgqueue.dashboard.throughput import MINUTE, Counts, Throughput

@@ -8,7 +8,6 @@ from collections.abc import Iterator
 
 import pytest
 import sqlalchemy as sa
-from conformance_support import T0, claim, enqueue, fixed, job_row, row_of, state_of
 from conftest import POSTGRES_ONLY
 from sqlalchemy.dialects import postgresql
 
@@ -19,6 +18,7 @@ from pgqueue.backends.postgres import statements as pg
 from pgqueue.job import JobState
 from pgqueue.maintenance.leadership import close_quietly
 from pgqueue.notifications import parse_enqueued
+from pgqueue.testing.conformance.support import T0, claim, enqueue, fixed, job_row, row_of, state_of
 
 pytestmark = POSTGRES_ONLY
 

@@ -7,13 +7,13 @@ from __future__ import annotations
 from datetime import timedelta
 
 import sqlalchemy as sa
-from conformance_support import claim, enqueue, fixed, job_row, row_of
 from conftest import SQLITE_ONLY
 
 import pgqueue
 from pgqueue.backends.base import Completion
 from pgqueue.job import JobState
 from pgqueue.schema import JOBS
+from pgqueue.testing.conformance.support import claim, enqueue, fixed, job_row, row_of
 
 _TIMES = ("finished_at", "updated_at", "result_expires_at")
 

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from conformance_support import T0, claim, enqueue, fixed, job_row, row_of, state_of
 from conftest import SQLITE_ONLY
 
 import pgqueue
 from pgqueue.backends.sqlite import statements as lite
 from pgqueue.backends.sqlite.completion import DatetimeTexts
 from pgqueue.job import JobState
+from pgqueue.testing.conformance.support import T0, claim, enqueue, fixed, job_row, row_of, state_of
 
 
 @SQLITE_ONLY

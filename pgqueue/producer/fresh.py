@@ -26,7 +26,8 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from pgqueue import serde, tracing
-from pgqueue.backends.base import Clock, iter_chunks
+from pgqueue._chunks import iter_chunks
+from pgqueue.backends.base import Clock
 from pgqueue.backends.enqueue_port import SharedFields, shared_fields
 from pgqueue.ids import new_ids
 from pgqueue.job import EnqueueResult

@@ -1,25 +1,49 @@
-"""Backend conformance: the job verbs (enqueue, claim, extend, complete, release), on each
-backend through the shared ``queue`` fixture."""
+"""Backend conformance: the job verbs (``insert``, ``enqueue_rows``, ``enqueue_committed``,
+``claim``, ``complete``) and the worker's work connection (``prepare_work_connection``,
+``single_statement``, ``release_work_connection``)."""
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 
 import pytest
 import sqlalchemy as sa
-from conformance_support import LEASE, T0, claim, enqueue, fixed, job_row, row_of, state_of
 
-import pgqueue
 from pgqueue import statements
 from pgqueue.backends.base import Completion
 from pgqueue.job import JobState
 from pgqueue.notifications import ENQUEUED_CHANNEL
+from pgqueue.queue import Queue
 from pgqueue.schema import JOBS, LEADERS
+from pgqueue.testing.conformance.support import (
+    LEASE,
+    T0,
+    claim,
+    enqueue,
+    fixed,
+    job_row,
+    row_of,
+    state_of,
+)
+
+__all__ = [
+    "test_a_work_connection_claims_and_commits_by_blocks",
+    "test_claim_takes_due_jobs_by_priority_up_to_the_limit",
+    "test_complete_stores_held_jobs_and_reports_lost_ones",
+    "test_enqueue_committed_commits_by_itself_or_is_refused",
+    "test_enqueue_rows_inserts_new_jobs_and_returns_their_ids",
+    "test_enqueue_rows_leaves_live_ids_alone_and_requeues_failed_ones",
+    "test_enqueue_rows_takes_an_iterator_and_nothing",
+    "test_extend_leases_pushes_only_held_jobs",
+    "test_insert_carries_on_conflict",
+    "test_release_hands_held_jobs_back_without_spending_an_attempt",
+]
 
 
-def test_insert_carries_on_conflict(queue: pgqueue.Queue) -> None:
+def test_insert_carries_on_conflict(queue: Queue) -> None:
     statement = queue.backend.insert(LEADERS).values(
         name="r", holder="a", expires_at=T0 + timedelta(seconds=1)
     )
@@ -32,7 +56,7 @@ def test_insert_carries_on_conflict(queue: pgqueue.Queue) -> None:
         assert conn.scalar(sa.select(LEADERS.c.holder)) == "b"
 
 
-def test_enqueue_rows_inserts_new_jobs_and_returns_their_ids(queue: pgqueue.Queue) -> None:
+def test_enqueue_rows_inserts_new_jobs_and_returns_their_ids(queue: Queue) -> None:
     rows = [job_row("a"), job_row("b", priority=5)]
     assert sorted(enqueue(queue, *rows)) == ["a", "b"]
     assert state_of(queue, "a") is JobState.QUEUED
@@ -40,9 +64,7 @@ def test_enqueue_rows_inserts_new_jobs_and_returns_their_ids(queue: pgqueue.Queu
     assert (stored.priority, stored.attempts, stored.run_at) == (5, 0, T0)
 
 
-def test_enqueue_rows_leaves_live_ids_alone_and_requeues_failed_ones(
-    queue: pgqueue.Queue,
-) -> None:
+def test_enqueue_rows_leaves_live_ids_alone_and_requeues_failed_ones(queue: Queue) -> None:
     enqueue(queue, job_row("live"), job_row("dead"))
     with queue.engine.begin() as conn:
         conn.execute(sa.update(JOBS).where(JOBS.c.id == "dead").values(state="failed"))
@@ -50,7 +72,7 @@ def test_enqueue_rows_leaves_live_ids_alone_and_requeues_failed_ones(
     assert state_of(queue, "dead") is JobState.QUEUED
 
 
-def test_enqueue_rows_takes_an_iterator_and_nothing(queue: pgqueue.Queue) -> None:
+def test_enqueue_rows_takes_an_iterator_and_nothing(queue: Queue) -> None:
     assert enqueue(queue) == []
 
     def rows() -> Iterator[dict[str, Any]]:
@@ -62,7 +84,7 @@ def test_enqueue_rows_takes_an_iterator_and_nothing(queue: pgqueue.Queue) -> Non
     assert sorted(queued) == ["lazy-0", "lazy-1", "lazy-2"]
 
 
-def test_enqueue_committed_commits_by_itself_or_is_refused(queue: pgqueue.Queue) -> None:
+def test_enqueue_committed_commits_by_itself_or_is_refused(queue: Queue) -> None:
     backend = queue.backend
     if backend.committed_enqueue_limit == 0:
         with pytest.raises(NotImplementedError):
@@ -76,7 +98,7 @@ def test_enqueue_committed_commits_by_itself_or_is_refused(queue: pgqueue.Queue)
     assert state_of(queue, "c2") is JobState.QUEUED
 
 
-def test_claim_takes_due_jobs_by_priority_up_to_the_limit(queue: pgqueue.Queue) -> None:
+def test_claim_takes_due_jobs_by_priority_up_to_the_limit(queue: Queue) -> None:
     enqueue(
         queue,
         job_row("low"),
@@ -91,7 +113,7 @@ def test_claim_takes_due_jobs_by_priority_up_to_the_limit(queue: pgqueue.Queue) 
     assert state_of(queue, "later") is JobState.QUEUED
 
 
-def test_extend_leases_pushes_only_held_jobs(queue: pgqueue.Queue) -> None:
+def test_extend_leases_pushes_only_held_jobs(queue: Queue) -> None:
     enqueue(queue, job_row("j"))
     [job] = claim(queue)
     with queue.backend.begin(queue.engine) as conn:
@@ -104,7 +126,7 @@ def test_extend_leases_pushes_only_held_jobs(queue: pgqueue.Queue) -> None:
     assert row_of(queue, "j").locked_until == T0 + timedelta(seconds=110)
 
 
-def test_complete_stores_held_jobs_and_reports_lost_ones(queue: pgqueue.Queue) -> None:
+def test_complete_stores_held_jobs_and_reports_lost_ones(queue: Queue) -> None:
     enqueue(queue, job_row("kept", result_ttl=60), job_row("lost"))
     tokens = {row["id"]: row["lock_token"] for row in claim(queue)}
     done = [
@@ -122,7 +144,7 @@ def test_complete_stores_held_jobs_and_reports_lost_ones(queue: pgqueue.Queue) -
     assert state_of(queue, "lost") is JobState.PROCESSING
 
 
-def test_release_hands_held_jobs_back_without_spending_an_attempt(queue: pgqueue.Queue) -> None:
+def test_release_hands_held_jobs_back_without_spending_an_attempt(queue: Queue) -> None:
     enqueue(queue, job_row("r"))
     [job] = claim(queue)
     with queue.backend.begin(queue.engine) as conn:
@@ -132,3 +154,41 @@ def test_release_hands_held_jobs_back_without_spending_an_attempt(queue: pgqueue
     assert released == ["r"]
     row = row_of(queue, "r")
     assert (row.state, row.attempts, row.lock_token) == ("queued", 0, None)
+
+
+def _claim_statement(queue: Queue) -> Any:
+    return statements.job_claim(
+        worker_id="w-conn",
+        lock_token=uuid.uuid4().hex,
+        limit=10,
+        lease=LEASE,
+        queues=None,
+        clock=fixed(queue),
+    )
+
+
+def test_a_work_connection_claims_and_commits_by_blocks(queue: Queue) -> None:
+    backend = queue.backend
+    enqueue(queue, job_row("first"))
+    connection = queue.engine.connect()
+    try:
+        backend.prepare_work_connection(connection, lease=LEASE)
+        with backend.single_statement(connection) as alone:
+            assert isinstance(alone, bool)
+            rows = backend.claim(connection, _claim_statement(queue), {})
+        assert [row["id"] for row in rows] == ["first"]
+        # Committed when the block ends: another connection sees the job taken.
+        assert not connection.in_transaction()
+        assert state_of(queue, "first") is JobState.PROCESSING
+        # The connection serves the next block, and ordinary transactions too.
+        enqueue(queue, job_row("second"))
+        with backend.single_statement(connection):
+            assert [
+                row["id"] for row in backend.claim(connection, _claim_statement(queue), {})
+            ] == ["second"]
+        with connection.begin():
+            assert backend.claim(connection, _claim_statement(queue), {}) == []
+    finally:
+        backend.release_work_connection(connection)
+        connection.close()
+    assert state_of(queue, "second") is JobState.PROCESSING

@@ -12,17 +12,17 @@ also run once the first connection is listening: a subscriber that did not wait 
 re-checks then, instead of blocking its caller on the connect. An idle connection is pinged now and
 then, so a connection that died silently (a dropped network path sends no reset) is noticed too.
 
-The same connection holds session advisory locks (:meth:`Listener.hold`): a worker process's
-liveness lock and every maintenance role it leads sit on this one session, so a worker needs two
-PostgreSQL connections in all (this one and its work connection; see docs/scaling.md). A lock
-taken with ``keep=True`` (liveness) is taken again on a new connection before anything else runs
-on it; other locks (leader roles) are given up with the connection and their owners see
-:meth:`Listener.holds` turn False. While it leads, the session is named ``pgqueue leader ROLES
-PID@HOST`` (the dashboard's leader list) and carries ``idle_session_timeout`` (and
-``idle_in_transaction_session_timeout``) of the roles' TTL, so a hung leader process loses its
-roles. A worker's maintenance queries borrow the connection briefly (:meth:`Listener.connection`):
-they delay this process's wake-ups by their own length at most, and never touch the work
-connection that claims and completes jobs.
+The same connection holds session advisory locks (:meth:`SessionConnection.hold`, kept by its
+:class:`~.session_locks.SessionLocks`): a worker process's liveness lock and every maintenance
+role it leads sit on this one session, so a worker needs two PostgreSQL connections in all (this
+one and its work connection; see docs/scaling.md). A lock taken with ``keep=True`` (liveness) is
+taken again on a new connection before anything else runs on it; other locks (leader roles) are
+given up with the connection and their owners see :meth:`SessionConnection.holds` turn False.
+While it leads, the session is named ``pgqueue leader ROLES PID@HOST`` (the dashboard's leader
+list) and carries ``idle_session_timeout`` (and ``idle_in_transaction_session_timeout``) of the
+roles' TTL, so a hung leader process loses its roles. A worker's maintenance queries borrow the
+connection briefly (:meth:`SessionConnection.connection`): they delay this process's wake-ups by
+their own length at most, and never touch the work connection that claims and completes jobs.
 """
 
 from __future__ import annotations
@@ -39,14 +39,13 @@ from typing import Any
 
 from sqlalchemy import Connection, Engine
 
-from pgqueue.backends.postgres import locks
-from pgqueue.backends.postgres.held import Hold, current_setting
+from pgqueue.backends.postgres.held import connection_broken, current_setting
 from pgqueue.backends.postgres.session_locks import SESSION_WAIT_SECONDS, SessionLocks
 from pgqueue.backends.wakeups import WakeUpThread
 from pgqueue.errors import BackendError
 from pgqueue.notifications import CHANNELS
 
-__all__ = ["SESSION_WAIT_SECONDS", "Listener"]
+__all__ = ["SESSION_WAIT_SECONDS", "SessionConnection"]
 
 logger = logging.getLogger("pgqueue.notifications")
 
@@ -56,16 +55,16 @@ _BACKOFF_MAX_SECONDS = 5.0
 _PING_SECONDS = 10.0
 
 
-class Listener(SessionLocks, WakeUpThread):
-    """A background thread holding the session connection: LISTEN, session advisory locks, and
-    brief loans of the connection (see the module docstring).
+class SessionConnection(WakeUpThread):
+    """A Queue's session connection, held by a background thread: LISTEN, session advisory
+    locks, and brief loans of the connection (see the module docstring).
 
     ``label`` names the connection in ``pg_stat_activity`` (None: the name the URL gives).
 
     Example::
 
-        unsubscribe = listener.subscribe(FINISHED_CHANNEL, lambda payload: print(payload))
-        if listener.hold(key, owner, keep=True):
+        unsubscribe = session.subscribe(FINISHED_CHANNEL, lambda payload: print(payload))
+        if session.hold(key, owner, keep=True):
             ...   # the lock is this owner's until release() or the session is lost
     """
 
@@ -78,7 +77,6 @@ class Listener(SessionLocks, WakeUpThread):
     ) -> None:
         super().__init__()
         self._engine = engine
-        self._label = label
         # pgqueue's channel names -> the names on the server (a Queue's schema suffixes them).
         self._names = {name: name if channel is None else channel(name) for name in CHANNELS}
         self._by_name = {server: name for name, server in self._names.items()}
@@ -94,10 +92,7 @@ class Listener(SessionLocks, WakeUpThread):
         self._listened_changed = threading.Condition(self._lock)
         self._connection: Connection | None = None
         self._broken = False
-        self._held: dict[int, Hold] = {}
-        # What _apply_settings last set on this connection (name, idle timeout in ms).
-        self._applied: tuple[str | None, int] = (None, 0)
-        self._default_name: str | None = None
+        self._advisory = SessionLocks(self, label=label)
 
     @property
     def backend_pid(self) -> int | None:
@@ -155,7 +150,38 @@ class Listener(SessionLocks, WakeUpThread):
 
         return remove
 
-    # -- the connection on loan (its advisory locks: session_locks.SessionLocks) ------------
+    # -- session advisory locks (kept by session_locks.SessionLocks) ----------------------------
+
+    def hold(
+        self,
+        key: int,
+        owner: object,
+        *,
+        keep: bool = False,
+        role: str | None = None,
+        ttl: float | None = None,
+        wait: float = SESSION_WAIT_SECONDS,
+    ) -> bool:
+        """Take the session advisory lock ``key`` for ``owner`` if it is free; True when
+        ``owner`` holds it (see :meth:`SessionLocks.hold`). Raises BackendError when the
+        session is down.
+
+        Example::
+
+            if session.hold(key, owner, role="reaper", ttl=30.0):
+                ...  # this process leads the reaper until release() or the session is lost
+        """
+        return self._advisory.hold(key, owner, keep=keep, role=role, ttl=ttl, wait=wait)
+
+    def holds(self, key: int, owner: object, *, check: bool = False) -> bool:
+        """Whether ``owner`` holds ``key`` on the live connection (``check``: ask the server)."""
+        return self._advisory.holds(key, owner, check=check)
+
+    def release(self, key: int, owner: object) -> None:
+        """Give ``key`` up if ``owner`` holds it (idempotent; quiet if the session is down)."""
+        self._advisory.release(key, owner)
+
+    # -- the connection on loan -------------------------------------------------------------------
 
     @contextlib.contextmanager
     def connection(
@@ -169,7 +195,7 @@ class Listener(SessionLocks, WakeUpThread):
 
         Example::
 
-            with listener.connection(transaction=True) as conn:
+            with session.connection(transaction=True) as conn:
                 conn.execute(statement)
         """
         connection = self._borrow(wait)
@@ -190,17 +216,29 @@ class Listener(SessionLocks, WakeUpThread):
                         with connection.begin():
                             yield connection
                     finally:
-                        if not self._is_broken(connection):
+                        if not connection_broken(connection):
                             if connection.in_transaction():
                                 connection.rollback()
                             raw.rollback()  # a no-op after the commit; never leave one open
                             raw.autocommit = True
             except BaseException:
-                if self._is_broken(connection):
-                    self._mark_broken()
+                if connection_broken(connection):
+                    self.mark_broken()
                 raise
         finally:
             self._use.release()
+
+    @contextlib.contextmanager
+    def current(self) -> Iterator[Connection | None]:
+        """The live connection for this thread alone until the block ends, or None while there
+        is none (never started, lost, being replaced); neither starts the session nor waits."""
+        with self._use:
+            connection = self._connection
+            yield None if connection is None or self._broken else connection
+
+    def connected(self) -> bool:
+        """Whether the connection is up and listening now."""
+        return not self._broken and self.listening.is_set()
 
     def _borrow(self, wait: float) -> Connection:
         """Start the session, wait for a live connection (a broken one is being replaced by
@@ -221,15 +259,8 @@ class Listener(SessionLocks, WakeUpThread):
             # The thread has yet to notice; it clears ``listening`` before reconnecting.
             self._stopping.wait(0.005)
 
-    @staticmethod
-    def _is_broken(connection: Connection) -> bool:
-        try:
-            raw = connection.connection.dbapi_connection
-        except Exception:
-            return True
-        return raw is None or bool(raw.closed) or bool(getattr(raw, "broken", False))
-
-    def _mark_broken(self) -> None:
+    def mark_broken(self) -> None:
+        """Have the thread replace the connection (it failed in use; its locks are lost)."""
         self._broken = True
         wake = self._wake
         if wake is not None:
@@ -247,14 +278,13 @@ class Listener(SessionLocks, WakeUpThread):
             # Out of the pool for good: closing it really closes it, and no pool ever hands a
             # connection that still holds session locks to anyone else.
             connection.detach()
-            if self._label is not None:
-                locks.set_session(connection, "application_name", self._label)
-            self._default_name = connection.scalar(current_setting("application_name"))
-            self._applied = (self._label or self._default_name, 0)
+            self._advisory.name(
+                connection, lambda: connection.scalar(current_setting("application_name"))
+            )
             with self._lock:
                 self._listened = set()
             self._listen_to_new_channels(connection)
-            self._take_kept_locks(connection)
+            self._advisory.take_kept(connection)
         except BaseException:
             with contextlib.suppress(Exception):
                 connection.close()
@@ -295,8 +325,7 @@ class Listener(SessionLocks, WakeUpThread):
             finally:
                 self.listening.clear()
                 with self._use:
-                    for hold in self._held.values():
-                        hold.live = False
+                    self._advisory.lost()
                     with self._lock:
                         self._listened = set()
                     connection, self._connection = self._connection, None
@@ -304,7 +333,7 @@ class Listener(SessionLocks, WakeUpThread):
                         try:
                             # A lost connection is invalidated: closing it would first try a
                             # rollback on the dead socket (and log it as an error).
-                            if self._is_broken(connection):
+                            if connection_broken(connection):
                                 connection.invalidate()
                             else:
                                 connection.close()

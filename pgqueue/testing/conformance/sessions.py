@@ -1,5 +1,5 @@
-"""Backend conformance: engines, transactions, the clock, schemas, channels and the migration
-lock, on each backend through the shared ``queue`` fixture."""
+"""Backend conformance: engines, transactions, the clock, the database's identity, schemas,
+channels, the migration and key locks, and the capability flags."""
 
 from __future__ import annotations
 
@@ -9,16 +9,31 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 import sqlalchemy as sa
-from conformance_support import T0, enqueue, job_row, state_of
 
-import pgqueue
 from pgqueue import statements
 from pgqueue.backends import backend_for, same_database_kind
 from pgqueue.notifications import ENQUEUED_CHANNEL, FINISHED_CHANNEL
+from pgqueue.queue import Queue
 from pgqueue.schema import JOBS
+from pgqueue.testing.conformance.support import T0, enqueue, job_row, state_of
+
+__all__ = [
+    "test_begin_commits_on_success_and_rolls_back_on_error",
+    "test_begin_read_only_reads",
+    "test_capability_flags",
+    "test_channel_names_are_stable_per_schema",
+    "test_clock_fixed_and_current",
+    "test_create_engine_makes_a_working_engine",
+    "test_database_identity_is_the_same_on_every_engine_of_the_database",
+    "test_ensure_schema_creates_the_schema_once",
+    "test_lock_key_serializes_two_transactions_until_the_first_ends",
+    "test_lock_migrations_holds_until_the_transaction_ends",
+    "test_same_database_kind",
+    "test_wait_poll_is_a_growing_pair_of_intervals",
+]
 
 
-def test_create_engine_makes_a_working_engine(queue: pgqueue.Queue) -> None:
+def test_create_engine_makes_a_working_engine(queue: Queue) -> None:
     engine = queue.backend.create_engine(queue.engine.url)
     try:
         queue.backend.prepare_engine(engine)  # twice is harmless
@@ -28,7 +43,7 @@ def test_create_engine_makes_a_working_engine(queue: pgqueue.Queue) -> None:
         engine.dispose()
 
 
-def test_begin_commits_on_success_and_rolls_back_on_error(queue: pgqueue.Queue) -> None:
+def test_begin_commits_on_success_and_rolls_back_on_error(queue: Queue) -> None:
     enqueue(queue, job_row("kept"))
     with pytest.raises(RuntimeError), queue.backend.begin(queue.engine) as conn:
         conn.execute(sa.delete(JOBS))
@@ -36,13 +51,13 @@ def test_begin_commits_on_success_and_rolls_back_on_error(queue: pgqueue.Queue) 
     assert state_of(queue, "kept").value == "queued"
 
 
-def test_begin_read_only_reads(queue: pgqueue.Queue) -> None:
+def test_begin_read_only_reads(queue: Queue) -> None:
     enqueue(queue, job_row("seen"))
     with queue.backend.begin(queue.engine, write=False) as conn:
         assert conn.scalar(sa.select(sa.func.count()).select_from(JOBS)) == 1
 
 
-def test_clock_fixed_and_current(queue: pgqueue.Queue) -> None:
+def test_clock_fixed_and_current(queue: Queue) -> None:
     clock = queue.backend.clock(T0)
     assert clock.fixed == T0
     with queue.engine.connect() as conn:
@@ -54,7 +69,7 @@ def test_clock_fixed_and_current(queue: pgqueue.Queue) -> None:
     assert abs(now - datetime.now(UTC)) < timedelta(minutes=1)
 
 
-def test_channel_names_are_stable_per_schema(queue: pgqueue.Queue) -> None:
+def test_channel_names_are_stable_per_schema(queue: Queue) -> None:
     backend = queue.backend
     enqueued, finished = backend.channel(ENQUEUED_CHANNEL), backend.channel(FINISHED_CHANNEL)
     assert enqueued.startswith(ENQUEUED_CHANNEL) and finished.startswith(FINISHED_CHANNEL)
@@ -62,7 +77,7 @@ def test_channel_names_are_stable_per_schema(queue: pgqueue.Queue) -> None:
     assert len(enqueued.encode()) <= 63  # an unquoted identifier on PostgreSQL
 
 
-def test_ensure_schema_creates_the_schema_once(queue: pgqueue.Queue) -> None:
+def test_ensure_schema_creates_the_schema_once(queue: Queue) -> None:
     # A schema that does not exist yet on PostgreSQL ("main", the file itself, on SQLite).
     name = "main" if queue.backend.name == "sqlite" else f"conf_{uuid.uuid4().hex[:10]}"
     backend = backend_for(queue.engine.url, schema=None if name == "main" else name)
@@ -80,7 +95,7 @@ class _RolledBack(Exception):
     pass
 
 
-def test_lock_migrations_holds_until_the_transaction_ends(queue: pgqueue.Queue) -> None:
+def test_lock_migrations_holds_until_the_transaction_ends(queue: Queue) -> None:
     order: list[str] = []
     with queue.backend.begin(queue.engine) as conn:
         queue.backend.lock_migrations(conn, 0x1234, tables=["pgqueue_jobs"])
@@ -105,7 +120,7 @@ def test_lock_migrations_holds_until_the_transaction_ends(queue: pgqueue.Queue) 
 
 
 def test_lock_key_serializes_two_transactions_until_the_first_ends(
-    queue: pgqueue.Queue,
+    queue: Queue,
 ) -> None:
     order: list[str] = []
     with queue.backend.begin(queue.engine) as conn:
@@ -125,10 +140,23 @@ def test_lock_key_serializes_two_transactions_until_the_first_ends(
     assert order == ["first", "second"]
 
 
-def test_capability_flags(queue: pgqueue.Queue) -> None:
+def test_capability_flags(queue: Queue) -> None:
     backend = queue.backend
-    for flag in (backend.supports_notify, backend.session_locks, backend.single_writer):
-        assert isinstance(flag, bool)
+    flags = (
+        backend.supports_notify,
+        backend.events_in_table,
+        backend.session_locks,
+        backend.single_writer,
+        backend.single_host,
+        backend.vacuums_jobs,
+        backend.fresh_enqueue,
+        backend.copy_enqueue,
+        backend.column_enqueue,
+    )
+    assert all(isinstance(flag, bool) for flag in flags)
+    assert isinstance(backend.committed_enqueue_limit, int) and backend.committed_enqueue_limit >= 0
+    # Events are read from their table or heard in NOTIFY payloads, never both.
+    assert not (backend.events_in_table and backend.supports_notify)
     # One writer at a time means no server: no sessions to hold locks on, nothing to notify,
     # and no JDBC driver that could read it.
     if backend.single_writer:
@@ -138,7 +166,7 @@ def test_capability_flags(queue: pgqueue.Queue) -> None:
         assert backend.supports_jdbc(queue.engine.url) is (queue.engine.url.host is not None)
 
 
-def test_wait_poll_is_a_growing_pair_of_intervals(queue: pgqueue.Queue) -> None:
+def test_wait_poll_is_a_growing_pair_of_intervals(queue: Queue) -> None:
     first, longest = queue.backend.wait_poll
     assert 0 < first <= longest
     # Nothing tells a waiter about a worker in another process: it must look briskly itself.
@@ -146,7 +174,7 @@ def test_wait_poll_is_a_growing_pair_of_intervals(queue: pgqueue.Queue) -> None:
         assert longest <= 1.0
 
 
-def test_same_database_kind(queue: pgqueue.Queue) -> None:
+def test_same_database_kind(queue: Queue) -> None:
     url = queue.engine.url
     assert same_database_kind(url, url)
     other = (
@@ -157,23 +185,14 @@ def test_same_database_kind(queue: pgqueue.Queue) -> None:
     assert not same_database_kind(url, other)
 
 
-def test_session_holds_locks_where_the_database_has_them(queue: pgqueue.Queue) -> None:
-    from pgqueue.notifications import Session, session_of
-
-    engine = queue.session_engine or queue.engine
-    session = queue.backend.session(engine, "pgqueue conformance")
-    if not queue.backend.session_locks:
-        # SQLite: no session locks; leadership is a lease row, liveness the lease alone.
-        assert session is None and session_of(queue) is None
-        return
-    assert isinstance(session, Session) and isinstance(session_of(queue), Session)
-    owner, other = object(), object()
+def test_database_identity_is_the_same_on_every_engine_of_the_database(queue: Queue) -> None:
+    backend = queue.backend
+    with backend.begin(queue.engine, write=False) as conn:
+        identity = backend.database_identity(conn)
+    assert isinstance(identity, tuple) and any(part is not None for part in identity)
+    engine = backend.create_engine(queue.engine.url)
     try:
-        assert session.hold(123, owner) and session.holds(123, owner, check=True)
-        assert not session.hold(123, other)  # one owner per key in a process
-        with session.connection() as conn:
-            assert conn.scalar(sa.select(sa.literal(1))) == 1
-        session.release(123, owner)
-        assert not session.holds(123, owner) and session.hold(123, other)
+        with backend.begin(engine, write=False) as conn:
+            assert backend.database_identity(conn) == identity
     finally:
-        session.stop()
+        engine.dispose()
