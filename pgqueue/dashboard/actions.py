@@ -117,7 +117,7 @@ def check_action(action: str) -> str:
 def group_ids(queue: Queue, *, state: JobState, error_type: str | None) -> list[str]:
     """The ids of the jobs in ``state`` whose latest error has type ``error_type``."""
     with queue.connect(write=False) as conn:
-        return list(conn.scalars(queries.error_group_ids(state, error_type)))
+        return sorted(conn.scalars(queries.error_group_ids(state, error_type)))
 
 
 def apply(

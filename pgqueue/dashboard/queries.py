@@ -1,9 +1,11 @@
 """The dashboard's statements: reads shaped so that every page stays fast on a table of millions.
 
-Each statement either walks one of the partial indexes (claimable, processing, finished) or is
-bounded by a LIMIT: nothing here reads the whole jobs table. The state predicates are written
-with exactly the text of the partial indexes' WHERE clauses because SQLite only uses a partial
-index when the query repeats its predicate (bound parameters would not match).
+Each statement either walks one of the partial indexes (the three that hold waiting jobs:
+unlimited, fair and flow-limited; processing; finished) or is bounded by a LIMIT: nothing here
+reads the whole jobs table. The state predicates are written with exactly the text of the
+partial indexes' WHERE clauses because SQLite only uses a partial index when the query repeats
+its predicate (bound parameters would not match). No one index holds every waiting job (the
+claims each have their own), so reads of waiting jobs are a UNION ALL of the three.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from typing import Any
 
 from sqlalchemy import (
     ColumnElement,
+    CompoundSelect,
     Delete,
     Select,
     Text,
@@ -33,7 +36,14 @@ from sqlalchemy import (
 
 from pgqueue.backends.base import Clock
 from pgqueue.job import CLAIMABLE_STATES, FINISHED_STATES, JobState
-from pgqueue.schema import JOBS, SCHEDULES, WORKERS
+from pgqueue.schema import (
+    FAIR_PREDICATE,
+    JOBS,
+    LIMITED_PREDICATE,
+    SCHEDULES,
+    UNLIMITED_PREDICATE,
+    WORKERS,
+)
 from pgqueue.statements import JOB_COLUMNS, result_expired
 
 __all__ = [
@@ -58,7 +68,7 @@ __all__ = [
     "recent_finished_tasks",
     "schedule_rows",
     "search_window",
-    "segment_of",
+    "segments_of",
     "window_end",
     "windowed",
     "workers",
@@ -73,6 +83,19 @@ def _state_in(states: tuple[JobState, ...]) -> TextClause:
 CLAIMABLE = _state_in(CLAIMABLE_STATES)
 FINISHED = _state_in(FINISHED_STATES)
 PROCESSING = text("state = 'processing'")
+#: Waiting jobs, as the three claim indexes split them (ix_pgqueue_jobs_claim, _claim_fair and
+#: _claim_limited): together every claimable row, each arm served by its own partial index.
+WAITING = tuple(
+    text(f"{CLAIMABLE.text} AND {arm}")
+    for arm in (UNLIMITED_PREDICATE, FAIR_PREDICATE, LIMITED_PREDICATE)
+)
+
+
+def _waiting(*columns: Any, where: Sequence[Any] = ()) -> Any:
+    """``columns`` of every waiting job (passing ``where``), as a subquery: a UNION ALL of the
+    three claim indexes' slices."""
+    arms = [select(*columns).where(arm, *where) for arm in WAITING]
+    return union_all(*arms).subquery("waiting")
 
 
 class Segment:
@@ -89,7 +112,10 @@ class Segment:
 
 
 SEGMENTS = (
-    Segment("claimable", CLAIMABLE_STATES, CLAIMABLE, JOBS.c.updated_at),
+    *(
+        Segment(name, CLAIMABLE_STATES, predicate, JOBS.c.updated_at)
+        for name, predicate in zip(("claimable", "fair", "limited"), WAITING, strict=True)
+    ),
     Segment("processing", (JobState.PROCESSING,), PROCESSING, JOBS.c.updated_at),
     Segment("finished", FINISHED_STATES, FINISHED, JOBS.c.finished_at),
 )
@@ -98,20 +124,18 @@ SEGMENTS = (
 def claimable_counts(now: datetime) -> Select[Any]:
     """Claimable jobs per queue, task and state, split into due now and scheduled for later."""
     later = case((JOBS.c.run_at > now, 1), else_=0).label("later")
-    return (
-        select(JOBS.c.queue, JOBS.c.task, JOBS.c.state, later, func.count().label("count"))
-        .where(CLAIMABLE)
-        .group_by(JOBS.c.queue, JOBS.c.task, JOBS.c.state, later)
-    )
+    rows = _waiting(JOBS.c.queue, JOBS.c.task, JOBS.c.state, later)
+    columns = (rows.c.queue, rows.c.task, rows.c.state, rows.c.later)
+    return select(*columns, func.count().label("count")).group_by(*columns)
 
 
 def live_tasks(sample: int) -> Select[Any]:
     """The tasks among ``sample`` jobs waiting to run and ``sample`` running (through those
     two partial indexes: a backlog of millions is not read whole for a list of names)."""
     # Each LIMIT inside its own subquery: SQLite refuses a LIMIT before a UNION.
-    waiting = select(JOBS.c.task).where(CLAIMABLE).limit(sample).subquery()
-    running = select(JOBS.c.task).where(PROCESSING).limit(sample).subquery()
-    tasks = union_all(select(waiting.c.task), select(running.c.task)).subquery()
+    arms = [*WAITING, PROCESSING]
+    limited = [select(JOBS.c.task).where(arm).limit(sample).subquery() for arm in arms]
+    tasks = union_all(*(select(arm.c.task) for arm in limited)).subquery()
     return select(tasks.c.task).distinct()
 
 
@@ -136,10 +160,9 @@ def oldest_due(now: datetime) -> Select[Any]:
     """Per queue and task: the earliest ``run_at`` among claimable jobs already due (a queue's is
     the earliest of its tasks'). Read through the claimable partial index, like the depths: its
     cost follows the backlog, never the finished history."""
-    return (
-        select(JOBS.c.queue, JOBS.c.task, func.min(JOBS.c.run_at))
-        .where(CLAIMABLE, JOBS.c.run_at <= now)
-        .group_by(JOBS.c.queue, JOBS.c.task)
+    rows = _waiting(JOBS.c.queue, JOBS.c.task, JOBS.c.run_at, where=[JOBS.c.run_at <= now])
+    return select(rows.c.queue, rows.c.task, func.min(rows.c.run_at)).group_by(
+        rows.c.queue, rows.c.task
     )
 
 
@@ -203,8 +226,8 @@ def _error_type() -> ColumnElement[str]:
 def failed_groups(state: JobState, cap: int) -> Select[Any]:
     """Jobs in ``state`` (failing or failed) grouped by error type, over at most the ``cap`` that
     changed last (read through the state's partial index): count, latest change, one example."""
-    segment = segment_of(state)
-    recent = (
+    # The latest ``cap`` of each slice holding the state, then the latest ``cap`` of those.
+    arms = [
         select(
             _error_type().label("type"),
             segment.key.label("changed"),
@@ -216,7 +239,10 @@ def failed_groups(state: JobState, cap: int) -> Select[Any]:
         .order_by(segment.key.desc())
         .limit(cap)
         .subquery()
-    )
+        for segment in segments_of(state)
+    ]
+    merged = union_all(*(select(arm) for arm in arms)).subquery("merged")
+    recent = select(merged).order_by(merged.c.changed.desc()).limit(cap).subquery("recent")
     return (
         select(
             recent.c.type,
@@ -233,21 +259,23 @@ def failed_groups(state: JobState, cap: int) -> Select[Any]:
     )
 
 
-def segment_of(state: JobState) -> Segment:
-    """The segment that holds jobs in ``state``."""
-    return next(s for s in SEGMENTS if state in s.states)
+def segments_of(state: JobState) -> list[Segment]:
+    """The segments that hold jobs in ``state`` (a waiting state: the three claim slices)."""
+    return [s for s in SEGMENTS if state in s.states]
 
 
-def error_group_ids(state: JobState, error_type: str | None) -> Select[Any]:
+def error_group_ids(state: JobState, error_type: str | None) -> Select[Any] | CompoundSelect[Any]:
     """The ids of the jobs in ``state`` whose stored error is of ``error_type`` (None: jobs with
-    no stored error, e.g. expired), in id order."""
+    no stored error, e.g. expired), in no order."""
     kind = _error_type()
     match = kind.is_(None) if error_type is None else kind == error_type
-    return (
-        select(JOBS.c.id)
-        .where(JOBS.c.state == str(state), segment_of(state).predicate, match)
-        .order_by(JOBS.c.id)
-    )
+    # Unordered: an ORDER BY id would have SQLite walk each slice in primary-key order (the
+    # whole table); the caller sorts the ids.
+    arms = [
+        select(JOBS.c.id).where(JOBS.c.state == str(state), segment.predicate, match)
+        for segment in segments_of(state)
+    ]
+    return union_all(*arms) if len(arms) > 1 else arms[0]
 
 
 def job_delete_finished(ids: Sequence[str], state: JobState) -> Delete:
