@@ -29,6 +29,7 @@ __all__ = [
     "MAX_KEY_LENGTH",
     "check_key_sizes",
     "check_key_value",
+    "split_key",
     "stored_key",
 ]
 
@@ -57,6 +58,26 @@ def stored_key(task: str, value: str | None = None) -> str:
     """
     prefix = f"{len(task)}:{task}"
     return prefix if value is None else f"{prefix}:{value}"
+
+
+def split_key(stored: str) -> tuple[str, str | None]:
+    """The task and value of a stored key (:func:`stored_key` read back, for display): value
+    None for a task-wide limit. A key not in that form comes back whole as the task.
+
+    Example::
+
+        split_key("8:app.sync:42")    # ("app.sync", "42")
+        split_key("7:billing")        # ("billing", None)
+    """
+    length, colon, rest = stored.partition(":")
+    if not colon or not length.isdigit() or len(rest) < int(length):
+        return stored, None
+    task, tail = rest[: int(length)], rest[int(length) :]
+    if not tail:
+        return task, None
+    if tail[0] != ":" or len(tail) == 1:
+        return stored, None
+    return task, tail[1:]
 
 
 def check_key_value(field: str, value: object) -> str:

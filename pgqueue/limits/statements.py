@@ -42,9 +42,11 @@ __all__ = [
     "limit_next_open",
     "limit_prune",
     "limit_rate_rows",
+    "limit_rate_slots",
     "limit_record_slots",
     "limit_record_starts",
     "limit_running",
+    "limit_running_keys",
     "limit_unique_holder",
     "limit_waiting",
 ]
@@ -216,6 +218,27 @@ def limit_waiting(clock: Clock) -> Select[Any]:
         JOBS.c.rate_period,
     )
     return select(*columns, func.count()).where(*_limited_waiting(None, clock)).group_by(*columns)
+
+
+def limit_running_keys() -> Select[Any]:
+    """Every concurrency key with jobs ``processing``: ``key``, how many, and the largest
+    ``max_running`` among them (through the running-limited index: as many rows as jobs run)."""
+    return (
+        select(JOBS.c.concurrency_key, func.count(), func.max(JOBS.c.max_running))
+        # ix_pgqueue_jobs_running_limited's predicate, literally, so it serves the scan.
+        .where(JOBS.c.state == literal_column("'processing'"), JOBS.c.concurrency_key.is_not(None))
+        .group_by(JOBS.c.concurrency_key)
+    )
+
+
+def limit_rate_slots(cap: int) -> Select[Any]:
+    """The rate keys' next start slots (``key``, ``open_at``), at most ``cap``, by key."""
+    return (
+        select(LIMITS.c.key, LIMITS.c.open_at)
+        .where(LIMITS.c.kind == RATE)
+        .order_by(LIMITS.c.key)
+        .limit(cap)
+    )
 
 
 def limit_rate_rows(keys: Sequence[str]) -> Select[Any]:

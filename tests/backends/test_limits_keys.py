@@ -21,6 +21,7 @@ from pgqueue import ConfigError, JobSpec, operations
 from pgqueue.cli import main
 from pgqueue.limits import MAX_RATE_PERIOD, stored_key
 from pgqueue.limits.claim import claim_limited
+from pgqueue.limits.keys import split_key
 
 # -- two tasks, one would-be key ------------------------------------------------------------------
 
@@ -87,6 +88,14 @@ def test_stored_keys_are_length_prefixed() -> None:
     assert stored_key("billing", "x:1") != stored_key("billing:x", "1")
     assert stored_key("a:b") != stored_key("a", "b")
     assert stored_key("é", "1") == "1:é:1"
+
+
+def test_stored_keys_read_back_into_task_and_value() -> None:
+    for task, value in [("billing", "x:1"), ("billing:x", "1"), ("a:b", None), ("é", "1")]:
+        assert split_key(stored_key(task, value)) == (task, value)
+    # Not in the stored form (a key written before the encoding): the whole key as the task.
+    for odd in ["plain", "x:abc", "9:short", "3:abcd", "3:abc:"]:
+        assert split_key(odd) == (odd, None)
 
 
 # -- keys that cannot be stored --------------------------------------------------------------------
