@@ -1,25 +1,26 @@
 """The statements of the job, workflow and Tasks pages: one job's surroundings (its worker, its
 dependency edges), a workflow's jobs and edges, and the Tasks page's bounded sample of finished
-jobs and rate slots. Each reads by primary key, through an index, or under a LIMIT.
+jobs. Each reads by primary key, through an index, or under a LIMIT.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
+from itertools import pairwise
 from typing import Any
 
-from sqlalchemy import Select, select
+from sqlalchemy import Select, literal, select, union_all
 
+from pgqueue.backends.expressions import EpochSeconds
 from pgqueue.dashboard.queries import FINISHED
-from pgqueue.schema import DEPENDENCIES, JOBS, LIMITS, WORKERS
+from pgqueue.schema import DEPENDENCIES, JOBS, WORKERS
 
 __all__ = [
     "dependencies_of",
     "dependents_of",
     "edges_of",
     "job_workflow",
-    "rate_slots",
     "recent_timings",
     "worker",
     "workflow_jobs",
@@ -78,39 +79,38 @@ def dependents_of(job_id: str, cap: int) -> Select[Any]:
     )
 
 
-def recent_timings(since: datetime, until: datetime, sample: int) -> Select[Any]:
-    """The ``sample`` latest jobs that ran and finished in ``[since, until)`` (through the
-    finished index): queue, task, state, run_at, started_at, finished_at, locked_by (the
-    worker that ran the last attempt)."""
-    return (
-        select(
-            JOBS.c.queue,
-            JOBS.c.task,
-            JOBS.c.state,
-            JOBS.c.run_at,
-            JOBS.c.started_at,
-            JOBS.c.finished_at,
-            JOBS.c.locked_by,
+def recent_timings(edges: Sequence[datetime], per_slice: int) -> Select[Any]:
+    """The ``per_slice`` latest jobs that ran and finished in each slice ``[edges[i],
+    edges[i + 1])`` (through the finished index, one bounded range scan per slice): slice
+    number, queue, task, state, seconds run (start to finish), seconds waited (due to start),
+    locked_by (the worker that ran the last attempt). The database subtracts the instants:
+    tens of thousands of rows are not turned into datetimes to subtract them in Python."""
+    slices = []
+    for index, (since, until) in enumerate(pairwise(edges)):
+        one = (
+            select(
+                literal(index).label("slice"),
+                JOBS.c.queue,
+                JOBS.c.task,
+                JOBS.c.state,
+                (EpochSeconds(JOBS.c.finished_at) - EpochSeconds(JOBS.c.started_at)).label("ran"),
+                (EpochSeconds(JOBS.c.started_at) - EpochSeconds(JOBS.c.run_at)).label("waited"),
+                JOBS.c.locked_by,
+            )
+            .where(
+                FINISHED,
+                JOBS.c.finished_at >= since,
+                JOBS.c.finished_at < until,
+                JOBS.c.started_at.is_not(None),
+            )
+            .order_by(JOBS.c.finished_at.desc())
+            .limit(per_slice)
         )
-        .where(
-            FINISHED,
-            JOBS.c.finished_at >= since,
-            JOBS.c.finished_at < until,
-            JOBS.c.started_at.is_not(None),
-        )
-        .order_by(JOBS.c.finished_at.desc())
-        .limit(sample)
-    )
-
-
-def rate_slots(cap: int) -> Select[Any]:
-    """The rate keys' next start slots (``key``, ``open_at``), at most ``cap``, by key."""
-    return (
-        select(LIMITS.c.key, LIMITS.c.open_at)
-        .where(LIMITS.c.kind == "rate")
-        .order_by(LIMITS.c.key)
-        .limit(cap)
-    )
+        if len(edges) == 2:
+            return one
+        # SQLite takes no LIMIT inside a compound SELECT's arm: each arm is a subquery.
+        slices.append(select(one.subquery(f"slice{index}")))
+    return select(union_all(*slices).subquery("slices"))
 
 
 def worker(worker_id: str) -> Select[Any]:

@@ -25,6 +25,7 @@ from pgqueue.job import JobState
 
 __all__ = [
     "MAX_SEARCH",
+    "WINDOWS",
     "WITHIN",
     "FormFields",
     "QueryParams",
@@ -70,6 +71,8 @@ class QueryParams:
     scope: str | None = None
     #: A workflow's id.
     workflow: str | None = None
+    #: The Tasks page's window (``1h`` or ``1d``).
+    window: timedelta | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -201,6 +204,8 @@ WITHIN: dict[str, timedelta] = {
     "24h": timedelta(days=1),
     "7d": timedelta(days=7),
 }
+#: The windows the Tasks page offers.
+WINDOWS: dict[str, timedelta] = {"1h": timedelta(hours=1), "1d": timedelta(days=1)}
 #: The longest text the arguments search takes.
 MAX_SEARCH = 200
 
@@ -209,6 +214,12 @@ def _within(name: str, value: str) -> timedelta:
     if value not in WITHIN:
         raise ConfigError(f"{name}: expected one of {', '.join(WITHIN)}, got {value[:100]!r}")
     return WITHIN[value]
+
+
+def _window(name: str, value: str) -> timedelta:
+    if value not in WINDOWS:
+        raise ConfigError(f"{name}: expected one of {', '.join(WINDOWS)}, got {value[:100]!r}")
+    return WINDOWS[value]
 
 
 def _scope(name: str, value: str) -> str:
@@ -231,6 +242,7 @@ _QUERY: dict[str, Callable[[str, str], Any]] = {
     "worker": lambda name, value: _text(name, value, limit=config.MAX_ID_BYTES),
     "q": lambda name, value: _text(name, value, limit=MAX_SEARCH),
     "within": _within,
+    "window": _window,
     "scope": _scope,
     "workflow": lambda name, value: _text(name, value, limit=config.MAX_ID_BYTES),
 }

@@ -24,6 +24,10 @@ from pgqueue.schema import JOBS
 from pgqueue.testing import drain, run_job
 
 
+#: Timings are subtracted by the database: SQLite's julianday() arithmetic is exact to ~50 µs.
+MS = 1e-3
+
+
 @pytest.fixture(autouse=True)
 def _close_dashboards(queue: pgqueue.Queue, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     # Each Dashboard may count the charts' minutes on a thread: stop those before the queue
@@ -393,9 +397,11 @@ def test_the_tasks_page_shows_runtime_and_wait_percentiles(queue: pgqueue.Queue)
             )
     (row,) = read_timings(queue, now=now).tasks
     assert (row.task, row.finished) == ("shop.add", 20)
-    assert row.run_p50 == pytest.approx(1.0) and row.run_p95 == pytest.approx(1.9)
-    assert row.run_p99 == pytest.approx(2.0)
-    assert row.wait_p50 == pytest.approx(10.0) and row.wait_p95 == pytest.approx(19.0)
+    assert row.run_p50 == pytest.approx(1.0, abs=MS) and row.run_p95 == pytest.approx(1.9, abs=MS)
+    assert row.run_p99 == pytest.approx(2.0, abs=MS)
+    assert row.wait_p50 == pytest.approx(10.0, abs=MS) and row.wait_p95 == pytest.approx(
+        19.0, abs=MS
+    )
     # Bounded: a sample of 5 reads the 5 that finished last.
     assert read_timings(queue, now=now, sample=5).capped
     page = get(Dashboard(queue, clock=lambda: now), "/tasks")

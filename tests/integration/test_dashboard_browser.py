@@ -324,6 +324,30 @@ def test_a_workflow_from_a_job_page_to_its_graph_and_back(
     assert not errors, errors
 
 
+def test_the_tasks_page_by_day_and_its_limit_keys(
+    browser: Any, site: str, queue: pgqueue.Queue
+) -> None:
+    @queue.task(name="t.export", max_running=1, queue="exports")
+    def export(n: int) -> None: ...
+
+    @queue.task(name="t.call", rate_limit="10/m", queue="rated")
+    def call(n: int) -> None: ...
+
+    export.enqueue_many([(n,) for n in range(4)])
+    call.enqueue_many([(n,) for n in range(3)])
+    browser.get(site + "/tasks")
+    shows(browser, "#window strong", "hour")
+    shows(browser, "#concurrency", "t.export")
+    shows(browser, "#concurrency", "0 of 1")
+    shows(browser, "#rates", "10 per 1m 0s")
+    click(browser, "#window a")
+    shows(browser, "#window strong", "day")
+    shows(browser, "#timings", "shop.add")  # fill's jobs finished within the day
+    shows(browser, "h2", "Workers, last day")
+    errors = [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]
+    assert not errors, errors
+
+
 def test_screenshots(browser: Any, site: str, queue: pgqueue.Queue, tmp_path: Path) -> None:
     """The main pages with a day of history, as pictures: docs/dashboard.md's screenshots when
     PGQUEUE_SCREENSHOTS names a folder (from the SQLite run), else thrown away with tmp_path."""
@@ -343,6 +367,11 @@ def test_screenshots(browser: Any, site: str, queue: pgqueue.Queue, tmp_path: Pa
     run_job(queue, "order-7:1")
     run_job(queue, "order-7:3")
     queue.enqueue("shop.charge", args=["order-9"], queue="payments")  # no worker serves it
+    # Flow limits for the Tasks page: exports one at a time per customer, an API 10 a minute.
+    export = queue.task(name="shop.export", max_running=2, concurrency_key="customer")(_export)
+    export.enqueue_many([("acme",)] * 5 + [("globex",)] * 2)
+    call = queue.task(name="shop.notify", rate_limit="10/m", queue="payments")(_export)
+    call.enqueue_many([("acme",)] * 4)
     for name, path, dark in [
         ("overview", "/", False),
         ("overview-dark", "/", True),
@@ -350,7 +379,7 @@ def test_screenshots(browser: Any, site: str, queue: pgqueue.Queue, tmp_path: Pa
         ("job", "/jobs/job-failed", False),
         ("running", "/jobs/job-processing", False),
         ("workflow", "/workflow?id=order-7", False),
-        ("tasks", "/tasks", False),
+        ("tasks", "/tasks?window=1d", False),
         ("failures", "/failures", False),
     ]:
         scheme = [{"name": "prefers-color-scheme", "value": "dark"}] if dark else []
@@ -375,6 +404,9 @@ def test_screenshots(browser: Any, site: str, queue: pgqueue.Queue, tmp_path: Pa
         browser.save_screenshot(str(picture))
         assert picture.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     browser.execute_cdp_cmd("Emulation.setEmulatedMedia", {"features": []})
+
+
+def _export(customer: str) -> None: ...
 
 
 def _history(queue: pgqueue.Queue) -> None:

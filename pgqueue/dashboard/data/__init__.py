@@ -48,20 +48,24 @@ from pgqueue.dashboard.data.overview import (
 )
 from pgqueue.dashboard.data.schedules import ScheduleRow, read_schedules
 from pgqueue.dashboard.data.timings import (
+    DAY,
+    HOUR,
     SAMPLE,
-    RateSlot,
     TaskTimings,
     Timings,
     WorkerCounts,
     percentile,
     read_timings,
+    weighted_percentile,
 )
 from pgqueue.dashboard.data.workflow import NODE_CAP, Link, Node, WorkflowGraph, read_workflow
 
 __all__ = [
     "BULK_COUNT_CAP",
     "COUNT_CAP",
+    "DAY",
     "GROUP_CAP",
+    "HOUR",
     "NODE_CAP",
     "SAMPLE",
     "SEARCH_SCAN",
@@ -74,7 +78,6 @@ __all__ = [
     "Node",
     "Overview",
     "QueueRow",
-    "RateSlot",
     "ScheduleRow",
     "Series",
     "TaskRow",
@@ -104,4 +107,5 @@ __all__ = [
     "read_workflow",
     "resolve_task",
     "search_spellings",
+    "weighted_percentile",
 ]
