@@ -23,6 +23,7 @@ __all__ = [
     "bar_chart",
     "environment",
     "highlight_traceback",
+    "period",
     "pretty_json",
     "workflow_graph",
 ]
@@ -38,6 +39,7 @@ def environment() -> Environment:
     )
     env.filters.update(
         age=age,
+        period=period,
         instant=instant,
         number=number,
         traceback=highlight_traceback,
@@ -69,6 +71,12 @@ def age(seconds: float | None) -> str:
         return f"{seconds:.1f} s"
     (big, big_unit), (small, small_unit) = two_units(seconds)
     return f"{big}{big_unit} {small}{small_unit}"
+
+
+def period(seconds: float) -> str:
+    """A rate's period for people: ``60`` → ``minute``, ``90`` → ``1m 30s``."""
+    named = {1.0: "second", 60.0: "minute", 3600.0: "hour", 86400.0: "day"}
+    return named.get(float(seconds)) or age(seconds)
 
 
 def pretty_json(value: Any) -> str:

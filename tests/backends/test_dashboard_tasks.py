@@ -21,7 +21,6 @@ from pgqueue.dashboard.throughput import Throughput
 from pgqueue.schema import JOBS
 from pgqueue.testing import drain
 
-
 #: Timings are subtracted by the database: SQLite's julianday() arithmetic is exact to ~50 µs.
 MS = 1e-3
 
@@ -151,4 +150,4 @@ def test_rate_keys_show_their_rate_due_jobs_and_next_slot(queue: pgqueue.Queue) 
     assert key.open_at is not None and key.open_at > timings.now
     assert timings.concurrency == []
     page = get(Dashboard(queue), "/tasks")
-    assert "1 per 1h" in page and "in 59m" in page
+    assert "1 per hour" in page and "in 59m" in page
