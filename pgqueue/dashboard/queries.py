@@ -347,16 +347,23 @@ def _searched(
     # bounded whatever the table holds.
     if not windowed(where):
         return statement
-    window = search_window(segment, where, before, scan).scalar_subquery()
-    statement = statement.where(JOBS.c.id.in_(window))
+    # The window's rows are matched inside the subquery, so that only the matching ids reach
+    # the outer query: given the whole window's ids, PostgreSQL hash-joined them against a
+    # sequential scan of the table (850 ms at 1,000,000 rows) instead of 10,000 lookups.
+    window = (
+        search_window(segment, where, before, scan)
+        .add_columns(JOBS.c.payload, JOBS.c.locked_by)
+        .subquery("window")
+    )
+    matches = select(window.c.id)
     if where.worker is not None:
-        statement = statement.where(JOBS.c.locked_by == where.worker)
+        matches = matches.where(window.c.locked_by == where.worker)
     if where.search:
-        payload = cast(JOBS.c.payload, Text)
-        statement = statement.where(
+        payload = cast(window.c.payload, Text)
+        matches = matches.where(
             or_(*[payload.icontains(text, autoescape=True) for text in where.search])
         )
-    return statement
+    return statement.where(JOBS.c.id.in_(matches.scalar_subquery()))
 
 
 def windowed(where: JobFilter) -> bool:
