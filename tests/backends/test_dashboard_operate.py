@@ -23,7 +23,6 @@ from pgqueue.job import JobState
 from pgqueue.schema import JOBS
 from pgqueue.testing import drain, run_job
 
-
 #: Timings are subtracted by the database: SQLite's julianday() arithmetic is exact to ~50 µs.
 MS = 1e-3
 
