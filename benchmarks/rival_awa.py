@@ -48,6 +48,9 @@ AWA_MAX_WORKERS = setting("AWA_MAX_WORKERS", 500)
 AWA_CLAIMERS = setting("AWA_CLAIMERS", 1)
 #: Its poll fallback when no NOTIFY arrives, ms (default 200); its own benchmarks use 50.
 AWA_POLL_MS = setting("AWA_POLL_MS", 50)
+#: Connections in each worker's pool (its ``AsyncClient`` default, 10): its claimers and 4
+#: completion shards share them, batching hundreds of jobs a statement.
+AWA_CONNECTIONS = setting("AWA_CONNECTIONS", 10)
 #: Its queue ring's rotation interval, ms (default 1,000): an hour, so that no slot is sealed and
 #: pruned, the finished jobs' stamps with it, before the drain's rate is read (module docstring).
 AWA_QUEUE_ROTATE_MS = setting("AWA_QUEUE_ROTATE_MS", 3_600_000)
@@ -77,7 +80,8 @@ class Awa(Library):
     distribution = "awa-pg"
     settings = (
         f"max_workers {AWA_MAX_WORKERS}, claimers {AWA_CLAIMERS}, poll {AWA_POLL_MS} ms, "
-        f"queue rotation {AWA_QUEUE_ROTATE_MS} ms, queue storage, enqueue_many_copy"
+        f"connections {AWA_CONNECTIONS}, queue rotation {AWA_QUEUE_ROTATE_MS} ms, "
+        "queue storage, enqueue_many_copy"
     )
     # What awa.terminal_jobs shows of completed jobs, without its join (module docstring), plus
     # the completed jobs already pruned: the count reaches the backlog even if a prune came first.
@@ -203,7 +207,7 @@ def awa_worker(url: str) -> None:
     async def main() -> None:
         import awa
 
-        client = awa.AsyncClient(conninfo(url))
+        client = awa.AsyncClient(conninfo(url), max_connections=AWA_CONNECTIONS)
 
         @client.task(Noop, kind=NOOP_KIND)
         async def noop(job: Any) -> None:
