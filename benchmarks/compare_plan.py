@@ -16,7 +16,7 @@ from dataclasses import dataclass
 #: Jobs per second each library reached on the 2-core machine, used only to estimate how long a
 #: run takes, never as a result: pgqueue, pgqueuer (at batch_size=100) and procrastinate from the
 #: quiet default runs of 2026-11-24/25 (medians, docs/benchmarks.md; these estimates then came
-#: within 5 % of the runs' 18.1 and 18.6 minutes); awa-pg 0.6.9 from its drain sweep at 500
+#: within 6 % of the runs' 18.1 and 18.6 minutes); awa-pg 0.6.9 from its drain sweep at 500
 #: workers (load about 3) and its first runs.
 PLANNING_RATES: dict[str, dict[str, float]] = {
     "pgqueue": {"drain": 19_000, "bulk": 110_000, "single": 1_600},
