@@ -13,23 +13,28 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-#: Jobs per second each library reached in the side-by-side runs of 2026-11-24 on the 2-core
-#: machine (pgqueue and pgqueuer quiet, procrastinate under load: it was never run quiet). Used
-#: only to estimate how long a run takes, never as a result.
+#: Jobs per second each library reached on the 2-core machine, used only to estimate how long a
+#: run takes, never as a result: pgqueue, pgqueuer (at batch_size=100) and procrastinate from the
+#: quiet default runs of 2026-11-24/25 (medians, docs/benchmarks.md; these estimates then came
+#: within 6 % of the runs' 18.1 and 18.6 minutes); awa-pg 0.6.9 from its drain sweep at 500
+#: workers (load about 3) and its first runs.
 PLANNING_RATES: dict[str, dict[str, float]] = {
-    "pgqueue": {"drain": 15_000, "bulk": 40_000, "single": 1_400},
-    "pgqueuer": {"drain": 16_000, "bulk": 38_000, "single": 2_000},
-    "procrastinate": {"drain": 230, "bulk": 8_000, "single": 140},
-    # awa-pg 0.6.9, 2026-11-28, one worker process, under load (about 4 on 2 cores).
-    "awa": {"drain": 2_700, "bulk": 50_000, "single": 1_000},
+    "pgqueue": {"drain": 19_000, "bulk": 110_000, "single": 1_600},
+    "pgqueuer": {"drain": 12_000, "bulk": 45_000, "single": 1_650},
+    "procrastinate": {"drain": 550, "bulk": 15_000, "single": 800},
+    "awa": {"drain": 5_000, "bulk": 50_000, "single": 1_000},
 }
 #: The rate of an unknown library (a variant such as pgqueue-unguarded plans as pgqueue).
 DEFAULT_RATES = PLANNING_RATES["pgqueue"]
 #: Backlogs deeper than the first drain size are planned at this fraction of the planning rate
-#: (the issue measured pgqueue at half its 20,000-job rate at 100,000).
-DEPTH_SLOWDOWN = 0.5
+#: (pgqueue's quiet runs: 0.95 to 1.0 of its 20,000-job rate; pgqueuer's from 0.4 to 0.9).
+DEPTH_SLOWDOWN = 0.8
 #: Per library and measurement: a fresh database, the library's schema, worker start and stop.
 OVERHEAD_SECONDS = 4.0
+#: Seconds per pickup sample: the paced enqueue (20 ms) and the wait for its handler; the
+#: machine's floor beside it takes up to 200 samples more, 20 ms apart.
+PICKUP_SECONDS = 0.03
+FLOOR_SAMPLES, FLOOR_PACE = 200, 0.02
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,7 +165,9 @@ def estimate(plan: Plan, libraries: Iterable[str]) -> dict[str, float]:
         if "single" in wanted:
             seconds["single"] += (OVERHEAD_SECONDS + plan.single / rates["single"]) * plan.repeats
         if "pickup" in wanted:
-            seconds["pickup"] += (OVERHEAD_SECONDS + (plan.pickup + 5) * 0.03) * plan.repeats
+            floor = min(plan.pickup, FLOOR_SAMPLES) * FLOOR_PACE
+            one = OVERHEAD_SECONDS + floor + (plan.pickup + 5) * PICKUP_SECONDS
+            seconds["pickup"] += one * plan.repeats
     return seconds
 
 

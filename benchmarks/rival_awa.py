@@ -5,8 +5,16 @@ the pickup.
 
 Its schema is created the way its documentation gives for a fresh database: ``migrate()`` then
 ``install_queue_storage()`` (a fresh install stays on the canonical engine until then, where
-``enqueue_many_copy`` is refused). Its stamps: ``awa.terminal_jobs`` (its view of finished jobs)
-holds each job's ``attempted_at`` and ``finalized_at``.
+``enqueue_many_copy`` is refused).
+
+Its stamps, each finished job's ``attempted_at`` and ``finalized_at``, are read from the tables
+under its ``awa.terminal_jobs`` view (its completion batches and ``awa.done_entries``), not
+through it: the view joins every job back to its ready entry, which on tables without statistics
+PostgreSQL runs as nested loops, and counting a 20,000-job drain through it took minutes, the
+budget unchecked meanwhile. And its workers rotate the queue ring once an hour, not every second,
+so that its prune (which truncates a sealed slot about 2 s after its last job finishes, stamps
+and all) comes after the rate is read, as procrastinate keeps its jobs (``delete_jobs="never"``).
+docs/benchmarks.md, "awa's stamps", has the measurements.
 """
 
 from __future__ import annotations
@@ -16,12 +24,21 @@ import importlib.metadata
 import signal
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 import sqlalchemy as sa
 
 from benchmarks.common import conninfo
-from benchmarks.rival_base import Library, T, apaced, atimed, record_pickup, setting
+from benchmarks.rival_base import (
+    Library,
+    T,
+    apaced,
+    atimed,
+    record_pickup,
+    scalar,
+    setting,
+)
 
 #: Concurrent handlers per worker process (its ``max_workers``, default 50): its drain rate rises
 #: with it up to about 500 on this machine (50: 1.6k, 200: 3.0k, 500: 5.1k jobs/s; 1,000 and
@@ -31,6 +48,12 @@ AWA_MAX_WORKERS = setting("AWA_MAX_WORKERS", 500)
 AWA_CLAIMERS = setting("AWA_CLAIMERS", 1)
 #: Its poll fallback when no NOTIFY arrives, ms (default 200); its own benchmarks use 50.
 AWA_POLL_MS = setting("AWA_POLL_MS", 50)
+#: Connections in each worker's pool (its ``AsyncClient`` default, 10): its claimers and 4
+#: completion shards share them, batching hundreds of jobs a statement.
+AWA_CONNECTIONS = setting("AWA_CONNECTIONS", 10)
+#: Its queue ring's rotation interval, ms (default 1,000): an hour, so that no slot is sealed and
+#: pruned, the finished jobs' stamps with it, before the drain's rate is read (module docstring).
+AWA_QUEUE_ROTATE_MS = setting("AWA_QUEUE_ROTATE_MS", 3_600_000)
 
 
 @dataclass
@@ -45,6 +68,9 @@ class Pickup:
     sample: int
 
 
+#: Completed jobs whose queue slot awa has truncated: counted, their stamps gone.
+PRUNED_SQL = "SELECT coalesce(sum(pruned_completed_count), 0) FROM awa.queue_terminal_rollups"
+
 NOOP_KIND = "bench_noop"
 PICKUP_KIND = "bench_pickup"
 
@@ -54,11 +80,28 @@ class Awa(Library):
     distribution = "awa-pg"
     settings = (
         f"max_workers {AWA_MAX_WORKERS}, claimers {AWA_CLAIMERS}, poll {AWA_POLL_MS} ms, "
+        f"connections {AWA_CONNECTIONS}, queue rotation {AWA_QUEUE_ROTATE_MS} ms, "
         "queue storage, enqueue_many_copy"
     )
-    finished_sql = "SELECT count(*) FROM awa.terminal_jobs WHERE state = 'completed'"
-    first_start_sql = "SELECT min(attempted_at) FROM awa.terminal_jobs"
-    last_finish_sql = "SELECT max(finalized_at) FROM awa.terminal_jobs"
+    # What awa.terminal_jobs shows of completed jobs, without its join (module docstring), plus
+    # the completed jobs already pruned: the count reaches the backlog even if a prune came first.
+    finished_sql = f"""
+        SELECT (SELECT coalesce(sum(cardinality(job_ids)), 0) FROM awa.receipt_completion_batches)
+             + (SELECT count(*) FROM awa.done_entries WHERE state = 'completed')
+             + ({PRUNED_SQL})"""
+    first_start_sql = """
+        SELECT min(started) FROM (
+            SELECT min(started) AS started
+            FROM awa.receipt_completion_batches, unnest(attempted_ats) AS started
+            UNION ALL
+            SELECT min(attempted_at) FROM awa.done_entries WHERE state = 'completed'
+        ) AS stamps"""
+    last_finish_sql = """
+        SELECT max(finished) FROM (
+            SELECT max(finalized_at) AS finished FROM awa.receipt_completion_batches
+            UNION ALL
+            SELECT max(finalized_at) FROM awa.done_entries WHERE state = 'completed'
+        ) AS stamps"""
 
     def unavailable(self) -> str | None:
         try:
@@ -110,6 +153,16 @@ class Awa(Library):
                 )
             )
 
+    def span(self, url: str) -> tuple[datetime, datetime]:
+        pruned = int(scalar(url, PRUNED_SQL))
+        if pruned:
+            raise RuntimeError(
+                f"awa pruned {pruned:,} completed jobs, their stamps with them, before the rate "
+                "was read: its queue ring rotated (PGQUEUE_BENCH_AWA_QUEUE_ROTATE_MS is "
+                f"{AWA_QUEUE_ROTATE_MS} ms)"
+            )
+        return super().span(url)
+
     def enqueue_calls(self, url: str, jobs: int, per_call: int) -> float:
         async def body(client: Any) -> float:
             import time
@@ -154,7 +207,7 @@ def awa_worker(url: str) -> None:
     async def main() -> None:
         import awa
 
-        client = awa.AsyncClient(conninfo(url))
+        client = awa.AsyncClient(conninfo(url), max_connections=AWA_CONNECTIONS)
 
         @client.task(Noop, kind=NOOP_KIND)
         async def noop(job: Any) -> None:
@@ -169,6 +222,7 @@ def awa_worker(url: str) -> None:
         await client.start(
             [{"name": "default", "max_workers": AWA_MAX_WORKERS, "claimers": AWA_CLAIMERS}],
             poll_interval_ms=AWA_POLL_MS,
+            queue_storage_queue_rotate_interval_ms=AWA_QUEUE_ROTATE_MS,
         )
         await stopping.wait()
         await client.shutdown(timeout_ms=5000)

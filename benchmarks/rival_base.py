@@ -32,8 +32,18 @@ def record_pickup(sample: object) -> None:
             os.close(fd)
 
 
-def _scalar(url: str, sql: str) -> Any:
-    engine = sa.create_engine(url, poolclass=sa.pool.NullPool)
+#: Seconds one read of a library's tables may take: the drain's wait polls them, and a poll that
+#: never returned would keep the drain running past its budget (a slow plan fails loudly instead).
+READ_TIMEOUT = 60.0
+
+
+def scalar(url: str, sql: str) -> Any:
+    """One value read from ``url``, within :data:`READ_TIMEOUT`."""
+    engine = sa.create_engine(
+        url,
+        poolclass=sa.pool.NullPool,
+        connect_args={"options": f"-c statement_timeout={int(READ_TIMEOUT * 1000)}"},
+    )
     try:
         with engine.connect() as conn:
             return conn.exec_driver_sql(sql).scalar()
@@ -90,11 +100,11 @@ class Library:
 
     def finished(self, url: str) -> int:
         """Jobs completed so far."""
-        return int(_scalar(url, self.finished_sql))
+        return int(scalar(url, self.finished_sql))
 
     def span(self, url: str) -> tuple[datetime, datetime]:
         """The library's own stamps: the first job's start and the last job's finish."""
-        return _scalar(url, self.first_start_sql), _scalar(url, self.last_finish_sql)
+        return scalar(url, self.first_start_sql), scalar(url, self.last_finish_sql)
 
     def worker_args(self) -> list[str]:
         return []

@@ -98,9 +98,11 @@ def test_the_estimate_counts_repeats_per_size_and_caps_drains_at_the_budget() ->
     plan = Plan([DrainSize(20_000), DrainSize(1_000_000, 1)], 3, 120, 50_000, 100_000, 1_000, 200)
     one_repeat = replace(plan, drain=[DrainSize(20_000), DrainSize(1_000_000, 1)], repeats=1)
     slow = estimate(plan, ["procrastinate"])["drain"]
-    # procrastinate's 20,000 drain (planned at 230 jobs/s, 87 s) three times, its 1,000,000
-    # drain once and capped at 120 s, each with its enqueue (8,000 jobs/s) and set-up.
-    assert slow == pytest.approx(3 * (4 + 2.5 + 20_000 / 230) + (4 + 125 + 120))
+    # procrastinate's 20,000 drain (planned at 550 jobs/s, 36 s) three times, its 1,000,000
+    # drain once and capped at 120 s, each with its enqueue (15,000 jobs/s) and set-up.
+    assert slow == pytest.approx(
+        3 * (4 + 20_000 / 15_000 + 20_000 / 550) + (4 + 1e6 / 15_000 + 120)
+    )
     assert estimate(one_repeat, ["procrastinate"])["drain"] < slow
     bigger_budget = estimate(replace(plan, drain_budget=600), ["procrastinate"])["drain"]
     assert bigger_budget == pytest.approx(slow + 480)
@@ -109,12 +111,13 @@ def test_the_estimate_counts_repeats_per_size_and_caps_drains_at_the_budget() ->
     assert estimate(plan, ["pgqueue-unguarded"]) == estimate(plan, ["pgqueue"])
 
 
-def test_the_default_full_run_is_estimated_to_fit_half_an_hour() -> None:
-    line = describe_estimate(compare.Sizes().plan(), ["pgqueue", "pgqueuer", "procrastinate"])
+def test_the_default_full_run_of_all_four_libraries_is_estimated_at_about_20_minutes() -> None:
+    libraries = ["pgqueue", "pgqueuer", "procrastinate", "awa"]
+    line = describe_estimate(compare.Sizes().plan(), libraries)
     assert line.startswith("compare: estimated ")
     minutes = float(line.split()[2])
-    assert 10 < minutes <= 30
-    assert "drains 20,000 x3, 100,000 x1, 1,000,000 x1, at most 180 s each" in line
+    assert 15 < minutes <= 22
+    assert "drains 20,000 x3, 100,000 x1, 1,000,000 x1, at most 120 s each" in line
 
 
 def _figure(key: str, library: str, value: float, repeat: int, partial: str = "") -> Figure:
