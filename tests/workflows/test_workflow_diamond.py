@@ -106,10 +106,16 @@ def test_diamonds_on_four_processes_with_a_kill_mid_b(db_url: str, tmp_path: Pat
         starts[run["id"]].append(run)
     assert len(starts["wf0-B"]) >= 2, "the kill landed mid-B, so B ran again"
     with queue.engine.connect() as conn:
-        rows = {r.id: r for r in conn.execute(sa.text("SELECT id, state FROM pgqueue_jobs"))}
+        rows = {
+            r.id: r
+            for r in conn.execute(sa.text("SELECT id, state, stall_count FROM pgqueue_jobs"))
+        }
     for wf, ids in diamonds.items():
         d_runs = starts[ids["D"]]
-        assert len(d_runs) == 1, (wf, d_runs)  # exactly once
+        # Exactly once, but for a run whose 2 s lease lapsed on a starved machine: the reaper
+        # counts that stall, and at-least-once delivery runs the job again. A second run with no
+        # stall on record would be a double claim.
+        assert 1 <= len(d_runs) <= 1 + rows[ids["D"]].stall_count, (wf, d_runs)
         # Results exist only once committed: D read both, so it ran after B and C completed.
         # (Not finished_at <= started_at: PostgreSQL's now() is its transaction's start, and a
         # worker's turn may claim D late in a transaction begun before B's completion.)
