@@ -26,12 +26,14 @@ raised); it keeps default durability unless ``--no-durability``.
 
 from __future__ import annotations
 
+import compileall
 import os
 import signal
 import subprocess
 import sys
 import time
 import uuid
+from collections import Counter
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -71,8 +73,11 @@ _CONNECTIONS = (
 # The application_name of the workers' sessions behind pgbouncer (they go straight to the
 # server through session_url): what is left of the server connections came through the pooler.
 _SESSION_NAME = "fleet-session"
-# A registry that has not grown for this long while processes are still starting has stalled.
+# A registry that has not grown for this long (plus so much per process: they all start at
+# once and reach the registry at about the same time, each after about a second of CPU, on a
+# shared 2-core machine) while processes are still starting has stalled.
 _STALL_SECONDS = 180.0
+_STALL_SECONDS_PER_PROCESS = 3.0
 
 
 @dataclass
@@ -104,6 +109,7 @@ def run(databases: Databases, backend: str, *, quick: bool) -> list[Figure]:
     )
     figures: list[Figure] = []
     log_dir = databases.directory
+    _compile()
     with PostgresServer(fast=not databases.durable, settings=settings) as server:
         if baseline and baseline != count:
             url = _database(server, "baseline")
@@ -135,6 +141,15 @@ def run(databases: Databases, backend: str, *, quick: bool) -> list[Figure]:
     return figures
 
 
+def _compile() -> None:
+    """Byte-compile pgqueue and the benchmarks once (``__pycache__``, ignored by git), as an
+    installed wheel is: where ``PYTHONDONTWRITEBYTECODE`` is set (this project's sandbox) every
+    one of hundreds of processes would otherwise compile them from source as it starts, about
+    a fifth of its start-up CPU."""
+    for package in ("pgqueue", "benchmarks"):
+        compileall.compile_dir(ROOT / package, quiet=1)
+
+
 def _database(server: PostgresServer, name: str) -> str:
     url = server.create_database(f"fleet_{name}_{uuid.uuid4().hex[:6]}")
     with opened(url) as queue:
@@ -150,6 +165,7 @@ def _measure(server: PostgresServer, phase: Phase, log_dir: Path, *, quick: bool
     print(f"fleet: {label}", file=sys.stderr, flush=True)
     with opened(phase.monitor_url) as monitor, _fleet(phase, log_dir) as fleet:
         registering = fleet.wait_registered(monitor)
+        fleet.report_warnings()
         time.sleep(5.0 if quick else 15.0)  # let start-up work (first claims, elections) pass
         connections, sessions = _connections(monitor)
         window = 5.0 if quick else 20.0
@@ -279,6 +295,7 @@ class Fleet:
         started = time.monotonic()
         progress: list[str] = []
         best, best_at, reported = -1, started, started
+        stall = _STALL_SECONDS + _STALL_SECONDS_PER_PROCESS * self.phase.count
         while True:
             registered = set(_scalars(monitor, "SELECT pid FROM pgqueue_workers")) & set(self.logs)
             now = time.monotonic()
@@ -293,15 +310,28 @@ class Fleet:
                 print(f"fleet: registered {len(registered)}/{self.phase.count} after "
                       f"{now - started:.0f}s (load {os.getloadavg()[0]:.1f})",
                       file=sys.stderr, flush=True)  # fmt: skip
-            if exited or now - best_at > _STALL_SECONDS:
+            if exited or now - best_at > stall:
                 missing = [pid for pid in self.logs if pid not in registered]
-                why = f"{len(exited)} exited" if exited else f"no progress for {_STALL_SECONDS:g}s"
+                why = f"{len(exited)} exited" if exited else f"no progress for {stall:g}s"
                 raise AssertionError(
                     f"the fleet did not register ({why}; {len(registered)}/{self.phase.count}; "
                     f"progress {', '.join(progress)}); logs in {self.log_dir}\n"
                     + self._tails([p.pid for p in exited] or missing)
                 )
             time.sleep(0.5)
+
+    def report_warnings(self) -> None:
+        """Print how often each kind of WARNING or ERROR line appears in the workers' logs so far
+        (a start-up stampede shows there: connections that timed out, registrations retried)."""
+        kinds: Counter[str] = Counter()
+        for log in self.logs.values():
+            for line in log.read_text(errors="replace").splitlines():
+                for level in (" WARNING ", " ERROR "):
+                    if level in line:
+                        message = line.split(level, 1)[1].split("] ", 1)[-1]
+                        kinds[level.strip() + " " + message.split(":", 1)[0][:70]] += 1
+        for kind, seen in kinds.most_common(6):
+            print(f"fleet: worker logs: {seen} x {kind}", file=sys.stderr, flush=True)
 
     def _tails(self, pids: Sequence[int], shown: int = 3) -> str:
         parts = []
