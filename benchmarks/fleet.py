@@ -163,7 +163,8 @@ def _measure(server: PostgresServer, phase: Phase, log_dir: Path, *, quick: bool
     count = phase.count
     label = f"{count} workers, concurrency 1, {phase.path}"
     print(f"fleet: {label}", file=sys.stderr, flush=True)
-    with opened(phase.monitor_url) as monitor, _fleet(phase, log_dir) as fleet:
+    monitor_url = _patient(phase.monitor_url)
+    with opened(monitor_url) as monitor, _fleet(phase, log_dir) as fleet:
         registering = fleet.wait_registered(monitor)
         fleet.report_warnings()
         time.sleep(5.0 if quick else 15.0)  # let start-up work (first claims, elections) pass
@@ -233,6 +234,14 @@ def _measure(server: PostgresServer, phase: Phase, log_dir: Path, *, quick: bool
     ]
 
 
+def _patient(url: str) -> str:
+    """``url`` with a connect timeout the harness's own connections can afford: right after a
+    few hundred processes started, the machine may not answer a new one within pgqueue's
+    10 s, and a failed look would end the run."""
+    patient = sa.engine.make_url(url).update_query_dict({"connect_timeout": "120"})
+    return patient.render_as_string(hide_password=False)
+
+
 def _connections(monitor: pgqueue.Queue) -> tuple[int, int]:
     """Client connections to the fleet's database (the monitor's own left out), and how many
     of them are the workers' sessions named ``_SESSION_NAME``."""
@@ -245,7 +254,7 @@ def _connections(monitor: pgqueue.Queue) -> tuple[int, int]:
 def _producer(phase: Phase) -> Iterator[pgqueue.Queue]:
     """The Queue the lone jobs are enqueued through: the workers' own way to the server."""
     queue = pgqueue.Queue(
-        phase.worker_url, allow_unknown_tasks=True, max_attempts=5, **phase.producer
+        _patient(phase.worker_url), allow_unknown_tasks=True, max_attempts=5, **phase.producer
     )
     try:
         yield queue
