@@ -181,6 +181,10 @@ def _measure(server: PostgresServer, phase: Phase, log_dir: Path, *, quick: bool
         server_cpu = cpu_used(server_before, cpu_snapshot(server_pids)) / window
         others = max((machine_busy() - machine_before) / window - workers_cpu - server_cpu, 0.0)
         idle_claims = (scalar(monitor, _CLAIMS) - claims_before) / window
+        # Printed now: a run that fails later (a lone job not picked up) keeps these.
+        print(f"fleet: idle: workers {workers_cpu:.3f} cores, server {server_cpu:.3f}, others "
+              f"{others:.2f}, claims {idle_claims:.1f}/s, connections {connections}, "
+              f"load {os.getloadavg()[0]:.0f}", file=sys.stderr, flush=True)  # fmt: skip
 
         samples = 10 if quick else 40
         pickups: list[float] = []
