@@ -100,7 +100,8 @@ def run(databases: Databases, backend: str, *, quick: bool) -> list[Figure]:
     if backend != "postgresql":
         return []  # the herd is a LISTEN/NOTIFY matter; SQLite serves one host
     count = 10 if quick else int(os.environ.get("PGQUEUE_FLEET_WORKERS", "200"))
-    baseline = int(os.environ.get("PGQUEUE_FLEET_BASELINE", "2"))
+    # --quick proves the harness: no yardstick fleet there.
+    baseline = 0 if quick else int(os.environ.get("PGQUEUE_FLEET_BASELINE", "2"))
     settings = (
         *SERVER_SETTINGS,
         "shared_preload_libraries=pg_stat_statements",
