@@ -1,7 +1,8 @@
 """The tasks the benchmarks run, and the worker process they start.
 
 ``python -m benchmarks.app --concurrency 50`` runs a :class:`pgqueue.Worker` for these tasks on
-``$PGQUEUE_URL`` until SIGTERM. The harness never imports this module: it enqueues by task name.
+``$PGQUEUE_URL`` until SIGTERM (``pgqueue worker benchmarks.app:queue`` does the same). The
+harness never imports this module: it enqueues by task name.
 """
 
 from __future__ import annotations
@@ -13,7 +14,13 @@ import time
 
 import pgqueue
 
-queue = pgqueue.Queue(max_attempts=5)
+# $PGQUEUE_POOLER and $PGQUEUE_SESSION_URL as `pgqueue worker --url` reads them: the fleet
+# benchmark runs `pgqueue worker benchmarks.app:queue` behind pgbouncer too.
+queue = pgqueue.Queue(
+    max_attempts=5,
+    pooler=os.environ.get("PGQUEUE_POOLER") or None,
+    session_url=os.environ.get("PGQUEUE_SESSION_URL") or None,
+)
 
 
 @queue.task(name="bench.noop")

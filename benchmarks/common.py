@@ -344,12 +344,12 @@ class Interference:
     def __init__(self, databases: Databases) -> None:
         self.databases = databases
         self.started = time.monotonic()
-        self.busy = _machine_busy()
+        self.busy = machine_busy()
         self.ours = self._ours()
 
     def cores(self) -> float:
         elapsed = time.monotonic() - self.started
-        others = (_machine_busy() - self.busy) - (self._ours() - self.ours)
+        others = (machine_busy() - self.busy) - (self._ours() - self.ours)
         return max(others / elapsed, 0.0) if elapsed > 0 else 0.0
 
     def _ours(self) -> float:
@@ -363,7 +363,8 @@ class Interference:
         return total
 
 
-def _machine_busy() -> float:
+def machine_busy() -> float:
+    """CPU seconds the whole machine has spent working (every process, every core) so far."""
     fields = Path("/proc/stat").read_text().splitlines()[0].split()[1:]
     # user nice system idle iowait irq softirq steal: all but idle and iowait is work.
     ticks = [int(x) for x in fields[:8]]

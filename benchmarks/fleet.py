@@ -1,18 +1,24 @@
 """A fleet of idle worker processes on one PostgreSQL server (``--only fleet``, on demand).
 
-Starts ``PGQUEUE_FLEET_WORKERS`` (default 200; ``--quick``: 10) ``python -m benchmarks.app``
-processes with concurrency 1 against one server, directly and behind pgbouncer in transaction
-mode with ``session_url`` (when pgbouncer is installed), and measures what a large idle fleet
-costs and how it answers one job:
+Starts ``PGQUEUE_FLEET_WORKERS`` (default 200; ``--quick``: 10) ``pgqueue worker`` processes
+(``python -m pgqueue worker benchmarks.app:queue --concurrency 1``) against one server: first a
+fleet of ``PGQUEUE_FLEET_BASELINE`` (default 2) directly, the yardstick the large fleet's
+pickup is read against under the same load; then the large fleet directly; then behind
+pgbouncer in transaction mode with ``session_url`` (when pgbouncer is installed; each phase in a
+database of its own). For each it measures what an idle fleet costs and how it answers one job:
 
-- the time until every process registered, and the server connections they hold;
-- the CPU the idle fleet uses (workers + server), in cores, over a quiet window;
+- the time until every process registered (the registry's count is followed as the fleet
+  starts; a process that exits, or a fleet that stalls, fails the run with the workers' own
+  last log lines, not a bare timeout), and the server connections they hold;
+- the CPU the idle fleet uses over a quiet window: the worker processes' own (their
+  ``/proc/PID/stat``, all threads), the server's, and what the rest of the machine used
+  meanwhile (``others``: the shared machine's load, not the fleet's);
 - the claim statements the server ran (``pg_stat_statements``: statements with ``SKIP LOCKED``)
   per second while idle, and per lone job enqueued (idle ones subtracted): the herd, when every
   listener claims on every NOTIFY;
 - the pickup latency of a lone job (enqueue to handler start), p50 and p95;
 - the CPU the whole fleet (workers + server) spends per lone job beyond its idle rate: every
-  listener receives every NOTIFY, woken or not.
+  listening session is signalled on every NOTIFY, woken or not.
 
 The server is this benchmark's own (``pg_stat_statements`` preloaded, ``max_connections``
 raised); it keeps default durability unless ``--no-durability``.
@@ -20,108 +26,360 @@ raised); it keeps default durability unless ``--no-durability``.
 
 from __future__ import annotations
 
+import compileall
 import os
+import signal
+import subprocess
+import sys
 import time
+import uuid
+from collections import Counter
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
+import sqlalchemy as sa
+from pgbouncer_server import PgBouncer, pgbouncer_available
 from postgres_server import PostgresServer
 
+import pgqueue
 from benchmarks.common import (
+    ROOT,
     SERVER_SETTINGS,
     Databases,
     Figure,
     cpu_snapshot,
     cpu_used,
+    machine_busy,
     opened,
     percentile,
     process_tree,
-    registered,
     scalar,
-    start_worker,
-    stop,
     wait_until,
 )
 
 NAME = "fleet"
-_CLAIMS = "SELECT coalesce(sum(calls), 0)::bigint FROM pg_stat_statements WHERE query LIKE '%SKIP LOCKED%'"
+_CLAIMS = (
+    "SELECT coalesce(sum(calls), 0)::bigint FROM pg_stat_statements WHERE query LIKE "
+    "'%SKIP LOCKED%' AND dbid = (SELECT oid FROM pg_database WHERE datname = current_database())"
+)
+_CONNECTIONS = (
+    "SELECT count(*) FILTER (WHERE true), count(*) FILTER (WHERE application_name = :session)"
+    " FROM pg_stat_activity WHERE backend_type = 'client backend'"
+    " AND datname = current_database() AND pid <> pg_backend_pid()"
+)
+# The application_name of the workers' sessions behind pgbouncer (they go straight to the
+# server through session_url): what is left of the server connections came through the pooler.
+_SESSION_NAME = "fleet-session"
+# A registry that has not grown for this long (plus so much per process: they all start at
+# once and reach the registry at about the same time, each after about a second of CPU, on a
+# shared 2-core machine) while processes are still starting has stalled.
+_STALL_SECONDS = 180.0
+_STALL_SECONDS_PER_PROCESS = 3.0
+
+
+@dataclass
+class Phase:
+    """One fleet's run: ``count`` processes, on ``worker_url`` with ``environment``; its
+    figures are named ``NAME: metric``."""
+
+    name: str
+    path: str
+    count: int
+    worker_url: str
+    monitor_url: str
+    environment: dict[str, str] = field(default_factory=dict)
+    producer: dict[str, Any] = field(default_factory=dict)
+    #: Processes counted with the server's (pgbouncer).
+    middle: list[int] = field(default_factory=list)
 
 
 def run(databases: Databases, backend: str, *, quick: bool) -> list[Figure]:
     if backend != "postgresql":
         return []  # the herd is a LISTEN/NOTIFY matter; SQLite serves one host
     count = 10 if quick else int(os.environ.get("PGQUEUE_FLEET_WORKERS", "200"))
+    # --quick proves the harness: no yardstick fleet there.
+    baseline = 0 if quick else int(os.environ.get("PGQUEUE_FLEET_BASELINE", "2"))
     settings = (
         *SERVER_SETTINGS,
         "shared_preload_libraries=pg_stat_statements",
         "pg_stat_statements.track=all",
         f"max_connections={max(200, count * 3 + 50)}",
     )
+    figures: list[Figure] = []
+    log_dir = databases.directory
+    _compile()
     with PostgresServer(fast=not databases.durable, settings=settings) as server:
-        url = server.create_database("fleet")
-        with opened(url) as queue:
-            queue.migrate()
-            with queue.engine.begin() as conn:
-                conn.exec_driver_sql("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
-        figures = _measure(server, url, count, "direct", databases.directory, quick=quick)
+        if baseline and baseline != count:
+            url = _database(server, "baseline")
+            phase = Phase(f"direct, {baseline} workers", "direct", baseline, url, url)
+            figures += _measure(server, phase, log_dir, quick=quick)
+        url = _database(server, "direct")
+        figures += _measure(
+            server, Phase("direct", "direct", count, url, url), log_dir, quick=quick
+        )
+        available, reason = pgbouncer_available()
+        if not available:
+            print(f"fleet: no pgbouncer phase ({reason})", file=sys.stderr, flush=True)
+            return figures
+        url = _database(server, "pgbouncer")
+        session = f"{url}?application_name={_SESSION_NAME}"
+        with PgBouncer(server.port, pool_size=10, max_client_conn=count * 2 + 100) as bouncer:
+            pooled = bouncer.url_for(url.rsplit("/", 1)[1])
+            phase = Phase(
+                "pgbouncer",
+                "pgbouncer",
+                count,
+                pooled,
+                url,
+                environment={"PGQUEUE_POOLER": "transaction", "PGQUEUE_SESSION_URL": session},
+                producer={"pooler": "transaction", "session_url": session},
+                middle=[bouncer.pid] if bouncer.pid else [],
+            )
+            figures += _measure(server, phase, log_dir, quick=quick)
     return figures
 
 
-def _measure(
-    server: PostgresServer, url: str, count: int, path: str, log_dir: Path, *, quick: bool
-) -> list[Figure]:
-    load = os.getloadavg()[0]
-    label = f"{count} workers, concurrency 1, {path}"
-    started = time.monotonic()
-    processes = [start_worker(url, log_dir, "--concurrency", "1") for _ in range(count)]
-    try:
-        with opened(url) as queue:
-            wait_until(lambda: registered(queue) >= count, timeout=600, what="the fleet")
-            registering = time.monotonic() - started
-            time.sleep(5.0 if quick else 15.0)  # let start-up work (migrations check, LISTEN) pass
-            connections = scalar(
-                queue,
-                "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend'"
-                " AND datname = current_database()",
-            )
-            window = 5.0 if quick else 20.0
-            pids = [p.pid for p in processes] + process_tree(server.pid or 0)
-            claims_before = scalar(queue, _CLAIMS)
-            cpu_before = cpu_snapshot(pids)
-            time.sleep(window)
-            idle_cores = cpu_used(cpu_before, cpu_snapshot(pids)) / window
-            idle_claims = (scalar(queue, _CLAIMS) - claims_before) / window
+def _compile() -> None:
+    """Byte-compile pgqueue and the benchmarks once (``__pycache__``, ignored by git), as an
+    installed wheel is: where ``PYTHONDONTWRITEBYTECODE`` is set (this project's sandbox) every
+    one of hundreds of processes would otherwise compile them from source as it starts, about
+    a fifth of its start-up CPU."""
+    for package in ("pgqueue", "benchmarks"):
+        compileall.compile_dir(ROOT / package, quiet=1)
 
-            samples = 10 if quick else 40
-            pickups: list[float] = []
-            claims_before = scalar(queue, _CLAIMS)
-            cpu_before = cpu_snapshot(pids)
+
+def _database(server: PostgresServer, name: str) -> str:
+    url = server.create_database(f"fleet_{name}_{uuid.uuid4().hex[:6]}")
+    with opened(url) as queue:
+        queue.migrate()
+        with queue.engine.begin() as conn:
+            conn.exec_driver_sql("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+    return url
+
+
+def _measure(server: PostgresServer, phase: Phase, log_dir: Path, *, quick: bool) -> list[Figure]:
+    count = phase.count
+    label = f"{count} workers, concurrency 1, {phase.path}"
+    print(f"fleet: {label}", file=sys.stderr, flush=True)
+    monitor_url = _patient(phase.monitor_url)
+    with opened(monitor_url) as monitor, _fleet(phase, log_dir) as fleet:
+        registering = fleet.wait_registered(monitor)
+        fleet.report_warnings()
+        time.sleep(5.0 if quick else 15.0)  # let start-up work (first claims, elections) pass
+        connections, sessions = _connections(monitor)
+        window = 5.0 if quick else 20.0
+        server_pids = [*process_tree(server.pid or 0), *phase.middle]
+        load = os.getloadavg()[0]
+        claims_before = scalar(monitor, _CLAIMS)
+        machine_before = machine_busy()
+        workers_before = cpu_snapshot(fleet.pids)
+        server_before = cpu_snapshot(server_pids)
+        time.sleep(window)
+        workers_cpu = cpu_used(workers_before, cpu_snapshot(fleet.pids)) / window
+        server_cpu = cpu_used(server_before, cpu_snapshot(server_pids)) / window
+        others = max((machine_busy() - machine_before) / window - workers_cpu - server_cpu, 0.0)
+        idle_claims = (scalar(monitor, _CLAIMS) - claims_before) / window
+        # Printed now: a run that fails later (a lone job not picked up) keeps these.
+        print(f"fleet: idle: workers {workers_cpu:.3f} cores, server {server_cpu:.3f}, others "
+              f"{others:.2f}, claims {idle_claims:.1f}/s, connections {connections}, "
+              f"load {os.getloadavg()[0]:.0f}", file=sys.stderr, flush=True)  # fmt: skip
+
+        samples = 10 if quick else 40
+        pickups: list[float] = []
+        with _producer(phase) as producer:
+            producer.status("")  # connected before the first measured enqueue
+            # Its server process too: a NOTIFY's commit signals every listener from there.
+            server_pids = [*process_tree(server.pid or 0), *phase.middle]
+            claims_before = scalar(monitor, _CLAIMS)
+            workers_before = cpu_snapshot(fleet.pids)
+            server_before = cpu_snapshot(server_pids)
             measured_from = time.monotonic()
             for _ in range(samples):
                 enqueued = time.time()
-                job = queue.enqueue("bench.started")
+                job = producer.enqueue("bench.started")
                 wait_until(
-                    lambda job=job: queue.status(job.id).state == "completed",  # type: ignore[misc,union-attr]
+                    lambda job=job: producer.status(job.id).state == "completed",  # type: ignore[misc,union-attr]
                     timeout=60,
                     what="a lone job",
                 )
-                pickups.append(float(queue.result(job.id)) - enqueued)
+                pickups.append(float(producer.result(job.id)) - enqueued)
                 time.sleep(0.5)  # let every woken worker go idle again before the next one
             spent = time.monotonic() - measured_from
-            claims = scalar(queue, _CLAIMS) - claims_before - idle_claims * spent
-            job_cpu = cpu_used(cpu_before, cpu_snapshot(pids)) - idle_cores * spent
-    finally:
-        stop(processes)
+            claims = scalar(monitor, _CLAIMS) - claims_before - idle_claims * spent
+            # Beyond the idle rate: what the lone jobs cost, in the workers and in the server.
+            workers_job = cpu_used(workers_before, cpu_snapshot(fleet.pids)) - workers_cpu * spent
+            server_job = cpu_used(server_before, cpu_snapshot(server_pids)) - server_cpu * spent
     rows = [
         (f"register {count} processes", registering, "s"),
         ("server connections", float(connections), "conns"),
-        ("idle CPU (workers + server)", idle_cores, "cores"),
+        ("idle CPU (workers + server)", workers_cpu + server_cpu, "cores"),
+        ("idle CPU of the worker processes", workers_cpu, "cores"),
+        (
+            "idle CPU of the server" + (" and pgbouncer" if phase.middle else ""),
+            server_cpu,
+            "cores",
+        ),
+        ("idle CPU of everything else on the machine", others, "cores"),
         ("idle claim statements", idle_claims, "/s"),
         ("claim statements per lone job", claims / samples, "stmts"),
         ("pickup p50", percentile(pickups, 0.5) * 1000, "ms"),
         ("pickup p95", percentile(pickups, 0.95) * 1000, "ms"),
-        ("fleet CPU per lone job", job_cpu / samples * 1000, "ms"),
+        ("fleet CPU per lone job", (workers_job + server_job) / samples * 1000, "ms"),
+        ("fleet CPU per lone job, worker processes", workers_job / samples * 1000, "ms"),
+        ("fleet CPU per lone job, server", server_job / samples * 1000, "ms"),
     ]
+    if phase.path == "pgbouncer":
+        rows.insert(2, ("server connections through pgbouncer", connections - sessions, "conns"))
     return [
-        Figure(NAME, "postgresql", f"{path}: {metric}", value, unit, label, load)
+        Figure(NAME, "postgresql", f"{phase.name}: {metric}", value, unit, label, load)
         for metric, value, unit in rows
     ]
+
+
+def _patient(url: str) -> str:
+    """``url`` with a connect timeout the harness's own connections can afford: right after a
+    few hundred processes started, the machine may not answer a new one within pgqueue's
+    10 s, and a failed look would end the run."""
+    patient = sa.engine.make_url(url).update_query_dict({"connect_timeout": "120"})
+    return patient.render_as_string(hide_password=False)
+
+
+def _connections(monitor: pgqueue.Queue) -> tuple[int, int]:
+    """Client connections to the fleet's database (the monitor's own left out), and how many
+    of them are the workers' sessions named ``_SESSION_NAME``."""
+    with monitor.engine.connect() as conn:
+        total, sessions = conn.execute(sa.text(_CONNECTIONS), {"session": _SESSION_NAME}).one()
+    return int(total), int(sessions)
+
+
+@contextmanager
+def _producer(phase: Phase) -> Iterator[pgqueue.Queue]:
+    """The Queue the lone jobs are enqueued through: the workers' own way to the server."""
+    queue = pgqueue.Queue(
+        _patient(phase.worker_url), allow_unknown_tasks=True, max_attempts=5, **phase.producer
+    )
+    try:
+        yield queue
+    finally:
+        queue.close()
+
+
+class Fleet:
+    """``count`` ``pgqueue worker`` processes, each logging to a file of its own."""
+
+    def __init__(self, phase: Phase, log_dir: Path) -> None:
+        self.phase = phase
+        self.log_dir = log_dir / f"fleet-{uuid.uuid4().hex[:6]}"
+        self.log_dir.mkdir(parents=True)
+        self.processes: list[subprocess.Popen[bytes]] = []
+        self.logs: dict[int, Path] = {}
+
+    @property
+    def pids(self) -> list[int]:
+        return [process.pid for process in self.processes]
+
+    def start(self) -> None:
+        environment = {
+            **os.environ,
+            "PGQUEUE_URL": self.phase.worker_url,
+            "PYTHONPATH": str(ROOT),
+            **self.phase.environment,
+        }
+        command = [sys.executable, "-m", "pgqueue", "worker", "benchmarks.app:queue"]
+        for index in range(self.phase.count):
+            log = self.log_dir / f"worker-{index}.log"
+            with open(log, "wb") as stderr:
+                process = subprocess.Popen(
+                    [*command, "--concurrency", "1"],
+                    cwd=ROOT,
+                    env=environment,
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.DEVNULL,
+                    stderr=stderr,
+                )
+            self.processes.append(process)
+            self.logs[process.pid] = log
+
+    def wait_registered(self, monitor: pgqueue.Queue) -> float:
+        """Seconds from the first start until every process is in the registry. Fails as soon
+        as a process exits, or when the registry stops growing, with what the workers logged."""
+        started = time.monotonic()
+        progress: list[str] = []
+        best, best_at, reported = -1, started, started
+        stall = _STALL_SECONDS + _STALL_SECONDS_PER_PROCESS * self.phase.count
+        while True:
+            registered = set(_scalars(monitor, "SELECT pid FROM pgqueue_workers")) & set(self.logs)
+            now = time.monotonic()
+            if len(registered) >= self.phase.count:
+                return now - started
+            exited = [p for p in self.processes if p.poll() is not None]
+            if len(registered) > best:
+                best, best_at = len(registered), now
+            if now - reported >= 10:
+                reported = now
+                progress.append(f"{now - started:.0f}s: {len(registered)}")
+                print(f"fleet: registered {len(registered)}/{self.phase.count} after "
+                      f"{now - started:.0f}s (load {os.getloadavg()[0]:.1f})",
+                      file=sys.stderr, flush=True)  # fmt: skip
+            if exited or now - best_at > stall:
+                missing = [pid for pid in self.logs if pid not in registered]
+                why = f"{len(exited)} exited" if exited else f"no progress for {stall:g}s"
+                raise AssertionError(
+                    f"the fleet did not register ({why}; {len(registered)}/{self.phase.count}; "
+                    f"progress {', '.join(progress)}); logs in {self.log_dir}\n"
+                    + self._tails([p.pid for p in exited] or missing)
+                )
+            time.sleep(0.5)
+
+    def report_warnings(self) -> None:
+        """Print how often each kind of WARNING or ERROR line appears in the workers' logs so far
+        (a start-up stampede shows there: connections that timed out, registrations retried)."""
+        kinds: Counter[str] = Counter()
+        for log in self.logs.values():
+            for line in log.read_text(errors="replace").splitlines():
+                for level in (" WARNING ", " ERROR "):
+                    if level in line:
+                        message = line.split(level, 1)[1].split("] ", 1)[-1]
+                        kinds[level.strip() + " " + message.split(":", 1)[0][:70]] += 1
+        for kind, seen in kinds.most_common(6):
+            print(f"fleet: worker logs: {seen} x {kind}", file=sys.stderr, flush=True)
+
+    def _tails(self, pids: Sequence[int], shown: int = 3) -> str:
+        parts = []
+        for pid in pids[:shown]:
+            process = next(p for p in self.processes if p.pid == pid)
+            lines = self.logs[pid].read_text(errors="replace").splitlines()[-15:]
+            parts.append(f"--- pid {pid} (exit {process.poll()}):\n" + "\n".join(lines))
+        return "\n".join(parts)
+
+    def stop(self) -> None:
+        """SIGTERM every process (a graceful stop), then SIGKILL whatever is left."""
+        for process in self.processes:
+            if process.poll() is None:
+                process.send_signal(signal.SIGTERM)
+        # Every process shuts down at once on a shared machine: give each its share.
+        deadline = time.monotonic() + 10 + len(self.processes) / 5
+        for process in self.processes:
+            try:
+                process.wait(max(deadline - time.monotonic(), 0.1))
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+
+
+@contextmanager
+def _fleet(phase: Phase, log_dir: Path) -> Iterator[Fleet]:
+    fleet = Fleet(phase, log_dir)
+    try:
+        fleet.start()
+        yield fleet
+    finally:
+        fleet.stop()
+
+
+def _scalars(queue: pgqueue.Queue, sql: str) -> list[Any]:
+    with queue.engine.connect() as conn:
+        return list(conn.scalars(sa.text(sql)))

@@ -57,11 +57,15 @@ class PgBouncer:
     """pgbouncer on a free loopback port, ``pool_mode = transaction``, trusting the test user,
     forwarding every database name to the PostgreSQL server on ``postgres_port``. A context
     manager (starts on enter). ``pool_size`` server connections per database: small, so that
-    consecutive transactions of one client really do move between server connections."""
+    consecutive transactions of one client really do move between server connections;
+    ``max_client_conn`` client connections at most (a benchmark's fleet needs more)."""
 
-    def __init__(self, postgres_port: int, *, pool_size: int = 3) -> None:
+    def __init__(
+        self, postgres_port: int, *, pool_size: int = 3, max_client_conn: int = 500
+    ) -> None:
         self.postgres_port = postgres_port
         self.pool_size = pool_size
+        self.max_client_conn = max_client_conn
         self.port = 0
         self._dir: str | None = None
         self._process: subprocess.Popen[bytes] | None = None
@@ -88,7 +92,7 @@ class PgBouncer:
                     f"auth_file = {directory / 'userlist.txt'}",
                     "pool_mode = transaction",
                     f"default_pool_size = {self.pool_size}",
-                    "max_client_conn = 500",
+                    f"max_client_conn = {self.max_client_conn}",
                     "server_reset_query =",
                     # psycopg sends none of these, but a client library might.
                     "ignore_startup_parameters = extra_float_digits,options",
@@ -124,6 +128,11 @@ class PgBouncer:
                     self.stop()
                     raise RuntimeError("pgbouncer did not start listening") from None
                 time.sleep(0.05)
+
+    @property
+    def pid(self) -> int | None:
+        """pgbouncer's process id while it runs (``setpriv`` execs it in place)."""
+        return None if self._process is None else self._process.pid
 
     def log(self) -> str:
         """pgbouncer's log so far (for failure messages)."""

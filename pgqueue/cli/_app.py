@@ -6,6 +6,7 @@ import argparse
 import importlib
 import os
 import sys
+import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -13,7 +14,7 @@ from sqlalchemy.engine import URL
 
 from pgqueue import config
 from pgqueue.backends import backend_for, resolve_url
-from pgqueue.errors import PgQueueError
+from pgqueue.errors import PgQueueError, TransientBackendError
 from pgqueue.queue import Queue
 
 EXIT_OK = 0
@@ -98,12 +99,37 @@ def _refuse_missing(url: URL) -> None:
         )
 
 
-def check_database(queue: Queue) -> None:
+#: A failed look at the database that took this long was a server (or network) that did not
+#: answer in time, not one that refused: :func:`check_database`'s ``patience`` applies to it.
+SLOW_ATTEMPT_SECONDS = 1.0
+#: How long ``pgqueue worker`` keeps asking a database that does not answer in time as it starts.
+WORKER_START_PATIENCE_SECONDS = 120.0
+
+
+def check_database(queue: Queue, *, patience: float = 0.0) -> None:
     """Fail at once, in one line, on what no retry fixes: a database file that does not exist,
     a server that cannot be reached or a database without pgqueue's tables. Once running,
-    workers and services ride out outages."""
+    workers and services ride out outages.
+
+    With ``patience`` (seconds), a server that did not answer in time (an attempt that failed
+    after :data:`SLOW_ATTEMPT_SECONDS` or more, e.g. ``connect_timeout`` expired) is asked again
+    until that long has passed: a fleet of worker processes starting at once can keep a small
+    server from answering each of them within the timeout, and a worker that exits then only
+    adds to the stampede when its supervisor starts it again. A refused connection, an unknown
+    host or a missing table still fail at once."""
     _refuse_missing(queue.engine.url)
-    queue.status("")  # a primary-key read that finds no row
+    started = time.monotonic()
+    while True:
+        attempt = time.monotonic()
+        try:
+            queue.status("")  # a primary-key read that finds no row
+            return
+        except TransientBackendError as exc:
+            now = time.monotonic()
+            if now - attempt < SLOW_ATTEMPT_SECONDS or now - started >= patience:
+                raise
+            print(f"pgqueue: the database did not answer in time, asking again: {exc}",
+                  file=sys.stderr, flush=True)  # fmt: skip
 
 
 def module_queue(args: argparse.Namespace) -> Queue:

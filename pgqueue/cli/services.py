@@ -10,7 +10,14 @@ from typing import TYPE_CHECKING, cast
 
 from pgqueue import operations
 from pgqueue.cli import reload
-from pgqueue.cli._app import EXIT_OK, check_database, command, module_queue, queue_from_args
+from pgqueue.cli._app import (
+    EXIT_OK,
+    WORKER_START_PATIENCE_SECONDS,
+    check_database,
+    command,
+    module_queue,
+    queue_from_args,
+)
 from pgqueue.cli._output import (
     add_json_flag,
     cell,
@@ -81,7 +88,7 @@ def _worker(args: argparse.Namespace) -> int:
         server = metrics.serve(port=args.metrics_port, host=args.metrics_host)
         print(f"serving metrics on {server.url}", file=sys.stderr, flush=True)
     try:
-        check_database(queue)
+        check_database(queue, patience=WORKER_START_PATIENCE_SECONDS)
         worker.run(burst=args.burst)
     finally:
         if server is not None:

@@ -277,7 +277,10 @@ class WorkerPresence:
                 yield conn
             return
         # Not through the pool: an idle pooled connection would outlive this one write.
-        raw = self.db.engine.connect()
+        # Translated as every other failure of a beat: a worker starting while the server cannot
+        # be reached (or is swamped by a fleet starting at once) logs it and beats again.
+        with self.db.translating():
+            raw = self.db.engine.connect()
         try:
             raw.detach()
             with raw.begin(), self.db.connect(connection=raw) as conn:

@@ -205,6 +205,40 @@ def test_enqueue_and_wait_rides_out_a_server_outage(
     assert values == [7]
 
 
+def test_a_worker_started_during_an_outage_registers_once_the_server_is_back(
+    chaos_queue: pgqueue.Queue, chaos_server: PostgresServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    # It crashed instead once its session had not come up within 10 s: the registry write's
+    # own connection raised the driver's error, which registration did not expect. A fleet of
+    # hundreds of processes starting at once on a small server can see the same.
+    url = chaos_queue.engine.url.render_as_string(hide_password=False)
+    queue = pgqueue.Queue(url)
+    worker = pgqueue.Worker(queue, concurrency=1, lease=3, reaper=False, scheduler=False)
+    try:
+        with chaos_server.outage():
+            worker.start()
+            wait_until(
+                lambda: (
+                    worker._loop.error is not None
+                    or any("registration failed" in r.getMessage() for r in caplog.records)
+                ),
+                timeout=60,
+                what="the registration to fail",
+            )
+            assert worker._loop.error is None
+        wait_until(lambda: _registered(chaos_queue) == 1, timeout=60, what="the registration")
+        assert worker._loop.error is None
+        assert not worker.wait(timeout=0), "the worker stopped"
+    finally:
+        worker.stop(timeout=5)
+        queue.close()
+
+
+def _registered(queue: pgqueue.Queue) -> int:
+    with queue.engine.connect() as conn:
+        return int(conn.scalar(sa.text("SELECT count(*) FROM pgqueue_workers")) or 0)
+
+
 def test_a_live_worker_takes_its_liveness_lock_again_at_once(chaos_queue: pgqueue.Queue) -> None:
     presence = WorkerPresence(chaos_queue, "relock")
     # Beats are a minute apart: only noticing the lost session can explain a quick re-lock.
