@@ -9,7 +9,7 @@ Where databases differ by design, a test asserts what the backend's capability f
 verb whose flag is off must refuse with NotImplementedError.
 
 The tests need one fixture, ``queue``: a :class:`~pgqueue.Queue` on a migrated, empty database
-whose ``backend`` is the backend under test. Needs pytest (``pip install pgqueue[dev]``).
+whose ``backend`` is the backend under test. Needs pytest (``pip install pytest``).
 
 Example (a test module of the backend's own suite)::
 
