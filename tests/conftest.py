@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import uuid
 from collections.abc import Iterator
 from datetime import datetime
@@ -108,6 +109,12 @@ def empty_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    # A suite started in the background of a script (`cmd &` without job control) inherits
+    # SIGINT ignored, and so does every process it starts; an ignored SIGINT at start leaves
+    # Python without its KeyboardInterrupt, so the tests of Ctrl-C (the --reload supervisor)
+    # would wait for a stop that never comes. Tests play a terminal's foreground job.
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     config.addinivalue_line(
         "markers",
         "queue_options(**kwargs): keyword arguments the `queue` fixture passes to pgqueue.Queue "
