@@ -202,7 +202,7 @@ class ClaimPort(Protocol):
         locked rows, can take those jobs over."""
         ...
 
-    def single_statement(self, connection: Connection) -> AbstractContextManager[bool]:
+    def autocommit_statements(self, connection: Connection) -> AbstractContextManager[bool]:
         """A block in which each statement on a worker's work connection (outside any
         transaction) commits by itself where the database can do that without a round trip of
         its own: yields True then (PostgreSQL: no BEGIN, no COMMIT; a claim-only turn is one

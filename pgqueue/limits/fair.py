@@ -149,13 +149,16 @@ def claim_fair(
     lease: float,
     queues: Sequence[str] | None,
     clock: Clock,
-    lone: str | None = None,
+    keys: Any = None,
+    claim_alone: Callable[[str, int], list[RowMapping]] | None = None,
 ) -> FairClaim:
     """Claim up to ``limit`` due jobs with a fairness key and no flow limit, the least served
     keys first (see the module docstring). Runs inside the caller's transaction.
 
-    ``lone``: a key the caller's last claim found alone: claim it without looking for other
-    keys (the worker does so for at most ``LONE_SECONDS`` before it looks again).
+    ``keys``: the :func:`~pgqueue.limits.fair_statements.fair_keys` statement to run, and
+    ``claim_alone(key, slots)``: the claim of a key found alone; a worker passes the ones it
+    keeps from turn to turn (building them costs more than running them), else they are built
+    here.
 
     Example::
 
@@ -163,13 +166,16 @@ def claim_fair(
             claimed = claim_fair(conn, queue.backend.insert, worker_id="w", lock_token=token,
                                  limit=8, lease=30, queues=None, clock=queue.backend.clock())
     """
-    if lone is not None:
-        return _claim_alone(conn, lone, worker_id, lock_token, limit, lease, queues, clock)
-    active = conn.execute(fair_statements.fair_keys(queues=queues, clock=clock)).all()
+    if keys is None:
+        keys = fair_statements.fair_keys(queues=queues, clock=clock)
+    active = conn.execute(keys).all()
     if not active:
         return FairClaim()
     if len(active) == 1:
-        return _claim_alone(conn, active[0].key, worker_id, lock_token, limit, lease, queues, clock)
+        key = active[0].key
+        if claim_alone is not None:
+            return FairClaim(claim_alone(key, limit), True, False, key)
+        return _claim_alone(conn, key, worker_id, lock_token, limit, lease, queues, clock)
     stored: dict[str, float | None] = {row.key: row[1] for row in active}
     weights: dict[str, float] = {row.key: row.weight or 1.0 for row in active}
     lifted = effective(stored, weights)

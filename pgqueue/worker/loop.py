@@ -65,6 +65,8 @@ _WAKE = object()
 _NOTHING = ClaimResult([])
 # A staggered claim was scheduled: the loop's sleep may have to end sooner.
 _NUDGE = object()
+# Something was committed, not necessarily an enqueue (SQLite's watch): claim, plan unchanged.
+_LOOK = object()
 
 
 class WorkerLoop:
@@ -123,6 +125,7 @@ class WorkerLoop:
         self.error: BaseException | None = None
         self._one_by_one = False
         self._wake_posted = False
+        self._look_posted = False
         self._unsubscribe: list[Callable[[], None]] = []
 
     # -- posted from other threads -----------------------------------------------------------
@@ -138,6 +141,12 @@ class WorkerLoop:
         if not self._wake_posted:
             self._wake_posted = True
             self.inbox.put(_WAKE)
+
+    def _look(self) -> None:
+        # Something was committed: claim at the next turn, with the claim plan as it stands.
+        if not self._look_posted:
+            self._look_posted = True
+            self.inbox.put(_LOOK)
 
     def _deliver(self, job: Claimed, outcome: Outcome) -> None:
         self.inbox.put(_Done(job, outcome))
@@ -215,7 +224,12 @@ class WorkerLoop:
         listener = self.queue.db.listener
         if listener is None:
             return
-        self._unsubscribe.append(listener.on_reconnect(self.wake))
+        # Where wake-ups carry payloads (NOTIFY), a reconnect may have lost enqueues: it counts
+        # as one. SQLite's watch calls on_reconnect after every commit (completions, most of
+        # them, during a drain) and tells those that added jobs apart (subscribe): a look only,
+        # which leaves the claim plan (a lone fairness key, unkeyed claims skipped) alone.
+        look = self.wake if self.queue.db.backend.supports_notify else self._look
+        self._unsubscribe.append(listener.on_reconnect(look))
         self._unsubscribe.append(listener.subscribe(ENQUEUED_CHANNEL, self._on_enqueued))
 
     def _free_slots(self) -> int:
@@ -268,6 +282,9 @@ class WorkerLoop:
                 # A job with a flow limit frees its key's slot: the next turn, which stores its
                 # outcome, can claim the key's next job in the same transaction.
                 self.planner.due = True
+        elif message is _LOOK:
+            self._look_posted = False
+            self.planner.due = True
         elif message is _WAKE:
             self._wake_posted = False
             self._woken()

@@ -27,6 +27,7 @@ from sqlalchemy.exc import DBAPIError
 
 from pgqueue import statements
 from pgqueue.backends import Clock
+from pgqueue.limits import fair_statements
 from pgqueue.limits.claim import claim_limited
 from pgqueue.limits.fair import claim_fair
 from pgqueue.limits.policy import LimitedClaimPolicy, Step
@@ -127,12 +128,12 @@ class JobStore:
     @contextmanager
     def autocommit(self) -> Iterator[Connection]:
         """:meth:`transaction` for a turn that only claims (or notifies): where the backend can
-        (``Backend.single_statement``), each statement commits by itself (PostgreSQL: one round
+        (``Backend.autocommit_statements``), each statement commits by itself (PostgreSQL: one round
         trip instead of BEGIN, claim, COMMIT), which is most of the way from a wake-up to a
         handler's start; elsewhere an ordinary transaction."""
         with (
             self._connected() as connection,
-            self.backend.single_statement(connection) as autocommit,
+            self.backend.autocommit_statements(connection) as autocommit,
         ):
             self._autocommit = autocommit
             try:
@@ -242,7 +243,7 @@ class JobStore:
                 starts = {job_id: at.timestamp() for job_id, at in found.starts.items()}
             step = policy.limited_claimed(len(found.rows), wake_in=found.wake_in)
         if step is _LONE:
-            alone = self._claim_lone(conn, limit - len(rows), lock_token, clock)
+            alone = self._claim_key(conn, policy.lone_key(), limit - len(rows), lock_token, clock)
             rows += alone
             policy.lone_claimed(len(alone))
         elif step is _FAIR:
@@ -255,15 +256,23 @@ class JobStore:
                 lease=self.lease,
                 queues=self.queues,
                 clock=clock,
+                keys=self._statement(
+                    "fair_keys",
+                    clock,
+                    lambda: fair_statements.fair_keys(queues=self.queues, clock=clock),
+                ),
+                claim_alone=lambda key, slots: self._claim_key(conn, key, slots, lock_token, clock),
             )
             rows += fair.rows
             policy.fair_claimed(len(fair.rows), found=fair.found, more=fair.more, lone=fair.lone)
         return ClaimResult(rows, policy.wake_in(), starts, limited)
 
-    def _claim_lone(self, conn: Connection, slots: int, lock_token: str, clock: Clock) -> list[Any]:
-        """The jobs of the fairness key the last fair claims found alone: the statement kept and
-        run like the unkeyed claim (one SKIP LOCKED statement, a full batch)."""
-        key = self.policy.lone_key()
+    def _claim_key(
+        self, conn: Connection, key: str, slots: int, lock_token: str, clock: Clock
+    ) -> list[Any]:
+        """The jobs of a fairness key found alone (by this claim, or the last ones): the
+        statement kept and run like the unkeyed claim (one SKIP LOCKED statement, a full
+        batch)."""
         statement = self._statement(
             "claim_lone",
             clock,

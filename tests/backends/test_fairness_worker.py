@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import threading
 
+import pytest
+
 import pgqueue
+from pgqueue.limits.policy import LimitedClaimPolicy
 
 
 def test_a_worker_interleaves_keys_and_drains_everything(queue: pgqueue.Queue) -> None:
@@ -39,3 +42,31 @@ def test_unkeyed_and_keyed_jobs_both_drain(queue: pgqueue.Queue) -> None:
     work.enqueue_many([("plain",)] * 30)
     pgqueue.Worker(queue, concurrency=3).run(burst=True)
     assert sorted(set(done)) == ["keyed", "plain"] and len(done) == 60
+
+
+def test_a_drains_own_commits_are_not_taken_for_enqueues(
+    queue: pgqueue.Queue, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A wake-up means "jobs were enqueued": the claim plan starts over (every key and unkeyed
+    # jobs looked at again), which ends a lone key's one-statement claims. SQLite's file watch
+    # used to report every commit as one, the worker's own completions included: a lone key's
+    # drain then ran the whole fair claim on every turn, at 65 % of an unkeyed drain's rate.
+    woken: list[int] = []
+    original = LimitedClaimPolicy.woken
+
+    def counted(policy: LimitedClaimPolicy) -> None:
+        woken.append(1)
+        original(policy)
+
+    monkeypatch.setattr(LimitedClaimPolicy, "woken", counted)
+
+    @queue.task()
+    def work(n: int) -> None:
+        pass
+
+    work.using(fairness_key="tenant-a").enqueue_many([(n,) for n in range(300)])
+    worker = pgqueue.Worker(queue, concurrency=4)
+    worker.run(burst=True)
+    assert worker.stats.completed == 300
+    # 300 jobs, some 75 turns' commits: at most the listener's first look counts.
+    assert len(woken) <= 2, len(woken)

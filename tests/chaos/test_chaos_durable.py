@@ -86,11 +86,39 @@ def _completed(queue: pgqueue.Queue) -> int:
     return int(scalar(queue, "SELECT count(*) FROM pgqueue_jobs WHERE state = 'completed'"))
 
 
+def _unfinished(queue: pgqueue.Queue) -> str:
+    """What the jobs that have not completed are doing, and the workers on record: the message
+    of a run that timed out."""
+    with queue.engine.connect() as conn:
+        jobs = conn.execute(
+            sa.text(
+                "SELECT id, state, attempts, stall_count, run_at, locked_by, locked_until "
+                "FROM pgqueue_jobs WHERE state <> 'completed' ORDER BY id"
+            )
+        ).all()
+        steps = conn.execute(
+            sa.text(
+                "SELECT job_id, name, state FROM pgqueue_steps WHERE job_id IN "
+                "(SELECT id FROM pgqueue_jobs WHERE state <> 'completed') ORDER BY job_id"
+            )
+        ).all()
+        workers = conn.execute(sa.text("SELECT * FROM pgqueue_workers")).all()
+    clock = queue.backend.name == "postgresql" and scalar(queue, "SELECT now()")
+    return f"now {clock}; jobs {jobs}; steps {steps}; workers {workers}"
+
+
 def test_durable_jobs_under_sigkill(
     target: tuple[str, PostgresServer | None], tmp_path: Path
 ) -> None:
     url, _ = target
     queue = pgqueue.Queue(url, allow_unknown_tasks=True)
+    try:
+        _durable_jobs_under_sigkill(queue, url, tmp_path)
+    finally:
+        queue.close()
+
+
+def _durable_jobs_under_sigkill(queue: pgqueue.Queue, url: str, tmp_path: Path) -> None:
     jobs = {
         r.id
         for r in queue.enqueue_many(
@@ -103,7 +131,10 @@ def test_durable_jobs_under_sigkill(
         deadline = time.monotonic() + 240
         next_kill = time.monotonic() + KILL_EVERY
         while _completed(queue) < JOBS:
-            assert time.monotonic() < deadline, f"only {_completed(queue)}/{JOBS} completed"
+            assert time.monotonic() < deadline, (
+                f"only {_completed(queue)}/{JOBS} completed; killed {sorted(workers.killed)}; "
+                f"{_unfinished(queue)}"
+            )
             if time.monotonic() >= next_kill and len(workers.killed) < MAX_KILLS:
                 workers.kill_one()
                 next_kill = time.monotonic() + random.uniform(0.5, 1.5) * KILL_EVERY
@@ -139,7 +170,6 @@ def test_durable_jobs_under_sigkill(
         assert scalar(queue, "PRAGMA integrity_check") == "ok"
     again = sum(len(p) - 1 for p in runs.values())
     print(f"{JOBS} durable jobs, {len(workers.killed)} kills, {again} step functions ran again")
-    queue.close()
 
 
 def test_a_sleep_across_a_restart_of_every_worker_and_the_database(
@@ -147,6 +177,15 @@ def test_a_sleep_across_a_restart_of_every_worker_and_the_database(
 ) -> None:
     url, server = target
     queue = pgqueue.Queue(url, allow_unknown_tasks=True)
+    try:
+        _sleep_across_a_restart(queue, url, server, tmp_path)
+    finally:
+        queue.close()
+
+
+def _sleep_across_a_restart(
+    queue: pgqueue.Queue, url: str, server: PostgresServer | None, tmp_path: Path
+) -> None:
     job = queue.enqueue("durable.flow", args=[7, 0.0, 3.0]).id
     workers = Swarm(url, tmp_path, _arguments(url), app=APP)
     try:
@@ -173,4 +212,3 @@ def test_a_sleep_across_a_restart_of_every_worker_and_the_database(
     assert len(runs[(job, "reserve")]) == 1, "the step before the sleep ran again"
     assert len(runs[(job, "notify")]) == 1
     assert scalar(queue, "SELECT count(*) FROM chaos_effects") == 1
-    queue.close()

@@ -338,7 +338,7 @@ class PostgresBackend:
         connection.info[_BITMAP_SCAN_OFF] = True
 
     @contextmanager
-    def single_statement(self, connection: Connection) -> Iterator[bool]:
+    def autocommit_statements(self, connection: Connection) -> Iterator[bool]:
         # The driver's autocommit: psycopg then sends no BEGIN before the statement and no
         # COMMIT after it, and SQLAlchemy's begin/commit around them stay bookkeeping (psycopg's
         # commit of an idle session sends nothing). Only where the claim needs no SET LOCAL of

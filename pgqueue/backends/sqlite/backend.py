@@ -273,7 +273,7 @@ class SQLiteBackend:
         return None
 
     @contextmanager
-    def single_statement(self, connection: Connection) -> Iterator[bool]:
+    def autocommit_statements(self, connection: Connection) -> Iterator[bool]:
         # A claim here takes the write lock anyway: an ordinary transaction costs nothing more.
         with connection.begin():
             yield False

@@ -19,7 +19,16 @@ at growing intervals (:data:`SETTLE_SECONDS`), until ``data_version`` moves. The
 waiters' own polls stay as the fallback for anything this misses (a database on a network file
 system, where inotify sees only local writes).
 
-``subscribe`` callbacks, which take a payload, never run: SQLite cannot say what changed.
+SQLite cannot say what a commit changed, but one thing is cheap to tell: whether it added jobs.
+After ``data_version`` moves the thread also reads the jobs table's largest rowid (one probe of
+the table's b-tree), and when that moved, ``subscribe`` callbacks of ``ENQUEUED_CHANNEL`` get
+the payload ``""`` (jobs in an unknown queue) before the ``on_reconnect`` ones run. A worker
+takes the first as "jobs were enqueued" (it looks at every fairness key and at unkeyed jobs
+again at once) and the second only as "look again": its own completions and the other workers'
+commits, which are most of the commits during a drain, then leave its claim plan alone. A
+re-queue (a retry, a snooze, a woken durable job) adds no row and is seen as a look; an insert
+that reuses the rowid of a row deleted since the last look is missed as an enqueue: both are
+still claimed at the worker's next turn. Callbacks of other channels never run.
 """
 
 from __future__ import annotations
@@ -38,6 +47,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from pgqueue.backends.wakeups import WakeUpThread
+from pgqueue.notifications import ENQUEUED_CHANNEL
+from pgqueue.schema import JOBS
 
 __all__ = ["BURST_LOOKS", "PACE_SECONDS", "POLL_SECONDS", "SETTLE_SECONDS", "FileWatcher"]
 
@@ -87,17 +98,28 @@ class FileWatcher(WakeUpThread):
         self.clock = clock
         #: How many times the thread has asked SQLite whether another connection committed.
         self.looks = 0
+        self._enqueued: list[Callable[[str], None]] = []
 
     def subscribe(
         self, channel: str, callback: Callable[[str], None], *, wait: float = 10.0
     ) -> Callable[[], None]:
-        """Start watching; ``callback`` itself never runs (no payloads on SQLite: use
-        :meth:`on_reconnect`). Returns a no-op unsubscribe function."""
+        """Start watching; ``callback("")`` runs after a commit that added jobs when
+        ``channel`` is ``ENQUEUED_CHANNEL``, never for other channels (SQLite has no payloads:
+        see the module docstring). Returns the remover."""
+        wanted = channel == ENQUEUED_CHANNEL
         with self._lock:
+            if wanted:
+                self._enqueued.append(callback)
             self._ensure_started()
         if wait:
             self.listening.wait(wait)
-        return lambda: None
+
+        def remove() -> None:
+            with self._lock:
+                if callback in self._enqueued:
+                    self._enqueued.remove(callback)
+
+        return remove
 
     def _serve(self, woken: socket.socket) -> None:
         events = _inotify(self.database.parent)
@@ -120,6 +142,7 @@ class FileWatcher(WakeUpThread):
         self, connection: sqlite3.Connection | None, events: int | None, woken: socket.socket
     ) -> None:
         version = _data_version(connection)
+        newest = _newest_job(connection)
         self.listening.set()
         self._fire_reconnect()  # whoever subscribed before the watch began looks once
         names = {self.database.name, f"{self.database.name}-wal"}
@@ -153,7 +176,20 @@ class FileWatcher(WakeUpThread):
             if current != version:
                 version = current
                 settling = []
+                added = _newest_job(connection)
+                if added != newest or added is None:
+                    newest = added
+                    self._fire_enqueued()
                 self._fire_reconnect()
+
+    def _fire_enqueued(self) -> None:
+        with self._lock:
+            callbacks = list(self._enqueued)
+        for callback in callbacks:
+            try:
+                callback("")
+            except Exception:
+                logger.exception("wake-up callback failed")
 
 
 def _data_version(connection: sqlite3.Connection | None) -> int | None:
@@ -165,6 +201,18 @@ def _data_version(connection: sqlite3.Connection | None) -> int | None:
     except sqlite3.Error:
         return None
     return int(row[0])
+
+
+def _newest_job(connection: sqlite3.Connection | None) -> int | None:
+    """The jobs table's largest rowid (0: empty), which an insert moves; None when it cannot be
+    read (no connection, no table yet): "maybe moved"."""
+    if connection is None:
+        return None
+    try:
+        row = connection.execute(f"SELECT max(rowid) FROM {JOBS.name}").fetchall()[0]
+    except sqlite3.Error:
+        return None
+    return int(row[0] or 0)
 
 
 def _inotify(directory: Path) -> int | None:

@@ -1,6 +1,6 @@
 """Backend conformance: the job verbs (``insert``, ``enqueue_rows``, ``enqueue_committed``,
 ``claim``, ``complete``) and the worker's work connection (``prepare_work_connection``,
-``single_statement``, ``release_work_connection``)."""
+``autocommit_statements``, ``release_work_connection``)."""
 
 from __future__ import annotations
 
@@ -173,7 +173,7 @@ def test_a_work_connection_claims_and_commits_by_blocks(queue: Queue) -> None:
     connection = queue.engine.connect()
     try:
         backend.prepare_work_connection(connection, lease=LEASE)
-        with backend.single_statement(connection) as alone:
+        with backend.autocommit_statements(connection) as alone:
             assert isinstance(alone, bool)
             rows = backend.claim(connection, _claim_statement(queue), {})
         assert [row["id"] for row in rows] == ["first"]
@@ -182,7 +182,7 @@ def test_a_work_connection_claims_and_commits_by_blocks(queue: Queue) -> None:
         assert state_of(queue, "first") is JobState.PROCESSING
         # The connection serves the next block, and ordinary transactions too.
         enqueue(queue, job_row("second"))
-        with backend.single_statement(connection):
+        with backend.autocommit_statements(connection):
             assert [
                 row["id"] for row in backend.claim(connection, _claim_statement(queue), {})
             ] == ["second"]

@@ -3,7 +3,9 @@
 
 A backend that ``supports_notify`` delivers each payload on commit; one that does not may still
 wake listeners (SQLite watches its file) but carries no payload: its listeners' ``on_reconnect``
-callbacks run, and they look again.
+callbacks run after every commit, and they look again; after a commit that added jobs its
+``ENQUEUED_CHANNEL`` subscribers also hear ``""`` (jobs in some queue), once, so that a worker
+tells an enqueue from the other commits (its own completions above all).
 """
 
 from __future__ import annotations
@@ -14,10 +16,11 @@ import pytest
 
 from pgqueue.notifications import ENQUEUED_CHANNEL, WakeUps, parse_enqueued
 from pgqueue.queue import Queue
-from pgqueue.testing.conformance.support import enqueue, job_row, wait_until
+from pgqueue.testing.conformance.support import claim, enqueue, job_row, wait_until
 
 __all__ = [
     "listener",
+    "test_a_commit_that_adds_no_job_announces_nothing",
     "test_a_notify_wakes_the_listener_on_commit",
     "test_an_enqueue_announcement_reaches_listeners_once_per_transaction",
     "test_nothing_is_heard_before_the_commit",
@@ -58,7 +61,8 @@ def test_a_notify_wakes_the_listener_on_commit(queue: Queue, listener: WakeUps) 
         assert sorted(payloads) == ["default", "q1", "q2"]
     else:
         wait_until(looked_again, "a look after the commit")
-        assert payloads == []
+        wait_until(lambda: payloads, "the enqueue heard")
+        assert payloads == [""]
 
 
 def test_nothing_is_heard_before_the_commit(queue: Queue, listener: WakeUps) -> None:
@@ -95,7 +99,8 @@ def test_an_enqueue_announcement_reaches_listeners_once_per_transaction(
         queue.backend.notify_enqueued(conn, "", 1)  # any queue
     if not queue.backend.supports_notify:
         wait_until(looked_again, "a look after the commit")
-        assert payloads == []
+        wait_until(lambda: payloads, "the enqueue heard")
+        assert payloads == [""]
         return
     # A wake-up committed afterwards arrives after them: a duplicate would be in by then.
     with queue.backend.begin(queue.engine) as conn:
@@ -106,3 +111,17 @@ def test_an_enqueue_announcement_reaches_listeners_once_per_transaction(
     assert heard == [("", 1), ("mail", 2)]
     # One transaction, one nonce: the fleet tells its announcements apart by it.
     assert len({parse_enqueued(payload).nonce for payload in payloads}) == 1
+
+
+def test_a_commit_that_adds_no_job_announces_nothing(queue: Queue, listener: WakeUps) -> None:
+    enqueue(queue, job_row("taken"))
+    payloads, looked_again = _heard(listener)
+    assert [row["id"] for row in claim(queue)] == ["taken"]  # a commit that only updates a job
+    if queue.backend.supports_notify:
+        with queue.backend.begin(queue.engine) as conn:
+            queue.backend.notify(conn, ENQUEUED_CHANNEL, "sentinel")
+        wait_until(lambda: payloads, "the wake-up committed afterwards")
+        assert payloads == ["sentinel"]
+    else:
+        wait_until(looked_again, "a look after the commit")
+        assert payloads == []
