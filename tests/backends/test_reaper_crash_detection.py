@@ -154,14 +154,18 @@ def test_a_lost_lock_connection_is_taken_again_on_the_next_beat(
     presences.append(presence)
     presence.register()
     key = presence.lock_key
+    sessions = sa.text("SELECT pid FROM pg_stat_activity WHERE application_name = :name")
     with pg_queue.engine.connect() as conn:
-        conn.execute(
-            sa.text(
-                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
-                " WHERE application_name = 'pgqueue worker w'"
-            )
-        )
-    wait_until_gone(pg_queue, "pgqueue worker w")
+        [cut] = conn.scalars(sessions, {"name": "pgqueue worker w"}).all()
+        assert conn.scalar(sa.select(sa.func.pg_terminate_backend(cut)))
+
+    # The session reconnects by itself, under the same name: wait for the cut session's end, not
+    # for the name to disappear (it may be back before a poll sees it gone).
+    def cut_is_gone() -> bool:
+        with pg_queue.engine.connect() as conn:
+            return cut not in conn.scalars(sessions, {"name": "pgqueue worker w"}).all()
+
+    wait_until(cut_is_gone, "the cut session to end", timeout=30)
     presence.beat()
     assert presence.lock_key == key  # the same key, so the registry row stays true
     job_id = claim_as(pg_queue, "w")
