@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import threading
 import time
 
 import pgqueue
@@ -52,6 +53,42 @@ def paced() -> None:
 def started() -> float:
     """When the handler started (``time.time()``), for the pickup latency."""
     return time.time()
+
+
+class _Starts:
+    """This process's count of ``bench.counted`` starts, kept in a file of
+    ``$PGQUEUE_BENCH_COUNT_DIR`` named by the pid (rewritten at most every 50 ms): the pressure
+    benchmark reads the queue's depth and rate from these, because counting the table's queued
+    rows walks every row version a pinned horizon keeps, and that count alone would load the
+    server more than the queue does."""
+
+    def __init__(self, directory: str | None) -> None:
+        self.directory = directory
+        self.lock = threading.Lock()
+        self.count = 0
+        self.written = 0.0
+
+    def add(self, now: float) -> None:
+        with self.lock:
+            self.count += 1
+            if self.directory is None or now - self.written < 0.05:
+                return
+            self.written = now
+            path = os.path.join(self.directory, str(os.getpid()))
+            with open(path + ".tmp", "w") as file:
+                file.write(str(self.count))
+            os.replace(path + ".tmp", path)
+
+
+_starts = _Starts(os.environ.get("PGQUEUE_BENCH_COUNT_DIR"))
+
+
+@queue.task(name="bench.counted")
+def counted() -> float:
+    """:func:`started`, counted in this process (see ``_Starts``)."""
+    now = time.time()
+    _starts.add(now)
+    return now
 
 
 @queue.task(name="bench.hang")

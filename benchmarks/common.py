@@ -114,12 +114,12 @@ def opened(url: str) -> Iterator[pgqueue.Queue]:
 
 @contextmanager
 def workers(
-    url: str, count: int, *arguments: str, log_dir: Path
+    url: str, count: int, *arguments: str, log_dir: Path, env: dict[str, str] | None = None
 ) -> Iterator[list[subprocess.Popen[bytes]]]:
-    """``count`` worker processes (``python -m benchmarks.app ARGUMENTS``), registered and idle
-    on entry, stopped (and killed if need be) on exit. Their stderr goes to files in
-    ``log_dir``."""
-    processes = [start_worker(url, log_dir, *arguments) for _ in range(count)]
+    """``count`` worker processes (``python -m benchmarks.app ARGUMENTS``, with ``env`` added to
+    their environment), registered and idle on entry, stopped (and killed if need be) on exit.
+    Their stderr goes to files in ``log_dir``."""
+    processes = [start_worker(url, log_dir, *arguments, env=env) for _ in range(count)]
     try:
         with opened(url) as queue:
             wait_until(lambda: registered(queue) >= count, timeout=60, what="workers to start")
@@ -128,9 +128,12 @@ def workers(
         stop(processes)
 
 
-def start_worker(url: str, log_dir: Path, *arguments: str) -> subprocess.Popen[bytes]:
-    """One worker process; its stderr goes to a file in ``log_dir``."""
-    env = {**os.environ, "PGQUEUE_URL": url, "PYTHONPATH": str(ROOT)}
+def start_worker(
+    url: str, log_dir: Path, *arguments: str, env: dict[str, str] | None = None
+) -> subprocess.Popen[bytes]:
+    """One worker process (``env`` added to its environment); its stderr goes to a file in
+    ``log_dir``."""
+    env = {**os.environ, **(env or {}), "PGQUEUE_URL": url, "PYTHONPATH": str(ROOT)}
     stderr = open(log_dir / f"worker-{uuid.uuid4().hex[:8]}.log", "wb")  # noqa: SIM115
     try:
         return subprocess.Popen(

@@ -293,7 +293,9 @@ class InsightsPort(Protocol):
     service, metrics), leaders (the dashboard), a replica's lag."""
 
     #: True when rows that leave the claim indexes stay in them until a VACUUM (PostgreSQL):
-    #: the vacuum service (``maintenance.vacuum``) then keeps them short during a drain.
+    #: the vacuum service (``maintenance.vacuum``) then keeps them short during a drain, and a
+    #: worker's unkeyed claim starts after its floor (``worker.floor``), which no vacuum can
+    #: replace while a long transaction holds the xmin horizon back.
     vacuums_jobs: bool
 
     def jobs_table_stats(self, connection: Connection) -> JobsTableStats:

@@ -8,6 +8,7 @@ reaper, then by another worker) touches no row and learns that it lost the job.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from sqlalchemy import (
     ColumnElement,
@@ -19,10 +20,12 @@ from sqlalchemy import (
     literal_column,
     select,
     tuple_,
+    union_all,
     update,
 )
 
 from pgqueue.backends.base import Clock
+from pgqueue.backends.types import Key, UTCDateTime
 from pgqueue.job import CLAIMABLE_STATES, JobState
 from pgqueue.schema import (
     JOBS,
@@ -31,6 +34,9 @@ from pgqueue.statements.pauses import queue_not_paused
 
 __all__ = [
     "CLAIMED_COLUMNS",
+    "CLAIM_AFTER_ID",
+    "CLAIM_AFTER_PRIORITY",
+    "CLAIM_AFTER_RUN_AT",
     "CLAIM_FAIRNESS_KEY",
     "CLAIM_LIMIT",
     "CLAIM_LOCK_TOKEN",
@@ -48,6 +54,11 @@ CLAIM_LIMIT = "claim_limit"
 CLAIM_LOCK_TOKEN = "claim_lock_token"
 #: The key of job_claim(fairness_key=...), a parameter too: a worker keeps that statement.
 CLAIM_FAIRNESS_KEY = "claim_fairness_key"
+#: The claim-order key job_claim(after=True) starts after: priority, run_at, id of the last job
+#: the worker claimed (``pgqueue.worker.floor``).
+CLAIM_AFTER_PRIORITY = "claim_after_priority"
+CLAIM_AFTER_RUN_AT = "claim_after_run_at"
+CLAIM_AFTER_ID = "claim_after_id"
 
 
 #: What a claim returns: only what a worker needs to run the job. Every column and above all
@@ -80,10 +91,19 @@ def job_claim(
     clock: Clock,
     ids: Sequence[str] | None = None,
     fairness_key: str | None = None,
+    after: bool = False,
 ) -> Update:
     """Claim up to ``limit`` due jobs, highest priority first, then oldest ``run_at``, then id
     (only among ``ids`` if given: ``pgqueue.testing.run_job``; only the jobs without flow
     limits of one ``fairness_key`` if given: the fair claim of a lone key).
+
+    ``after`` (the unkeyed claim only): the statement takes the claim-order key of the worker's
+    last claimed job as parameters (``CLAIM_AFTER_*``) and, at that job's priority, starts its
+    index walk after it instead of at the start: it then never steps over the entries that
+    claimed rows leave in the claim index until a vacuum removes them, which nothing can while
+    a long transaction holds the xmin horizon back (``pgqueue.worker.floor`` says when a worker
+    claims so, and how it still finds a job committed late behind the key). Higher priorities
+    are walked first and lower ones after, each from its start.
 
     The CTE is an optimisation fence as well as the lock: PostgreSQL evaluates it once, locking
     exactly the rows it returns and skipping rows another claimer holds, instead of re-running a
@@ -122,14 +142,40 @@ def job_claim(
             JOBS.c.rate_key.is_(None),
             JOBS.c.fairness_key.is_(None),
         ]
-    picked = (
-        select(JOBS.c.id)
-        .where(*conditions)
-        .order_by(JOBS.c.priority.desc(), JOBS.c.run_at, JOBS.c.id)
-        .limit(bindparam(CLAIM_LIMIT, limit, type_=Integer))
-        .with_for_update(skip_locked=True)
-        .cte("picked")
-    )
+    limit_param = bindparam(CLAIM_LIMIT, limit, type_=Integer)
+
+    def walk(name: str, *extra: ColumnElement[bool]) -> Any:
+        return (
+            select(JOBS.c.id)
+            .where(*conditions, *extra)
+            .order_by(JOBS.c.priority.desc(), JOBS.c.run_at, JOBS.c.id)
+            .limit(limit_param)
+            .with_for_update(skip_locked=True)
+            .cte(name)
+        )
+
+    if not after:
+        picked = walk("picked")
+    else:
+        if ids is not None or fairness_key is not None:
+            raise ValueError("after=True is the unkeyed claim's (no ids, no fairness_key)")
+        priority = bindparam(CLAIM_AFTER_PRIORITY, type_=Integer)
+        # Three walks, run lazily in this order (PostgreSQL's Append pulls from a CTE only the
+        # rows the LIMIT above still needs): a lower walk runs only when the ones before it
+        # came short.
+        above = walk("above", JOBS.c.priority > priority)
+        level = walk(
+            "level",
+            JOBS.c.priority == priority,
+            tuple_(JOBS.c.run_at, JOBS.c.id)
+            > tuple_(
+                bindparam(CLAIM_AFTER_RUN_AT, type_=UTCDateTime),
+                bindparam(CLAIM_AFTER_ID, type_=Key),
+            ),
+        )
+        below = walk("below", JOBS.c.priority < priority)
+        walks = union_all(select(above.c.id), select(level.c.id), select(below.c.id)).subquery()
+        picked = select(walks.c.id).limit(limit_param).cte("picked")
     return (
         update(JOBS)
         .where(JOBS.c.id.in_(select(picked.c.id)))

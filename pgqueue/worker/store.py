@@ -17,6 +17,7 @@ Example::
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from types import MappingProxyType
@@ -31,6 +32,7 @@ from pgqueue.limits import fair_statements
 from pgqueue.limits.claim import claim_limited
 from pgqueue.limits.fair import claim_fair
 from pgqueue.limits.policy import LimitedClaimPolicy, Step
+from pgqueue.worker.floor import ClaimFloor
 from pgqueue.worker.ledger import Claimed
 from pgqueue.worker.outcomes import OutcomeWriter, Pending
 
@@ -94,7 +96,10 @@ class ClaimResult:
 class JobStore:
     """One worker's statements on the jobs table, on one connection held for the worker's life
     (no pool checkout, and no pre-ping round trip, per turn). ``policy`` chooses the claims
-    (by default a fresh one on the monotonic clock). Used from one thread."""
+    (by default a fresh one on the monotonic clock). Where the claim index keeps claimed rows'
+    entries until a vacuum (``Backend.vacuums_jobs``), the unkeyed claim starts after the
+    worker's :class:`~pgqueue.worker.floor.ClaimFloor` (by default one on the policy's clock).
+    Used from one thread."""
 
     def __init__(
         self,
@@ -104,6 +109,7 @@ class JobStore:
         lease: float,
         queues: Sequence[str] | None,
         policy: LimitedClaimPolicy | None = None,
+        floor: ClaimFloor | None = None,
     ) -> None:
         self.db = db
         self.backend = db.backend
@@ -111,6 +117,9 @@ class JobStore:
         self.lease = lease
         self.queues = queues
         self.policy = LimitedClaimPolicy() if policy is None else policy
+        if floor is None and self.backend.vacuums_jobs:
+            floor = ClaimFloor(clock=self.policy.clock)
+        self.floor = floor
         self.outcomes = OutcomeWriter(db, worker_id=worker_id)
         self._connection: Connection | None = None
         self._statements: dict[str, Any] = {}
@@ -200,20 +209,7 @@ class JobStore:
         step = policy.begin(limit, autocommit=self._autocommit)
         rows: list[Any]
         if step is _UNKEYED:
-            statement = self._statement(
-                "claim",
-                clock,
-                lambda: statements.job_claim(
-                    worker_id=self.worker_id,
-                    lock_token=lock_token,
-                    limit=limit,
-                    lease=self.lease,
-                    queues=self.queues,
-                    clock=clock,
-                ),
-            )
-            values = {statements.CLAIM_LIMIT: limit, statements.CLAIM_LOCK_TOKEN: lock_token}
-            rows = self.backend.claim(conn, statement, values)
+            rows = self._claim_unkeyed(conn, limit, lock_token, clock)
             if len(rows) >= limit:
                 # A full batch, the hot path: no slot left for the other claims and nothing to
                 # wake up for (the policy's unkeyed_claimed() would say Step.DONE, no wake-up).
@@ -266,6 +262,36 @@ class JobStore:
             rows += fair.rows
             policy.fair_claimed(len(fair.rows), found=fair.found, more=fair.more, lone=fair.lone)
         return ClaimResult(rows, policy.wake_in(), starts, limited)
+
+    def _claim_unkeyed(
+        self, conn: Connection, limit: int, lock_token: str, clock: Clock
+    ) -> list[Any]:
+        """The unkeyed claim: after the floor if there is one and no rescan is due."""
+        floor = self.floor
+        after = None if floor is None else floor.values()
+        name = "claim" if after is None else "claim_after"
+        statement = self._statement(
+            name,
+            clock,
+            lambda: statements.job_claim(
+                worker_id=self.worker_id,
+                lock_token=lock_token,
+                limit=limit,
+                lease=self.lease,
+                queues=self.queues,
+                clock=clock,
+                after=after is not None,
+            ),
+        )
+        values = {statements.CLAIM_LIMIT: limit, statements.CLAIM_LOCK_TOKEN: lock_token}
+        if floor is None:
+            return self.backend.claim(conn, statement, values)
+        if after is not None:
+            values.update(after)
+        started = time.perf_counter()
+        rows = self.backend.claim(conn, statement, values)
+        floor.claimed(rows, rescan=after is None, took=time.perf_counter() - started)
+        return rows
 
     def _claim_key(
         self, conn: Connection, key: str, slots: int, lock_token: str, clock: Clock

@@ -5,6 +5,7 @@ sort the whole backlog on every claim)."""
 from __future__ import annotations
 
 import threading
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -13,6 +14,10 @@ import sqlalchemy as sa
 import pgqueue
 from pgqueue import statements
 from pgqueue.backends.postgres import backend as postgres
+from pgqueue.backends.postgres import prepared
+from pgqueue.schema import JOBS
+from pgqueue.worker.floor import ClaimFloor
+from pgqueue.worker.store import JobStore
 
 pytestmark = pytest.mark.postgres
 
@@ -177,5 +182,118 @@ def test_concurrent_claimers_take_every_job_once(pg_server: Any) -> None:
                 "SELECT state, count(*), min(attempts), max(attempts) FROM pgqueue_jobs GROUP BY 1"
             ).all()
         assert [tuple(row) for row in states] == [("processing", jobs, 1, 1)]
+    finally:
+        queue.close()
+
+
+def _claim_after(queue: pgqueue.Queue, limit: int) -> Any:
+    return statements.job_claim(
+        worker_id="w",
+        lock_token="t",
+        limit=limit,
+        lease=30,
+        queues=None,
+        clock=queue.backend.clock(),
+        after=True,
+    )
+
+
+def _walked(conn: sa.Connection, statement: Any, values: dict[str, Any]) -> int:
+    """Shared buffers the claim's walks of the claim index touched, index and heap pages
+    (EXPLAIN ANALYZE, in a transaction rolled back)."""
+    sql, defaults = prepared.driver_sql(conn, statement)
+    with conn.begin() as transaction:
+        plan = conn.exec_driver_sql(
+            "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + sql, {**defaults, **values}
+        ).scalar()
+        transaction.rollback()
+
+    def walked(node: dict[str, Any]) -> int:
+        own = 0
+        if node.get("Index Name") == "ix_pgqueue_jobs_claim":
+            own = node.get("Shared Hit Blocks", 0) + node.get("Shared Read Blocks", 0)
+        return own + sum(walked(child) for child in node.get("Plans", []))
+
+    return walked(plan[0]["Plan"])
+
+
+def test_the_claim_after_a_floor_walks_the_index_without_statistics(pg_server: Any) -> None:
+    queue = pgqueue.Queue(pg_server.create_database("claim_after"), allow_unknown_tasks=True)
+    try:
+        queue.migrate()
+        queue.enqueue_many("tasks.noop", [()] * 20_000)
+        with queue.engine.connect() as conn, conn.begin():
+            conn.execute(postgres._NO_BITMAP_SCAN)
+            after = {
+                statements.CLAIM_AFTER_PRIORITY: 0,
+                statements.CLAIM_AFTER_RUN_AT: datetime(2026, 1, 1, tzinfo=UTC),
+                statements.CLAIM_AFTER_ID: "",
+            }
+            sql, defaults = prepared.driver_sql(conn, _claim_after(queue, 200))
+            plan = "\n".join(
+                conn.exec_driver_sql("EXPLAIN " + sql, {**defaults, **after}).scalars()
+            )
+        assert plan.count("Index Scan using ix_pgqueue_jobs_claim") == 3, plan
+        assert "Bitmap" not in plan and "Sort" not in plan, plan
+    finally:
+        queue.close()
+
+
+def test_a_pinned_horizon_leaves_the_floor_claim_cheap(pg_server: Any) -> None:
+    # A transaction holding an XID keeps every claimed row's entry in the claim index. A claim
+    # from the index's start steps over all of them; the worker's claim after its floor does
+    # not: counted in buffers, which do not depend on the machine's speed.
+    queue = pgqueue.Queue(pg_server.create_database("claim_pinned"), allow_unknown_tasks=True)
+    pin = queue.engine.connect()
+    store = JobStore(
+        queue.db, worker_id="w", lease=30, queues=None, floor=ClaimFloor(clock=lambda: 0.0)
+    )
+    try:
+        queue.migrate()
+        queue.enqueue_many("tasks.noop", [()] * 3_000)
+        pin.begin()
+        pin.exec_driver_sql("SELECT txid_current()")
+        claimed = 0
+        while claimed < 2_900:
+            with store.transaction() as conn:
+                claimed += len(store.claim(conn, 100, "t", queue.db.clock()).rows)
+        after = store.floor.values() if store.floor is not None else None
+        assert after is not None
+        with queue.engine.connect() as conn:
+            conn.exec_driver_sql("SET enable_bitmapscan = off")  # as on a work connection
+            conn.commit()
+            values = {statements.CLAIM_LIMIT: 10, statements.CLAIM_LOCK_TOKEN: "x"}
+            from_start = _walked(conn, _claim(queue, 10), values)
+            from_floor = _walked(conn, _claim_after(queue, 10), {**values, **after})
+        assert from_floor * 10 < from_start, (from_floor, from_start)
+    finally:
+        pin.close()
+        store.close()
+        queue.close()
+
+
+def test_a_write_by_id_cannot_walk_the_reapers_index(pg_server: Any) -> None:
+    # Under a pinned horizon the reaper's index keeps an entry for every job processed since,
+    # while statistics count a few dozen processing rows: a completion that walked it took
+    # 100+ ms. Its predicate needs a lease condition, which only the reaper's scan has.
+    queue = pgqueue.Queue(pg_server.create_database("stale_index"), allow_unknown_tasks=True)
+    try:
+        queue.migrate()
+        queue.enqueue_many("tasks.noop", [()] * 100)
+        with queue.engine.connect() as conn, conn.begin():
+            conn.execute(_claim(queue, 50))
+            conn.exec_driver_sql("SET LOCAL enable_seqscan = off")
+            fenced = _plan(
+                conn, sa.select(JOBS.c.id).where(statements.fenced([("some-id", "some-token")]))
+            )
+            by_token = "\n".join(
+                conn.exec_driver_sql(
+                    "EXPLAIN SELECT id FROM pgqueue_jobs"
+                    " WHERE state = 'processing' AND lock_token = 'x'"
+                ).scalars()
+            )
+            reaper = _plan(conn, statements.job_stale(grace=0, limit=10, clock=queue.db.clock()))
+        assert "ix_pgqueue_jobs_stale" not in fenced + by_token, fenced + by_token
+        assert "ix_pgqueue_jobs_stale" in reaper, reaper
     finally:
         queue.close()
