@@ -97,9 +97,10 @@ def job_claim(
     (only among ``ids`` if given: ``pgqueue.testing.run_job``; only the jobs without flow
     limits of one ``fairness_key`` if given: the fair claim of a lone key).
 
-    ``after`` (the unkeyed claim only): the statement takes the claim-order key of the worker's
-    last claimed job as parameters (``CLAIM_AFTER_*``) and, at that job's priority, starts its
-    index walk after it instead of at the start: it then never steps over the entries that
+    ``after`` (the unkeyed claim, or a lone ``fairness_key``'s): the statement takes the
+    claim-order key of the worker's last claimed job as parameters (``CLAIM_AFTER_*``) and, at
+    that job's priority, starts its index walk after it instead of at the start: it then never
+    steps over the entries that
     claimed rows leave in the claim index until a vacuum removes them, which nothing can while
     a long transaction holds the xmin horizon back (``pgqueue.worker.floor`` says when a worker
     claims so, and how it still finds a job committed late behind the key). Higher priorities
@@ -157,8 +158,8 @@ def job_claim(
     if not after:
         picked = walk("picked")
     else:
-        if ids is not None or fairness_key is not None:
-            raise ValueError("after=True is the unkeyed claim's (no ids, no fairness_key)")
+        if ids is not None:
+            raise ValueError("after=True walks the claim indexes; it takes no ids")
         priority = bindparam(CLAIM_AFTER_PRIORITY, type_=Integer)
         # Three walks, run lazily in this order (PostgreSQL's Append pulls from a CTE only the
         # rows the LIMIT above still needs): a lower walk runs only when the ones before it

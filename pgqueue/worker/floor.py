@@ -18,8 +18,9 @@ a pinned horizon is the slow claim of old; it runs at most once per ``1 / share`
 time (its 40 ms: every 0.8 s, so no more than 5 % of the claims' time), which is the bound of
 that wait while the horizon stays pinned.
 
-Where the claim index keeps no dead entries (SQLite: ``Backend.vacuums_jobs`` is False) the
-worker does not use a floor.
+A fairness key claimed alone (``JobStore._claim_key``) keeps a floor of its own, on the fair
+claim index. Where the claim index keeps no dead entries (SQLite: ``Backend.vacuums_jobs`` is
+False) the worker does not use floors.
 
 Example::
 

@@ -120,6 +120,9 @@ class JobStore:
         if floor is None and self.backend.vacuums_jobs:
             floor = ClaimFloor(clock=self.policy.clock)
         self.floor = floor
+        # The lone fairness key's floor (pgqueue.limits.fair): the key, and where its claim
+        # starts. Another key alone starts a new one.
+        self._lone_floor: tuple[str, ClaimFloor] | None = None
         self.outcomes = OutcomeWriter(db, worker_id=worker_id)
         self._connection: Connection | None = None
         self._statements: dict[str, Any] = {}
@@ -209,7 +212,8 @@ class JobStore:
         step = policy.begin(limit, autocommit=self._autocommit)
         rows: list[Any]
         if step is _UNKEYED:
-            rows = self._claim_unkeyed(conn, limit, lock_token, clock)
+            values = {statements.CLAIM_LIMIT: limit, statements.CLAIM_LOCK_TOKEN: lock_token}
+            rows = self._claim_walk(conn, "claim", self.floor, values, lock_token, clock, None)
             if len(rows) >= limit:
                 # A full batch, the hot path: no slot left for the other claims and nothing to
                 # wake up for (the policy's unkeyed_claimed() would say Step.DONE, no wake-up).
@@ -263,27 +267,33 @@ class JobStore:
             policy.fair_claimed(len(fair.rows), found=fair.found, more=fair.more, lone=fair.lone)
         return ClaimResult(rows, policy.wake_in(), starts, limited)
 
-    def _claim_unkeyed(
-        self, conn: Connection, limit: int, lock_token: str, clock: Clock
+    def _claim_walk(
+        self,
+        conn: Connection,
+        name: str,
+        floor: ClaimFloor | None,
+        values: dict[str, Any],
+        lock_token: str,
+        clock: Clock,
+        fairness_key: str | None,
     ) -> list[Any]:
-        """The unkeyed claim: after the floor if there is one and no rescan is due."""
-        floor = self.floor
+        """Run the kept claim ``name`` (unkeyed, or of one ``fairness_key``), after ``floor``
+        when there is one and no rescan is due, and move the floor on."""
         after = None if floor is None else floor.values()
-        name = "claim" if after is None else "claim_after"
         statement = self._statement(
-            name,
+            name if after is None else f"{name}_after",
             clock,
             lambda: statements.job_claim(
                 worker_id=self.worker_id,
                 lock_token=lock_token,
-                limit=limit,
+                limit=values[statements.CLAIM_LIMIT],
                 lease=self.lease,
                 queues=self.queues,
                 clock=clock,
+                fairness_key=fairness_key,
                 after=after is not None,
             ),
         )
-        values = {statements.CLAIM_LIMIT: limit, statements.CLAIM_LOCK_TOKEN: lock_token}
         if floor is None:
             return self.backend.claim(conn, statement, values)
         if after is not None:
@@ -298,26 +308,20 @@ class JobStore:
     ) -> list[Any]:
         """The jobs of a fairness key found alone (by this claim, or the last ones): the
         statement kept and run like the unkeyed claim (one SKIP LOCKED statement, a full
-        batch)."""
-        statement = self._statement(
-            "claim_lone",
-            clock,
-            lambda: statements.job_claim(
-                worker_id=self.worker_id,
-                lock_token=lock_token,
-                limit=slots,
-                lease=self.lease,
-                queues=self.queues,
-                clock=clock,
-                fairness_key=key,
-            ),
-        )
+        batch), after a floor of the key's own where the worker keeps floors."""
+        floor = self._lone_floor
+        if floor is not None and floor[0] != key:
+            floor = None
+        if floor is None and self.floor is not None:
+            floor = self._lone_floor = (key, ClaimFloor(clock=self.policy.clock))
         values = {
             statements.CLAIM_LIMIT: slots,
             statements.CLAIM_LOCK_TOKEN: lock_token,
             statements.CLAIM_FAIRNESS_KEY: key,
         }
-        return self.backend.claim(conn, statement, values)
+        return self._claim_walk(
+            conn, "claim_lone", None if floor is None else floor[1], values, lock_token, clock, key
+        )
 
     def extend(self, conn: Connection, holding: list[Claimed], clock: Clock) -> set[str]:
         """Extend the leases of ``holding``; returns the ids still held."""

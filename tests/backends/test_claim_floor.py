@@ -12,6 +12,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 import pgqueue
+from pgqueue.limits.policy import LimitedClaimPolicy
 from pgqueue.worker.floor import ClaimFloor
 from pgqueue.worker.store import JobStore
 
@@ -89,3 +90,35 @@ def test_a_floor_claim_of_a_full_batch_spans_the_three_walks(
     high = work.using(priority=1).enqueue(10).id
     low = work.using(priority=-1).enqueue(11).id
     assert claim(queue, store, 10) == [high, *ids[1:], low]
+
+
+def test_a_fairness_key_found_alone_is_claimed_after_a_floor_of_its_own(
+    queue: pgqueue.Queue, clock: Clock
+) -> None:
+    @queue.task()
+    def work(n: int) -> None: ...
+
+    store = JobStore(
+        queue.db,
+        worker_id="w",
+        lease=30,
+        queues=None,
+        policy=LimitedClaimPolicy(clock=clock),
+        floor=ClaimFloor(clock=clock),
+    )
+    try:
+        start = datetime.now(UTC) - timedelta(minutes=1)
+
+        def keyed(at: datetime, n: int) -> str:
+            return work.using(fairness_key="tenant", run_at=at).enqueue(n).id
+
+        a, b, c = (keyed(start + timedelta(seconds=n), n) for n in (1, 2, 3))
+        assert claim(queue, store) == [a]
+        assert claim(queue, store) == [b]
+        late = keyed(start, 0)
+        assert claim(queue, store) == [c]  # the key's floor is past the late job's place
+        assert claim(queue, store) == []
+        clock.now += 1.0
+        assert claim(queue, store) == [late]
+    finally:
+        store.close()
