@@ -100,11 +100,11 @@ def job_claim(
     ``after`` (the unkeyed claim, or a lone ``fairness_key``'s): the statement takes the
     claim-order key of the worker's last claimed job as parameters (``CLAIM_AFTER_*``) and, at
     that job's priority, starts its index walk after it instead of at the start: it then never
-    steps over the entries that
-    claimed rows leave in the claim index until a vacuum removes them, which nothing can while
-    a long transaction holds the xmin horizon back (``pgqueue.worker.floor`` says when a worker
-    claims so, and how it still finds a job committed late behind the key). Higher priorities
-    are walked first and lower ones after, each from its start.
+    steps over the entries that claimed rows leave in the claim index until a vacuum removes
+    them, which nothing can while a long transaction holds the xmin horizon back
+    (``pgqueue.worker.floor`` says when a worker claims so, and how it still finds a job
+    committed late behind the key). Higher priorities are walked first and lower ones after,
+    each from its start.
 
     The CTE is an optimisation fence as well as the lock: PostgreSQL evaluates it once, locking
     exactly the rows it returns and skipping rows another claimer holds, instead of re-running a

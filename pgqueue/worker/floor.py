@@ -4,19 +4,25 @@ On PostgreSQL a claimed job's entry stays in the claim index until a vacuum remo
 vacuum can while a long transaction holds the xmin horizon back (a forgotten ``psql`` session, a
 nightly report, a stuck replication slot). A claim that walks the index from its start then
 steps over every job claimed since that transaction began, and each claim costs more than the
-last: measured at the ceiling, 0.2 ms per claim clean and 40 ms after 90 s pinned, the drain
-falling from 5,800 to 660 jobs/s (docs/scaling.md, "Pressure").
+last: measured at the ceiling, 0.45 ms per claim clean and 22 ms on average over a 240 s pin,
+the drain falling from 8,669 to 709 jobs/s (docs/scaling.md, "A long transaction pins the xmin
+horizon").
 
 So the worker remembers the claim-order key (priority, run_at, id) of the last job it claimed,
-its *floor*, and its next claim starts after it (``statements.job_claim(after=True)``): the dead
-entries behind the floor are never walked. Jobs come after the floor as they are enqueued
-(run_at is the enqueue's time or later, and higher priorities are walked first), except one
-committed late, behind a floor that moved on while its transaction was open, or one whose
-run_at was set in the past. Those are found by a *rescan*: a claim from the index's start, at
-least every ``rescan`` seconds (1 s), so such a job waits at most that long more. A rescan under
-a pinned horizon is the slow claim of old; it runs at most once per ``1 / share`` of its own
-time (its 40 ms: every 0.8 s, so no more than 5 % of the claims' time), which is the bound of
-that wait while the horizon stays pinned.
+its *floor*, and once a claim from the index's start (a *rescan*) has proved slow (``slow``,
+5 ms), its next claims start after the floor (``statements.job_claim(after=True)``): the dead
+entries behind it are never walked. While rescans are fast (no pile of dead entries) every
+claim is a rescan, the plain claim of old.
+
+New jobs come after the floor (run_at is the enqueue's time or later, and higher priorities are
+walked first). Some jobs land behind it: one whose enqueue committed late, one with a run_at in
+the past, and jobs that come back to ``queued`` with their old place in claim order (a
+dependent released, a paused queue resumed, a job handed back or reaped, a durable job
+resumed). Rescans find them: one at least every ``rescan`` seconds (1 s), and one as soon as a
+claim after the floor comes short (what is left may be behind it), spaced so that rescans take
+at most ``share`` (5 %) of the time: after a 200 ms rescan the next waits 4 s, and the worker
+asks to be woken then. That is the bound on such a job's extra wait while the horizon is
+pinned. A burst run (``exhaustive``) rescans whenever a claim comes short, whatever it costs.
 
 A fairness key claimed alone (``JobStore._claim_key``) keeps a floor of its own, on the fair
 claim index. Where the claim index keeps no dead entries (SQLite: ``Backend.vacuums_jobs`` is
@@ -42,9 +48,12 @@ __all__ = ["ClaimFloor"]
 
 #: Seconds between rescans at most: the longest a job committed behind a floor waits (clean).
 RESCAN_SECONDS = 1.0
-#: The share of a worker's claim time rescans may take: a rescan that took ``t`` is followed by
-#: the next one no sooner than ``t / RESCAN_SHARE`` later.
+#: The share of a worker's time rescans may take: a rescan that took ``t`` is followed by the
+#: next one no sooner than ``t / RESCAN_SHARE`` later.
 RESCAN_SHARE = 0.05
+#: A rescan this slow (seconds) says dead entries pile up at the head of the index: the claims
+#: until the next rescan start after the floor. Clean, a claim takes well under a millisecond.
+SLOW_SECONDS = 0.005
 
 
 class ClaimFloor:
@@ -58,7 +67,16 @@ class ClaimFloor:
         assert floor.values() is None    # no floor yet: the first claim walks from the start
     """
 
-    __slots__ = ("_clock", "_key", "_rescan", "_rescan_at", "_share")
+    __slots__ = (
+        "_clock",
+        "_engaged",
+        "_key",
+        "_rescan",
+        "_rescan_at",
+        "_share",
+        "_share_at",
+        "_slow",
+    )
 
     def __init__(
         self,
@@ -66,25 +84,49 @@ class ClaimFloor:
         clock: Callable[[], float] = time.monotonic,
         rescan: float = RESCAN_SECONDS,
         share: float = RESCAN_SHARE,
+        slow: float = SLOW_SECONDS,
     ) -> None:
         self._clock = clock
         self._rescan = rescan
         self._share = share
+        self._slow = slow
         self._key: dict[str, Any] | None = None
-        self._rescan_at = 0.0
+        self._engaged = False  # the last rescan was slow
+        self._rescan_at = 0.0  # the next rescan, at the latest
+        self._share_at = 0.0  # the next rescan, at the earliest
+
+    def new(self) -> ClaimFloor:
+        """Another floor with these settings and clock, none of this one's state (a fairness
+        key's own)."""
+        return ClaimFloor(
+            clock=self._clock, rescan=self._rescan, share=self._share, slow=self._slow
+        )
 
     def values(self) -> dict[str, Any] | None:
         """The claim's ``CLAIM_AFTER_*`` parameters, or None when this claim is a rescan (no
-        floor yet, or the last rescan is old enough)."""
-        if self._key is None or self._clock() >= self._rescan_at:
+        floor yet, rescans are fast, or one is due)."""
+        if not self._engaged or self._key is None or self._clock() >= self._rescan_at:
             return None
         return self._key
+
+    def short(self, *, force: bool = False) -> float:
+        """A claim after the floor came short, so what is left may be behind it: seconds until
+        a rescan may look (0: the next claim is one, at once; at once too with ``force``)."""
+        wait = self._share_at - self._clock()
+        if wait <= 0 or force:
+            self._rescan_at = 0.0
+            return 0.0
+        self._rescan_at = min(self._rescan_at, self._share_at)
+        return wait
 
     def claimed(self, rows: Sequence[Any], *, rescan: bool, took: float) -> None:
         """Record what a claim took: ``rows`` (mappings with ``priority``, ``run_at``, ``id``),
         whether it was a rescan, and how long it ran (seconds)."""
         if rescan:
-            self._rescan_at = self._clock() + max(self._rescan, took / self._share)
+            now = self._clock()
+            self._engaged = took >= self._slow
+            self._share_at = now + took / self._share
+            self._rescan_at = now + max(self._rescan, took / self._share)
         if not rows:
             return  # nothing after the floor: it stays where it is
         last = max(rows, key=_claim_order)

@@ -337,7 +337,9 @@ class WorkerLoop:
                 )
                 kept = store.extend(conn, holding, clock) if turn.beat else None
                 claimed = (
-                    store.claim(conn, turn.claim, lock_token, clock, self.only)
+                    store.claim(
+                        conn, turn.claim, lock_token, clock, self.only, exhaustive=self.burst
+                    )
                     if claiming
                     else _NOTHING
                 )

@@ -123,6 +123,9 @@ class JobStore:
         # The lone fairness key's floor (pgqueue.limits.fair): the key, and where its claim
         # starts. Another key alone starts a new one.
         self._lone_floor: tuple[str, ClaimFloor] | None = None
+        # A short claim after a floor asked to claim again this soon (seconds), for a rescan.
+        self._floor_wake: float | None = None
+        self._exhaustive = False
         self.outcomes = OutcomeWriter(db, worker_id=worker_id)
         self._connection: Connection | None = None
         self._statements: dict[str, Any] = {}
@@ -193,10 +196,15 @@ class JobStore:
         lock_token: str,
         clock: Clock,
         ids: Sequence[str] | None = None,
+        *,
+        exhaustive: bool = False,
     ) -> ClaimResult:
         """Claim up to ``limit`` due jobs of this worker's queues (only among ``ids`` if given)
         under ``lock_token``: the claims :attr:`policy` chooses, in this order (unkeyed, limited,
-        fair), each on the slots the ones before left."""
+        fair), each on the slots the ones before left. ``exhaustive`` (a burst run, which ends
+        on the first claim that finds nothing): a claim after a floor that comes short looks
+        behind the floor at once, however slow that is."""
+        self._exhaustive = exhaustive
         if ids is not None:
             statement = statements.job_claim(
                 worker_id=self.worker_id,
@@ -220,7 +228,7 @@ class JobStore:
                 return ClaimResult(rows)
             step = policy.unkeyed_claimed(len(rows))
             if step is _DONE:
-                return ClaimResult(rows, policy.wake_in())
+                return ClaimResult(rows, self._wake_in())
         else:
             rows = []
         starts: Mapping[str, float] = _NO_STARTS
@@ -265,7 +273,15 @@ class JobStore:
             )
             rows += fair.rows
             policy.fair_claimed(len(fair.rows), found=fair.found, more=fair.more, lone=fair.lone)
-        return ClaimResult(rows, policy.wake_in(), starts, limited)
+        return ClaimResult(rows, self._wake_in(), starts, limited)
+
+    def _wake_in(self) -> float | None:
+        """The policy's wake-up, or sooner the rescan a short claim after a floor asked for."""
+        wake_in, floor_wake = self.policy.wake_in(), self._floor_wake
+        if floor_wake is None:
+            return wake_in
+        self._floor_wake = None
+        return floor_wake if wake_in is None else min(wake_in, floor_wake)
 
     def _claim_walk(
         self,
@@ -296,12 +312,21 @@ class JobStore:
         )
         if floor is None:
             return self.backend.claim(conn, statement, values)
-        if after is not None:
-            values.update(after)
         started = time.perf_counter()
-        rows = self.backend.claim(conn, statement, values)
+        rows = self.backend.claim(conn, statement, values if after is None else {**values, **after})
         floor.claimed(rows, rescan=after is None, took=time.perf_counter() - started)
-        return rows
+        slots = values[statements.CLAIM_LIMIT]
+        if after is None or len(rows) >= slots:
+            return rows
+        # Short: what is left may be behind the floor (a released dependent, a resumed queue, a
+        # job handed back keep their old place in claim order). Look now if a rescan may run,
+        # else ask to be woken when one may.
+        wait = floor.short(force=self._exhaustive)
+        if wait:
+            self._floor_wake = wait if self._floor_wake is None else min(self._floor_wake, wait)
+            return rows
+        rest = {**values, statements.CLAIM_LIMIT: slots - len(rows)}
+        return rows + self._claim_walk(conn, name, floor, rest, lock_token, clock, fairness_key)
 
     def _claim_key(
         self, conn: Connection, key: str, slots: int, lock_token: str, clock: Clock
@@ -313,7 +338,7 @@ class JobStore:
         if floor is not None and floor[0] != key:
             floor = None
         if floor is None and self.floor is not None:
-            floor = self._lone_floor = (key, ClaimFloor(clock=self.policy.clock))
+            floor = self._lone_floor = (key, self.floor.new())
         values = {
             statements.CLAIM_LIMIT: slots,
             statements.CLAIM_LOCK_TOKEN: lock_token,

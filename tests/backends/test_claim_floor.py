@@ -32,14 +32,19 @@ def clock() -> Clock:
 
 @pytest.fixture
 def store(queue: pgqueue.Queue, clock: Clock) -> Iterator[JobStore]:
-    store = JobStore(queue.db, worker_id="w", lease=30, queues=None, floor=ClaimFloor(clock=clock))
+    # slow=0: every rescan counts as slow, so the claims between rescans start after the floor
+    # (a worker's floor engages only once a rescan took 5 ms: dead entries at the index's head).
+    floor = ClaimFloor(clock=clock, slow=0)
+    store = JobStore(queue.db, worker_id="w", lease=30, queues=None, floor=floor)
     yield store
     store.close()
 
 
-def claim(queue: pgqueue.Queue, store: JobStore, limit: int = 1) -> list[str]:
+def claim(
+    queue: pgqueue.Queue, store: JobStore, limit: int = 1, *, exhaustive: bool = False
+) -> list[str]:
     with store.transaction() as conn:
-        result = store.claim(conn, limit, uuid.uuid4().hex, queue.db.clock())
+        result = store.claim(conn, limit, uuid.uuid4().hex, queue.db.clock(), exhaustive=exhaustive)
     return [row["id"] for row in sorted(result.rows, key=lambda r: (-r["priority"], r["run_at"]))]
 
 
@@ -104,7 +109,7 @@ def test_a_fairness_key_found_alone_is_claimed_after_a_floor_of_its_own(
         lease=30,
         queues=None,
         policy=LimitedClaimPolicy(clock=clock),
-        floor=ClaimFloor(clock=clock),
+        floor=ClaimFloor(clock=clock, slow=0),
     )
     try:
         start = datetime.now(UTC) - timedelta(minutes=1)
@@ -122,3 +127,33 @@ def test_a_fairness_key_found_alone_is_claimed_after_a_floor_of_its_own(
         assert claim(queue, store) == [late]
     finally:
         store.close()
+
+
+def test_a_short_claim_looks_behind_the_floor_once_a_rescan_may_run(
+    queue: pgqueue.Queue, store: JobStore, clock: Clock
+) -> None:
+    @queue.task()
+    def work(n: int) -> None: ...
+
+    start = datetime.now(UTC) - timedelta(minutes=1)
+    first = work.using(run_at=start + timedelta(seconds=5)).enqueue(1).id
+    assert claim(queue, store) == [first]
+    # Back in the queue with an old place in claim order, like a released dependent.
+    behind = work.using(run_at=start).enqueue(0).id
+    with store.transaction() as conn:
+        result = store.claim(conn, 4, uuid.uuid4().hex, queue.db.clock())
+    # The last rescan was a moment ago: the claim came short and asks to be woken for one.
+    assert result.rows == [] and result.wake_in is not None and result.wake_in > 0
+    clock.now += result.wake_in
+    assert claim(queue, store, 4) == [behind]
+
+
+def test_a_burst_run_looks_behind_the_floor_at_once(queue: pgqueue.Queue, store: JobStore) -> None:
+    @queue.task()
+    def work(n: int) -> None: ...
+
+    start = datetime.now(UTC) - timedelta(minutes=1)
+    first = work.using(run_at=start + timedelta(seconds=5)).enqueue(1).id
+    assert claim(queue, store) == [first]
+    behind = work.using(run_at=start).enqueue(0).id
+    assert claim(queue, store, 4, exhaustive=True) == [behind]

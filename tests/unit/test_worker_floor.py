@@ -6,10 +6,13 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import pytest
+
 from pgqueue.statements import CLAIM_AFTER_ID, CLAIM_AFTER_PRIORITY, CLAIM_AFTER_RUN_AT
 from pgqueue.worker.floor import ClaimFloor
 
 T0 = datetime(2026, 11, 29, tzinfo=UTC)
+SLOW = 0.01  # a rescan this slow engages the floor (SLOW_SECONDS is 5 ms)
 
 
 class Clock:
@@ -35,38 +38,38 @@ def test_the_first_claim_is_a_rescan_then_claims_start_after_the_last_job_in_cla
     floor = ClaimFloor(clock=clock)
     assert floor.values() is None
     # Rows come back in any order; the floor is the last in claim order (priority desc first).
-    floor.claimed([row(0, 5, "b"), row(0, 5, "a"), row(1, 9, "z")], rescan=True, took=0.001)
+    floor.claimed([row(0, 5, "b"), row(0, 5, "a"), row(1, 9, "z")], rescan=True, took=SLOW)
     assert key(floor.values()) == (0, T0 + timedelta(seconds=5), "b")
-    floor.claimed([row(0, 6, "c")], rescan=False, took=0.001)
+    floor.claimed([row(0, 6, "c")], rescan=False, took=SLOW)
     assert key(floor.values()) == (0, T0 + timedelta(seconds=6), "c")
 
 
 def test_jobs_of_a_higher_priority_leave_the_floor_at_the_level_below_them() -> None:
     floor = ClaimFloor(clock=Clock())
-    floor.claimed([row(0, 5, "a")], rescan=True, took=0.001)
-    floor.claimed([row(3, 7, "hi")], rescan=False, took=0.001)  # the walk above the floor
+    floor.claimed([row(0, 5, "a")], rescan=True, took=SLOW)
+    floor.claimed([row(3, 7, "hi")], rescan=False, took=SLOW)  # the walk above the floor
     assert key(floor.values()) == (0, T0 + timedelta(seconds=5), "a")
-    floor.claimed([row(-1, 1, "low")], rescan=False, took=0.001)  # the walk below it
+    floor.claimed([row(-1, 1, "low")], rescan=False, took=SLOW)  # the walk below it
     assert key(floor.values()) == (-1, T0 + timedelta(seconds=1), "low")
 
 
 def test_an_empty_claim_keeps_the_floor() -> None:
     floor = ClaimFloor(clock=Clock())
-    floor.claimed([row(0, 5, "a")], rescan=True, took=0.001)
-    floor.claimed([], rescan=False, took=0.001)
+    floor.claimed([row(0, 5, "a")], rescan=True, took=SLOW)
+    floor.claimed([], rescan=False, took=SLOW)
     assert key(floor.values()) == (0, T0 + timedelta(seconds=5), "a")
 
 
 def test_a_rescan_is_due_every_second_and_may_move_the_floor_back() -> None:
     clock = Clock()
     floor = ClaimFloor(clock=clock, rescan=1.0)
-    floor.claimed([row(0, 5, "a")], rescan=True, took=0.001)
-    floor.claimed([row(0, 9, "e")], rescan=False, took=0.001)
+    floor.claimed([row(0, 5, "a")], rescan=True, took=SLOW)
+    floor.claimed([row(0, 9, "e")], rescan=False, took=SLOW)
     clock.now += 0.99
     assert floor.values() is not None
     clock.now += 0.01
     assert floor.values() is None  # a job committed late behind the floor is found now
-    floor.claimed([row(0, 2, "late")], rescan=True, took=0.001)
+    floor.claimed([row(0, 2, "late")], rescan=True, took=SLOW)
     assert key(floor.values()) == (0, T0 + timedelta(seconds=2), "late")
 
 
@@ -78,3 +81,44 @@ def test_a_slow_rescan_spaces_the_next_one_to_keep_its_share_of_the_claims_time(
     assert floor.values() is not None
     clock.now += 0.01
     assert floor.values() is None  # 0.2 s / 5 % = 4 s later
+
+
+def test_while_rescans_are_fast_every_claim_is_one() -> None:
+    floor = ClaimFloor(clock=Clock())
+    floor.claimed([row(0, 5, "a")], rescan=True, took=0.0004)
+    assert floor.values() is None
+    floor.claimed([row(0, 5, "a")], rescan=True, took=SLOW)
+    assert floor.values() is not None
+    floor.claimed([row(0, 6, "b")], rescan=True, took=0.0004)  # the dead entries are gone
+    assert floor.values() is None
+
+
+def test_a_short_claim_asks_for_a_rescan_as_soon_as_the_share_allows() -> None:
+    clock = Clock()
+    floor = ClaimFloor(clock=clock, rescan=1.0, share=0.05)
+    floor.claimed([row(0, 5, "a")], rescan=True, took=0.025)  # the next one 0.5 s later, at best
+    clock.now += 0.125
+    assert floor.short() == pytest.approx(0.375)
+    assert floor.values() is not None  # not yet
+    clock.now += 0.375
+    assert floor.values() is None  # the rescan it asked for, before the second is up
+    floor.claimed([row(0, 5, "a")], rescan=True, took=0.025)
+    clock.now += 0.5
+    assert floor.short() == 0.0 and floor.values() is None  # allowed now: at once
+
+
+def test_a_forced_short_claim_rescans_at_once() -> None:
+    floor = ClaimFloor(clock=Clock())
+    floor.claimed([row(0, 5, "a")], rescan=True, took=0.2)
+    assert floor.short(force=True) == 0.0
+    assert floor.values() is None
+
+
+def test_a_new_floor_keeps_the_settings_not_the_key() -> None:
+    clock = Clock()
+    floor = ClaimFloor(clock=clock, slow=0)
+    floor.claimed([row(0, 5, "a")], rescan=True, took=0.0)
+    other = floor.new()
+    assert other.values() is None
+    other.claimed([row(0, 9, "z")], rescan=True, took=0.0)
+    assert key(other.values()) == (0, T0 + timedelta(seconds=9), "z")
