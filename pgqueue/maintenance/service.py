@@ -70,6 +70,8 @@ LEADERSHIP_EVENTS = frozenset({"leadership_acquired", "leadership_lost", "error"
 # The shortest wait before an early tick: work due "now" (a clock a little behind) is looked at
 # again at once, but never in a busy loop.
 _MIN_WAKE_SECONDS = 0.01
+#: Seconds before a leader's failed tick is tried again, when that is sooner than the interval.
+RETRY_SECONDS = 1.0
 
 
 def check_interval(value: object) -> float:
@@ -214,12 +216,19 @@ class MaintenanceService(abc.ABC):
             result = self.run_once(now)
         except Exception as exc:
             self._report(exc)
+            self._retry_soon()
             return None
         delay = self.wake_delay()
         if delay is not None:
             delay = max(delay, _MIN_WAKE_SECONDS)
             self._wake_at = datetime.now(UTC) + timedelta(seconds=delay)
         return result
+
+    def _retry_soon(self) -> None:
+        # The leader's work that failed (the database briefly unreachable or, on SQLite, locked
+        # past the busy timeout) is tried again shortly, not after a whole interval: a scheduler
+        # with a 60 s interval and 1 s schedules would otherwise skip a minute of fire times.
+        self._wake_at = datetime.now(UTC) + timedelta(seconds=min(self.interval, RETRY_SECONDS))
 
     def wake_delay(self) -> float | None:
         """Seconds until this service has work due again, asked after each ``run_once`` of a

@@ -4,15 +4,18 @@ many schedulers race, catch-up policies after a gap, and robustness to lost rows
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
 import pytest
 import sqlalchemy as sa
+from conditions import wait_until
 from conftest import count_jobs
 
 import pgqueue
 from pgqueue import operations
+from pgqueue.errors import BackendError
 from pgqueue.maintenance.scheduler import Scheduler
 
 T0 = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
@@ -223,3 +226,29 @@ def test_schedule_states_reads_where_each_schedule_stands(queue: pgqueue.Queue) 
     assert state.name == "tick"
     assert state.last_fire_at == T0 + timedelta(minutes=5)
     assert state.checked_through >= T0 + timedelta(minutes=5)
+
+
+def test_a_leaders_failed_tick_is_tried_again_within_seconds_not_the_interval(
+    queue: pgqueue.Queue, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The database briefly unreachable, or SQLite locked past its busy timeout: the next try
+    # comes about a second later, not after the interval (60 s), or a minute of 1 s fire times
+    # would be skipped (and, with catch_up="none", lost).
+    declare(queue, cron=None, every=1)
+    scheduler = Scheduler(queue, interval=60)
+    attempts: list[float] = []
+    original = scheduler.run_once
+
+    def flaky(now: datetime | None = None) -> int:
+        attempts.append(time.monotonic())
+        if len(attempts) == 1:
+            raise BackendError("database is locked")
+        return original(now)
+
+    monkeypatch.setattr(scheduler, "run_once", flaky)
+    scheduler.start()
+    try:
+        wait_until(lambda: len(attempts) >= 2, "a second attempt", timeout=30)
+    finally:
+        scheduler.stop()
+    assert attempts[1] - attempts[0] < 30
