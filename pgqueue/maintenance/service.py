@@ -117,6 +117,8 @@ class MaintenanceService(abc.ABC):
         # _postpone, a follower's next attempt at leadership, later than the interval.
         self._wake_at: datetime | None = None
         self._postpone = False
+        # The last tick's work failed: a failure now waits for the interval (see _retry_soon).
+        self._failing = False
 
     @property
     def is_leader(self) -> bool:
@@ -216,8 +218,11 @@ class MaintenanceService(abc.ABC):
             result = self.run_once(now)
         except Exception as exc:
             self._report(exc)
-            self._retry_soon()
+            if not self._failing:
+                self._failing = True
+                self._retry_soon()
             return None
+        self._failing = False
         delay = self.wake_delay()
         if delay is not None:
             delay = max(delay, _MIN_WAKE_SECONDS)
@@ -228,6 +233,8 @@ class MaintenanceService(abc.ABC):
         # The leader's work that failed (the database briefly unreachable or, on SQLite, locked
         # past the busy timeout) is tried again shortly, not after a whole interval: a scheduler
         # with a 60 s interval and 1 s schedules would otherwise skip a minute of fire times.
+        # Once only: a second failure in a row waits for the interval (an outage is not retried,
+        # and logged, every second by every service).
         self._wake_at = datetime.now(UTC) + timedelta(seconds=min(self.interval, RETRY_SECONDS))
 
     def wake_delay(self) -> float | None:
