@@ -73,7 +73,7 @@ def test_backend_claim_returns_the_claimed_rows(pg_server: Any) -> None:
         queue.close()
 
 
-def _claim(queue: pgqueue.Queue, limit: int) -> Any:
+def _claim(queue: pgqueue.Queue, limit: int, *, after: bool = False) -> Any:
     return statements.job_claim(
         worker_id="w",
         lock_token="t",
@@ -81,6 +81,7 @@ def _claim(queue: pgqueue.Queue, limit: int) -> Any:
         lease=30,
         queues=None,
         clock=queue.backend.clock(),
+        after=after,
     )
 
 
@@ -186,18 +187,6 @@ def test_concurrent_claimers_take_every_job_once(pg_server: Any) -> None:
         queue.close()
 
 
-def _claim_after(queue: pgqueue.Queue, limit: int) -> Any:
-    return statements.job_claim(
-        worker_id="w",
-        lock_token="t",
-        limit=limit,
-        lease=30,
-        queues=None,
-        clock=queue.backend.clock(),
-        after=True,
-    )
-
-
 def _walked(conn: sa.Connection, statement: Any, values: dict[str, Any]) -> int:
     """Shared buffers the claim's walks of the claim index touched, index and heap pages
     (EXPLAIN ANALYZE, in a transaction rolled back)."""
@@ -229,7 +218,7 @@ def test_the_claim_after_a_floor_walks_the_index_without_statistics(pg_server: A
                 statements.CLAIM_AFTER_RUN_AT: datetime(2026, 1, 1, tzinfo=UTC),
                 statements.CLAIM_AFTER_ID: "",
             }
-            sql, defaults = prepared.driver_sql(conn, _claim_after(queue, 200))
+            sql, defaults = prepared.driver_sql(conn, _claim(queue, 200, after=True))
             plan = "\n".join(
                 conn.exec_driver_sql("EXPLAIN " + sql, {**defaults, **after}).scalars()
             )
@@ -264,7 +253,7 @@ def test_a_pinned_horizon_leaves_the_floor_claim_cheap(pg_server: Any) -> None:
             conn.commit()
             values = {statements.CLAIM_LIMIT: 10, statements.CLAIM_LOCK_TOKEN: "x"}
             from_start = _walked(conn, _claim(queue, 10), values)
-            from_floor = _walked(conn, _claim_after(queue, 10), {**values, **after})
+            from_floor = _walked(conn, _claim(queue, 10, after=True), {**values, **after})
         assert from_floor * 10 < from_start, (from_floor, from_start)
     finally:
         pin.close()
