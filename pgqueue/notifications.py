@@ -18,8 +18,10 @@ from sqlalchemy import Connection
 __all__ = [
     "CHANNELS",
     "ENQUEUED_CHANNEL",
+    "ENQUEUED_CHANNELS",
     "FINISHED_CHANNEL",
     "WAKE_SEPARATOR",
+    "WAKE_SHARDS",
     "Enqueued",
     "Session",
     "WakeUps",
@@ -27,13 +29,22 @@ __all__ = [
     "finished_payload",
     "parse_enqueued",
     "session_of",
+    "shard_channel",
+    "shard_number",
+    "shard_of",
+    "subscribe_enqueued",
     "taken_payload",
 ]
 
 #: Payload: ``"<queue>\x1f<count>\x1f<nonce>"`` (see enqueued_payload), or the bare queue name
-#: (an unknown number of jobs: every worker looks). Sent by every enqueue that queued a job;
-#: workers also send ``"<queue>\x1ftaken\x1f<nonce>"`` here once they claimed for a wake-up.
+#: (an unknown number of jobs: every worker looks). Sent by every enqueue that queued more than
+#: one job (a lone job's goes to a shard: :func:`shard_channel`); workers also send
+#: ``"<queue>\x1ftaken\x1f<nonce>"`` on the channel of the wake-up they claimed for.
 ENQUEUED_CHANNEL = "pgqueue_enqueued"
+#: A lone job's wake-up (count 1) goes to one of this many shard channels, ``nonce % WAKE_SHARDS``,
+#: so that in a large fleet only the workers listening there read it (pgqueue/worker/fleet.py):
+#: PostgreSQL hands a notification to the sessions that LISTEN on its channel only.
+WAKE_SHARDS = 32
 #: Between the fields of an ENQUEUED_CHANNEL payload (a queue name may hold anything but NUL;
 #: the fields are read from the right, so even this one in a queue name parses right).
 WAKE_SEPARATOR = "\x1f"
@@ -41,6 +52,37 @@ _TAKEN = "taken"
 #: Payload: ``"<state>:<job id>"`` (see finished_payload). Sent with a completion or final failure.
 FINISHED_CHANNEL = "pgqueue_finished"
 CHANNELS = (ENQUEUED_CHANNEL, FINISHED_CHANNEL)
+
+
+def shard_channel(shard: int, channel: str = ENQUEUED_CHANNEL) -> str:
+    """The name of lone-job wake-up shard ``shard`` (0 to WAKE_SHARDS - 1) of ``channel``, the
+    enqueue channel's name (its name on the server, with a schema's suffix, gives the shard's
+    name there: the SQL that sends a lone job's wake-up appends ``_<shard>`` the same way).
+
+    Example::
+
+        shard_channel(5)                  # "pgqueue_enqueued_5"
+    """
+    return f"{channel}_{shard}"
+
+
+def shard_of(nonce: int) -> int:
+    """The shard a lone job's wake-up with ``nonce`` goes to (as the SQL that sends it)."""
+    return nonce % WAKE_SHARDS
+
+
+_SHARDS = {shard_channel(k): k for k in range(WAKE_SHARDS)}
+
+
+def shard_number(channel: str) -> int | None:
+    """The shard ``channel`` (pgqueue's name, as :func:`shard_channel` gives it) is; None for
+    any other channel."""
+    return _SHARDS.get(channel)
+
+
+#: Every channel an enqueue's wake-up can arrive on: what a listener that wants every
+#: enqueue (the dashboard's live view) subscribes to.
+ENQUEUED_CHANNELS = (ENQUEUED_CHANNEL, *_SHARDS)
 
 
 def enqueued_payload(queue: str, count: int = 1, nonce: int | None = None) -> str:
@@ -197,3 +239,25 @@ def session_of(owner: Any) -> Session | None:
     """
     listener = getattr(owner, "listener", None)
     return listener if isinstance(listener, Session) else None
+
+
+def subscribe_enqueued(
+    listener: WakeUps, callback: Callable[[str], None], *, wait: float = 10.0
+) -> Callable[[], None]:
+    """Call ``callback(payload)`` for every enqueue's wake-up, on the common channel and on
+    every lone-job shard (what a worker hears is its shards only); returns the remover.
+
+    Example::
+
+        remove = subscribe_enqueued(queue.db.listener, lambda payload: print(payload))
+    """
+    # The shards without waiting: the common channel's subscription, which waits for the
+    # listener, then covers them in the same round trip.
+    removers = [listener.subscribe(name, callback, wait=0) for name in ENQUEUED_CHANNELS[1:]]
+    removers.append(listener.subscribe(ENQUEUED_CHANNEL, callback, wait=wait))
+
+    def remove() -> None:
+        for remover in removers:
+            remover()
+
+    return remove

@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 from pgqueue.errors import ConfigError
-from pgqueue.notifications import ENQUEUED_CHANNEL, FINISHED_CHANNEL
+from pgqueue.notifications import FINISHED_CHANNEL, subscribe_enqueued
 
 if TYPE_CHECKING:
     from pgqueue.queue import Queue
@@ -234,7 +234,7 @@ class Live:
             self.changes.bump()
 
         self._unsubscribe = [
-            listener.subscribe(ENQUEUED_CHANNEL, bump),
+            subscribe_enqueued(listener, bump),
             listener.subscribe(FINISHED_CHANNEL, bump),
             # Deaf for a while: whatever happened meanwhile may have changed the pages.
             listener.on_reconnect(self.changes.bump),

@@ -11,6 +11,17 @@ claimed says so first (a *taken* notice: see :meth:`FleetWakes.taken`). So a lon
 claim, and a chosen worker that is busy, dying or not yet in everyone's roster delays it by one
 tier, not by a poll.
 
+A lone job's wake-up goes further: PostgreSQL hands every notification to every session that
+listens on its channel, and each listening worker spends CPU reading and dropping it. So a lone
+job's wake-up is sent on one of ``notifications.WAKE_SHARDS`` shard channels (chosen by its
+nonce), and a fleet of ``size`` workers splits into ``size // SHARD_GROUP`` groups (at most one
+per shard), each listening on its share of the shards: a lone job reaches one group, about
+``SHARD_GROUP`` workers, and the rotation above runs among them. A fleet of fewer than twice
+``SHARD_GROUP`` is one group listening on every shard. When the roster moves a worker to other
+shards, it keeps listening to its old ones, and answering there as its old roster said, for
+``ROSTER_GRACE`` more roster reads: until every other worker has read the new roster too, so no
+shard goes deaf while the fleet changes.
+
 The idle poll, which catches what no wake-up announces (a delayed job coming due, a lost
 notification), is spread the same way: the fleet as a whole looks ``polls`` times per
 ``poll_interval``, each worker at a jittered ``poll_interval * size / polls``. A fleet of up to
@@ -25,18 +36,31 @@ Example::
     now = [0.0]
     fleet = FleetWakes(poll_interval=1.0, clock=lambda: now[0])
     fleet.roster(rank=3, size=200)
-    fleet.heard("default", count=1, nonce=42)    # 0.0: claim now; 0.05: then; None: not here
+    fleet.heard("default", count=1, nonce=42, shard=10)  # 0.0: claim now; 0.05: then; None: no
     fleet.next_at()                              # when a staggered claim is due, if any
+    fleet.shards()                               # the lone-job shards to listen on
 """
 
 from __future__ import annotations
 
+import functools
 import random
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
-__all__ = ["BACKUP_TIERS", "FLEET_POLLS", "TIER_SECONDS", "FleetWakes"]
+from pgqueue.notifications import WAKE_SHARDS, WakeUps, shard_channel
+
+__all__ = [
+    "BACKUP_TIERS",
+    "FLEET_POLLS",
+    "ROSTER_GRACE",
+    "SHARD_GROUP",
+    "TIER_SECONDS",
+    "FleetWakes",
+    "ShardListening",
+    "shards_of",
+]
 
 #: The delay between one tier of workers and the next: long enough that the chosen worker's
 #: *taken* notice usually arrives first (a claim and a NOTIFY, a few ms), short enough that a
@@ -47,6 +71,11 @@ TIER_SECONDS = 0.05
 BACKUP_TIERS = 3
 #: How many idle polls the whole fleet makes per ``poll_interval``.
 FLEET_POLLS = 4
+#: The fewest workers that listen on a lone-job shard: the chosen one and its backup tiers,
+#: with room for some of them to be busy.
+SHARD_GROUP = 8
+#: Roster reads (one per registry beat) for which a worker keeps its previous rosters' shards.
+ROSTER_GRACE = 2
 # Taken notices owed (chosen while busy, say) are dropped beyond this many: they only save
 # other workers a claim, and a late one saves nothing.
 _OWED_MAX = 64
@@ -59,6 +88,42 @@ def _mix(nonce: int) -> int:
     value ^= value >> 29
     value = (value * 0xBF58476D1CE4E5B9) & _MASK
     return value >> 32
+
+
+def _groups(size: int) -> int:
+    return max(1, min(WAKE_SHARDS, size // SHARD_GROUP))
+
+
+def shards_of(rank: int, size: int) -> frozenset[int]:
+    """The lone-job shards worker ``rank`` of a fleet of ``size`` listens on: all of them in a
+    fleet of one group, else those of its group (``rank``'s residue modulo the number of
+    groups).
+
+    Example::
+
+        shards_of(3, 200)    # frozenset({3, 28}): 25 groups share the 32 shards
+    """
+    groups = _groups(size)
+    return frozenset(k for k in range(WAKE_SHARDS) if k % groups == rank % groups)
+
+
+def _shard_tier(rank: int, size: int, shard: int, count: int, nonce: int) -> int | None:
+    """The tier of worker ``rank`` (of ``size``) for a wake-up on ``shard``: None when that
+    roster puts it elsewhere, -1 when the whole group claims. Within the group, workers are
+    ordered by rank and rotated by the nonce as the whole fleet is on the common channel."""
+    groups = _groups(size)
+    group = shard % groups
+    if rank % groups != group:
+        return None
+    return _tier(rank // groups, (size - group + groups - 1) // groups, count, nonce)
+
+
+def _tier(place: int, members: int, count: int, nonce: int) -> int:
+    """The tier of the worker at ``place`` among ``members`` for ``count`` jobs (-1: every
+    member claims, with no notice owed)."""
+    if count >= members:
+        return -1
+    return ((place + _mix(nonce)) % members) // count
 
 
 class FleetWakes:
@@ -84,35 +149,67 @@ class FleetWakes:
         self.rank = 0
         self.size = 1
         self._lock = threading.Lock()
-        # nonce -> (queue, when to claim): staggered claims not yet cancelled.
-        self._pending: dict[int, tuple[str, float]] = {}
-        # (queue, nonce) of wake-ups this worker was chosen for: after its next claim it tells
-        # the others, whose staggered claims for them are then cancelled.
-        self._owed: dict[tuple[str, int], None] = {}
+        # Earlier rosters still answered for on their shards: [rank, size, roster reads left].
+        self._earlier: list[list[int]] = []
+        # nonce -> (queue, shard, when to claim): staggered claims not yet cancelled.
+        self._pending: dict[int, tuple[str, int | None, float]] = {}
+        # (queue, nonce, shard) of wake-ups this worker was chosen for: after its next claim it
+        # tells the others (on the wake-up's channel), whose staggered claims then stand down.
+        self._owed: dict[tuple[str, int, int | None], None] = {}
 
     def roster(self, *, rank: int, size: int) -> None:
         """The registry's latest word: this worker is number ``rank`` (from 0) of ``size``."""
+        size = max(size, 1)
+        rank = min(max(rank, 0), size - 1)
         with self._lock:
-            self.size = max(size, 1)
-            self.rank = min(max(rank, 0), self.size - 1)
+            for view in self._earlier:
+                view[2] -= 1
+            self._earlier = [view for view in self._earlier if view[2] > 0]
+            if (rank, size) != (self.rank, self.size):
+                self._earlier.append([self.rank, self.size, ROSTER_GRACE])
+            self.size = size
+            self.rank = rank
 
-    def heard(self, queue: str, *, count: int, nonce: int | None) -> float | None:
+    def shards(self) -> frozenset[int]:
+        """The lone-job shards to listen on: this roster's, and those of the rosters still in
+        their grace (see the module docstring)."""
+        with self._lock:
+            found = shards_of(self.rank, self.size)
+            for rank, size, _ in self._earlier:
+                found |= shards_of(rank, size)
+        return found
+
+    def heard(
+        self, queue: str, *, count: int, nonce: int | None, shard: int | None = None
+    ) -> float | None:
         """A wake-up for ``count`` jobs of ``queue`` (``count`` 0 or no ``nonce``: unknown,
-        every worker looks). Returns 0.0: claim now; a number of seconds: a claim is scheduled
-        then (:meth:`next_at`) unless another worker takes it first; None: left to others."""
+        every worker looks), heard on lone-job ``shard`` (None: the common channel). Returns
+        0.0: claim now; a number of seconds: a claim is scheduled then (:meth:`next_at`) unless
+        another worker takes it first; None: left to others."""
         if nonce is None or count <= 0:
             return 0.0
         with self._lock:
-            if count >= self.size:
-                return 0.0
-            tier = ((self.rank + _mix(nonce)) % self.size) // count
-            if tier == 0:
-                self._owe(queue, nonce)
-                return 0.0
-            if tier > self.tiers:
+            if shard is None:
+                tier: int | None = _tier(self.rank, self.size, count, nonce)
+            else:
+                # The earliest tier any roster still in force gives: while rosters differ from
+                # worker to worker, the one every worker still answers for chooses someone.
+                tiers = [
+                    found
+                    for rank, size in [(self.rank, self.size)]
+                    + [(view[0], view[1]) for view in self._earlier]
+                    if (found := _shard_tier(rank, size, shard, count, nonce)) is not None
+                ]
+                tier = min(tiers, default=None)
+            if tier is None or tier > self.tiers:
                 return None
+            if tier < 0:
+                return 0.0
+            if tier == 0:
+                self._owe(queue, nonce, shard)
+                return 0.0
             delay = tier * self.tier_seconds
-            self._pending[nonce] = (queue, self.clock() + delay)
+            self._pending[nonce] = (queue, shard, self.clock() + delay)
             return delay
 
     def taken(self, nonce: int) -> None:
@@ -125,21 +222,22 @@ class FleetWakes:
         with self._lock:
             if not self._pending:
                 return None
-            return min(at for _, at in self._pending.values())
+            return min(at for _, _, at in self._pending.values())
 
     def due(self) -> list[int]:
         """The wake-ups whose staggered claim has come due (each then owed a taken notice):
         claim now if any."""
         now = self.clock()
         with self._lock:
-            came = [nonce for nonce, (_, at) in self._pending.items() if at <= now]
+            came = [nonce for nonce, (_, _, at) in self._pending.items() if at <= now]
             for nonce in came:
-                queue, _ = self._pending.pop(nonce)
-                self._owe(queue, nonce)
+                queue, shard, _ = self._pending.pop(nonce)
+                self._owe(queue, nonce, shard)
         return came
 
-    def claimed(self) -> list[tuple[str, int]]:
-        """A claim ran: the ``(queue, nonce)`` wake-ups to announce as taken (and forget)."""
+    def claimed(self) -> list[tuple[str, int, int | None]]:
+        """A claim ran: the ``(queue, nonce, shard)`` wake-ups to announce as taken (and
+        forget), each on the channel it came on (``shard`` None: the common one)."""
         with self._lock:
             owed = list(self._owed)
             self._owed.clear()
@@ -155,8 +253,52 @@ class FleetWakes:
         stretched = self.poll_interval * size / self.polls
         return stretched * (0.5 + self.random_fraction())
 
-    def _owe(self, queue: str, nonce: int) -> None:
+    def _owe(self, queue: str, nonce: int, shard: int | None) -> None:
         # The caller holds _lock.
-        self._owed[(queue, nonce)] = None
+        self._owed[(queue, nonce, shard)] = None
         while len(self._owed) > _OWED_MAX:
             del self._owed[next(iter(self._owed))]
+
+
+class ShardListening:
+    """A worker's subscriptions to lone-job shards on its process's listener, kept to the set
+    :meth:`FleetWakes.shards` gives (the listener stops listening to a shard nobody in the
+    process subscribes to any more). ``callback(payload, shard=k)`` runs on the listener's
+    thread for each wake-up heard on shard ``k``.
+
+    Example::
+
+        shards = ShardListening(listener, on_enqueued)
+        shards.listen(fleet.shards())      # again after every roster read
+        shards.close()
+    """
+
+    def __init__(self, listener: WakeUps, callback: Callable[..., None]) -> None:
+        self._listener = listener
+        self._callback = callback
+        self._lock = threading.Lock()
+        self._removers: dict[int, Callable[[], None]] = {}
+        self._closed = False
+
+    def listen(self, shards: Iterable[int]) -> None:
+        """Listen on exactly ``shards`` from now on."""
+        wanted = frozenset(shards)
+        with self._lock:
+            if self._closed:
+                return
+            for shard in wanted - self._removers.keys():
+                # No wait: the listener's thread catches up on its own, and a wake-up missed
+                # meanwhile is one the grace of the previous roster's shards still hears.
+                self._removers[shard] = self._listener.subscribe(
+                    shard_channel(shard), functools.partial(self._callback, shard=shard), wait=0
+                )
+            for shard in self._removers.keys() - wanted:
+                self._removers.pop(shard)()
+
+    def close(self) -> None:
+        """Leave every shard (idempotent)."""
+        with self._lock:
+            self._closed = True
+            removers, self._removers = self._removers, {}
+        for remove in removers.values():
+            remove()

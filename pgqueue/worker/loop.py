@@ -25,9 +25,9 @@ from typing import TYPE_CHECKING, Any
 
 from pgqueue.job_context import JobContext, Outcome
 from pgqueue.limits.policy import LimitedClaimPolicy
-from pgqueue.notifications import ENQUEUED_CHANNEL, parse_enqueued, taken_payload
 from pgqueue.worker.executor import Executor
 from pgqueue.worker.fleet import FleetWakes
+from pgqueue.worker.hearing import WakeUpHearing
 from pgqueue.worker.ledger import Claimed, Ledger
 from pgqueue.worker.planner import Turn, TurnPlanner
 from pgqueue.worker.services import EmbeddedServices
@@ -126,7 +126,9 @@ class WorkerLoop:
         self._one_by_one = False
         self._wake_posted = False
         self._look_posted = False
-        self._unsubscribe: list[Callable[[], None]] = []
+        self.hearing = WakeUpHearing(
+            self.fleet, config.queues, wake=self.wake, look=self._look, nudge=self._nudge
+        )
 
     # -- posted from other threads -----------------------------------------------------------
 
@@ -151,26 +153,8 @@ class WorkerLoop:
     def _deliver(self, job: Claimed, outcome: Outcome) -> None:
         self.inbox.put(_Done(job, outcome))
 
-    def _on_enqueued(self, payload: str) -> None:
-        # On the LISTEN thread, for every enqueue anywhere: a worker the wake-up does not
-        # choose leaves its loop thread asleep (pgqueue/worker/fleet.py).
-        heard = parse_enqueued(payload)
-        queue_name = heard.queue
-        # "" comes from queue.retry(), which does not say which queue it re-queued into.
-        if self.config.queues is not None and queue_name and queue_name not in self.config.queues:
-            return
-        if heard.taken:
-            assert heard.nonce is not None
-            self.fleet.taken(heard.nonce)
-            return
-        delay = self.fleet.heard(queue_name, count=heard.count, nonce=heard.nonce)
-        if delay == 0.0:
-            self.wake()
-        elif delay is not None:
-            self.inbox.put(_NUDGE)
-
-    def _on_roster(self, rank: int, size: int) -> None:
-        self.fleet.roster(rank=rank, size=size)
+    def _nudge(self) -> None:
+        self.inbox.put(_NUDGE)
 
     # -- the loop ------------------------------------------------------------------------------
 
@@ -190,9 +174,11 @@ class WorkerLoop:
             self.executor.start()
             if self.services.session is not None and self.queue.db.listener is not None:
                 # Wake-ups with payloads: the fleet's roster, read on every registry beat.
-                self.services.presence.on_roster = self._on_roster
+                self.services.presence.on_roster = self.hearing.roster
             self.services.start()
-            self._subscribe()
+            listener = self.queue.db.listener
+            if listener is not None:
+                self.hearing.subscribe(listener, payloads=self.queue.db.backend.supports_notify)
             # A stop() that came before the first turn is honoured before anything is claimed.
             self._receive(0.0)
             while True:
@@ -219,18 +205,6 @@ class WorkerLoop:
                 self.ledger.stats(),
                 extra={"worker_id": self.id},
             )
-
-    def _subscribe(self) -> None:
-        listener = self.queue.db.listener
-        if listener is None:
-            return
-        # Where wake-ups carry payloads (NOTIFY), a reconnect may have lost enqueues: it counts
-        # as one. SQLite's watch calls on_reconnect after every commit (completions, most of
-        # them, during a drain) and tells those that added jobs apart (subscribe): a look only,
-        # which leaves the claim plan (a lone fairness key, unkeyed claims skipped) alone.
-        look = self.wake if self.queue.db.backend.supports_notify else self._look
-        self._unsubscribe.append(listener.on_reconnect(look))
-        self._unsubscribe.append(listener.subscribe(ENQUEUED_CHANNEL, self._on_enqueued))
 
     def _free_slots(self) -> int:
         return self.executor.free_slots()
@@ -369,11 +343,10 @@ class WorkerLoop:
     def _announce_taken(self) -> None:
         """Tell the fleet which wake-ups this claim answered: their staggered claims elsewhere
         are not needed (pgqueue/worker/fleet.py)."""
-        owed = self.fleet.claimed()
-        if not owed:
-            return
+        notices = self.hearing.owed_notices()
         try:
-            self.store.announce(ENQUEUED_CHANNEL, [taken_payload(q, nonce) for q, nonce in owed])
+            for channel, payloads in notices.items():
+                self.store.announce(channel, payloads)
         except Exception as exc:
             # Only a saving: the others' staggered claims then find the job taken.
             logger.debug("announcing a claim failed worker_id=%s: %s", self.id, exc)
@@ -478,11 +451,10 @@ class WorkerLoop:
         self.ledger.handed_back(unfinished, released)
 
     def _close(self) -> None:
-        for unsubscribe in self._unsubscribe:
-            try:
-                unsubscribe()
-            except Exception:
-                logger.debug("unsubscribing failed", exc_info=True)
+        try:
+            self.hearing.close()
+        except Exception:
+            logger.debug("unsubscribing failed", exc_info=True)
         self.executor.shutdown()
         self.store.close()
         try:

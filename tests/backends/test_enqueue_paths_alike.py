@@ -15,10 +15,11 @@ import pytest
 import sqlalchemy as sa
 from conditions import wait_until
 from test_producer_enqueue import set_state
+from wakeup_support import listen_enqueued
 
 import pgqueue
 import pgqueue.producer
-from pgqueue.notifications import ENQUEUED_CHANNEL, parse_enqueued
+from pgqueue.notifications import parse_enqueued
 from pgqueue.producer import batch, fresh, options
 from pgqueue.producer.paths import EnqueuePath
 from pgqueue.schema import JOBS
@@ -175,8 +176,7 @@ class listening:
             return None
         url = self.queue.engine.url.set(drivername="postgresql")
         self.connection = psycopg.connect(url.render_as_string(False), autocommit=True)
-        channel = self.queue.backend.channel(ENQUEUED_CHANNEL)
-        self.connection.execute(f'LISTEN "{channel}"')
+        listen_enqueued(self.connection, self.queue.backend)
         return self.payloads
 
     def payloads(self) -> set[str]:

@@ -15,11 +15,12 @@ import pytest
 import sqlalchemy as sa
 from conftest import POSTGRES_ONLY, count_jobs
 from test_producer_idle_connection import _terminate_others
+from wakeup_support import listen_enqueued
 
 import pgqueue
 from pgqueue.backends.base import Clock
 from pgqueue.backends.postgres import copy_enqueue
-from pgqueue.notifications import ENQUEUED_CHANNEL, parse_enqueued
+from pgqueue.notifications import parse_enqueued
 from pgqueue.producer import fresh as _fresh
 
 pytestmark = pytest.mark.queue_options(allow_unknown_tasks=True)
@@ -160,10 +161,9 @@ def test_a_bad_item_in_a_later_chunk_leaves_no_transaction_open(queue: pgqueue.Q
 
 @POSTGRES_ONLY
 def test_a_call_wakes_listeners_once_and_a_failed_one_not_at_all(queue: pgqueue.Queue) -> None:
-    channel = queue.backend.channel(ENQUEUED_CHANNEL)  # type: ignore[attr-defined]
     url = queue.engine.url.set(drivername="postgresql").render_as_string(hide_password=False)
     with psycopg.connect(url, autocommit=True) as listener:
-        listener.execute(f'LISTEN "{channel}"')
+        listen_enqueued(listener, queue.backend)
         queue.enqueue_many("t.any", [(n,) for n in range(7)], queue="bulk")  # 4 chunks
         with pytest.raises(pgqueue.SerializationError):
             queue.enqueue_many("t.any", [(1,), ("\x00",)], queue="failed")
@@ -268,11 +268,10 @@ def test_every_payload_carries_the_calls_trace_context(queue: pgqueue.Queue, spa
 def test_an_autocommit_engine_gets_its_jobs_and_one_wake_up(db_url: str) -> None:
     engine = sa.create_engine(db_url, isolation_level="AUTOCOMMIT")
     queue = pgqueue.Queue(engine, allow_unknown_tasks=True)
-    channel = queue.backend.channel(ENQUEUED_CHANNEL)  # type: ignore[attr-defined]
     url = engine.url.set(drivername="postgresql").render_as_string(hide_password=False)
     try:
         with psycopg.connect(url, autocommit=True) as listener:
-            listener.execute(f'LISTEN "{channel}"')
+            listen_enqueued(listener, queue.backend)
             results = queue.enqueue_many("t.any", [(n,) for n in range(7)], queue="auto")
             queue.enqueue("t.any", queue="marker")
             heard = []

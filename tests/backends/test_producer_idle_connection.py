@@ -13,7 +13,7 @@ from sqlalchemy import event
 
 import pgqueue
 from pgqueue.backends.postgres import engines, enqueue_verbs, prepared
-from pgqueue.notifications import ENQUEUED_CHANNEL, parse_enqueued
+from pgqueue.notifications import parse_enqueued, subscribe_enqueued
 
 pytestmark = [
     pytest.mark.postgres,
@@ -164,7 +164,7 @@ def test_the_one_statement_enqueue_wakes_listeners(queue: pgqueue.Queue) -> None
     heard: list[str] = []
     listener = queue.listener
     assert listener is not None
-    listener.subscribe(ENQUEUED_CHANNEL, lambda payload: heard.append(queue_of(payload)))
+    subscribe_enqueued(listener, lambda payload: heard.append(queue_of(payload)))
     queue.enqueue("tasks.noop", queue="mail")
     wait_until(lambda: "mail" in heard, "the enqueue's notification")
 
@@ -173,7 +173,7 @@ def test_an_existing_id_sends_no_notification(queue: pgqueue.Queue) -> None:
     heard: list[str] = []
     listener = queue.listener
     assert listener is not None
-    listener.subscribe(ENQUEUED_CHANNEL, lambda payload: heard.append(queue_of(payload)))
+    subscribe_enqueued(listener, lambda payload: heard.append(queue_of(payload)))
     queue.enqueue("tasks.noop", id="once", queue="first")
     wait_until(lambda: "first" in heard, "the first enqueue's notification")
     assert queue.enqueue("tasks.noop", id="once", queue="second").status == "duplicate"

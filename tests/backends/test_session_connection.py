@@ -21,7 +21,7 @@ from pgqueue.backends.postgres.session import SessionConnection
 from pgqueue.errors import ConfigError
 from pgqueue.job import JobState
 from pgqueue.maintenance import AdvisoryLockLeadership, Reaper, WorkerPresence
-from pgqueue.notifications import ENQUEUED_CHANNEL, parse_enqueued, session_of
+from pgqueue.notifications import parse_enqueued, session_of, subscribe_enqueued
 
 pytestmark = [pytest.mark.postgres, POSTGRES_ONLY]
 
@@ -64,7 +64,7 @@ def test_one_session_holds_the_liveness_lock_the_roles_and_listens(
     pg_queue: pgqueue.Queue, session: SessionConnection
 ) -> None:
     heard: list[str] = []
-    session.subscribe(ENQUEUED_CHANNEL, lambda payload: heard.append(parse_enqueued(payload).queue))
+    subscribe_enqueued(session, lambda payload: heard.append(parse_enqueued(payload).queue))
     presence = WorkerPresence(pg_queue, "w", session=session)
     reaper_role = AdvisoryLockLeadership(pg_queue, "reaper", session=session)
     scheduler_role = AdvisoryLockLeadership(pg_queue, "scheduler", session=session)

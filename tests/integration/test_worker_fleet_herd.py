@@ -1,11 +1,14 @@
-"""An idle fleet answers a lone job with one worker's claim, not every worker's (issue 31).
+"""An idle fleet answers a lone job with one worker's claim, not every worker's, and only one
+group of it hears the wake-up at all (issue 31).
 
-Eight workers (threads, each its own registry row, sharing one Queue and so one LISTEN
-session) wait idle on PostgreSQL; one job is enqueued at a time. Every worker hears the NOTIFY,
-but only the one its rotated rank chooses claims at once; a backup tier claims a step later
-only should no *taken* notice come first (pgqueue/worker/fleet.py). Counted per wake-up (keyed
-by its nonce, so nothing depends on timing): the workers that set out to claim for it, at most
-the chosen one and the backup tiers, where the herd this replaces had all eight claim. The
+Sixteen workers (threads, each its own registry row, sharing one Queue and so one LISTEN
+session) wait idle on PostgreSQL; one job is enqueued at a time. A lone job's wake-up goes to
+one shard channel, which one group of the fleet (two groups of eight here) listens on; of
+those, only the one its rotated rank chooses claims at once, and a backup tier claims a step
+later only should no *taken* notice come first (pgqueue/worker/fleet.py). Counted per wake-up
+(keyed by its nonce, so nothing depends on timing): the workers that heard it, at most one
+group, and those that set out to claim for it, at most the chosen one and the backup tiers,
+where the herd this replaces had all of them hear and claim. The
 claim statements the server was sent (``SKIP LOCKED``, through the engine's cursor hook) are
 bounded too, loosely enough to hold under any load: the herd sent at least two per worker per
 job. Directly, and behind pgbouncer in transaction mode with ``session_url`` (LISTEN on the
@@ -26,11 +29,11 @@ from conditions import wait_until
 from postgres_server import PostgresServer
 
 import pgqueue
-from pgqueue.worker.fleet import BACKUP_TIERS
+from pgqueue.worker.fleet import BACKUP_TIERS, SHARD_GROUP, shards_of
 
 pytestmark = pytest.mark.postgres
 
-FLEET = 8
+FLEET = 2 * SHARD_GROUP
 JOBS = 5
 
 
@@ -83,10 +86,12 @@ def test_a_lone_job_wakes_one_worker_of_an_idle_fleet(fleet_queue: pgqueue.Queue
         )
         for _ in range(FLEET)
     ]
-    # Per wake-up nonce: the workers that set out to claim for it (at once or staggered).
+    # Per wake-up nonce: the workers that heard it, and those that set out to claim for it
+    # (at once or staggered).
+    hearers: dict[int, set[str]] = defaultdict(set)
     claimers: dict[int, set[str]] = defaultdict(set)
     for worker in workers:
-        record(worker, claimers)
+        record(worker, hearers, claimers)
     for worker in workers:
         worker.start()
     try:
@@ -97,6 +102,13 @@ def test_a_lone_job_wakes_one_worker_of_an_idle_fleet(fleet_queue: pgqueue.Queue
             timeout=120,
         )
         assert sorted(w.fleet.rank for w in workers) == list(range(FLEET))
+        # ... and has left the shards it listened on before it knew it (every one of them).
+        wait_until(
+            lambda: all(w.fleet.shards() == shards_of(w.fleet.rank, FLEET) for w in workers),
+            "every worker to listen on its own group's shards only",
+            timeout=120,
+        )
+        hearers.clear()
         claimers.clear()
         before = statements[0]
         for n in range(JOBS):
@@ -109,24 +121,36 @@ def test_a_lone_job_wakes_one_worker_of_an_idle_fleet(fleet_queue: pgqueue.Queue
         assert len(claimers) == JOBS  # one wake-up per enqueue, each with a nonce
         for nonce, who in claimers.items():
             assert 1 <= len(who) <= 1 + BACKUP_TIERS, f"wake-up {nonce}: {sorted(who)} claimed"
+            assert len(hearers[nonce]) <= SHARD_GROUP, f"wake-up {nonce}: {hearers[nonce]} heard"
         assert statements[0] - before < 2 * FLEET * JOBS
         assert sorted(runs) == [f"job-{n}" for n in range(JOBS)]
-        assert sum(w.stats.completed for w in workers) == JOBS
+        # Counted once the turn that stored the outcome has returned, a moment after the
+        # result became visible.
+        wait_until(
+            lambda: sum(w.stats.completed for w in workers) == JOBS, "every completion counted"
+        )
     finally:
         for worker in workers:
             worker.stop(timeout=10)
         sa.event.remove(queue.engine, "before_cursor_execute", count_statements)
 
 
-def record(worker: pgqueue.Worker, claimers: dict[int, set[str]]) -> None:
-    """Note in ``claimers`` each wake-up ``worker`` decides to claim for."""
+def record(
+    worker: pgqueue.Worker, hearers: dict[int, set[str]], claimers: dict[int, set[str]]
+) -> None:
+    """Note in ``hearers`` each wake-up ``worker`` hears, in ``claimers`` each it decides to
+    claim for."""
     fleet = worker.fleet
     heard, due = fleet.heard, fleet.due
 
-    def heard_and_noted(queue: str, *, count: int, nonce: int | None) -> float | None:
-        delay = heard(queue, count=count, nonce=nonce)
-        if delay == 0 and nonce is not None:
-            claimers[nonce].add(worker.id)
+    def heard_and_noted(
+        queue: str, *, count: int, nonce: int | None, shard: int | None = None
+    ) -> float | None:
+        delay = heard(queue, count=count, nonce=nonce, shard=shard)
+        if nonce is not None:
+            hearers[nonce].add(worker.id)
+            if delay == 0:
+                claimers[nonce].add(worker.id)
         return delay
 
     def due_and_noted() -> list[int]:

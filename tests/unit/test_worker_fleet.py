@@ -6,8 +6,22 @@ from __future__ import annotations
 
 import pytest
 
-from pgqueue.notifications import enqueued_payload, parse_enqueued, taken_payload
-from pgqueue.worker.fleet import BACKUP_TIERS, FLEET_POLLS, TIER_SECONDS, FleetWakes
+from pgqueue.notifications import (
+    WAKE_SHARDS,
+    enqueued_payload,
+    parse_enqueued,
+    shard_of,
+    taken_payload,
+)
+from pgqueue.worker.fleet import (
+    BACKUP_TIERS,
+    FLEET_POLLS,
+    ROSTER_GRACE,
+    SHARD_GROUP,
+    TIER_SECONDS,
+    FleetWakes,
+    shards_of,
+)
 
 
 class FakeClock:
@@ -24,10 +38,12 @@ def clock() -> FakeClock:
 
 
 def fleet_of(size: int, clock: FakeClock, *, fraction: float = 0.5) -> list[FleetWakes]:
+    """A fleet that has read its roster long enough to have left the start-up's shards."""
     fleet = []
     for rank in range(size):
         wakes = FleetWakes(poll_interval=1.0, clock=clock, random_fraction=lambda: fraction)
-        wakes.roster(rank=rank, size=size)
+        for _ in range(1 + ROSTER_GRACE):
+            wakes.roster(rank=rank, size=size)
         fleet.append(wakes)
     return fleet
 
@@ -90,7 +106,7 @@ def test_backups_claim_a_tier_apart_unless_the_chosen_says_it_claimed(clock: Fak
     # One backup per tier, TIER_SECONDS apart; the rest leave it to the fleet's poll.
     assert scheduled == pytest.approx([TIER_SECONDS * t for t in range(1, BACKUP_TIERS + 1)])
     # The chosen one owes the others a notice once it has claimed.
-    assert fleet[chosen].claimed() == [("q", 77)]
+    assert fleet[chosen].claimed() == [("q", 77, None)]
     assert fleet[chosen].claimed() == []
     for wakes in fleet:
         wakes.taken(77)
@@ -107,7 +123,7 @@ def test_a_silent_chosen_worker_is_covered_by_the_next_tier(clock: FakeClock) ->
     came = [w for w in fleet if w.due()]
     assert len(came) == 1
     # It claims, then tells the rest: the later tiers stand down.
-    assert came[0].claimed() == [("q", 78)]
+    assert came[0].claimed() == [("q", 78, None)]
     for wakes in fleet:
         wakes.taken(78)
     clock.now += 1
@@ -161,3 +177,131 @@ def test_a_bare_queue_name_is_an_unknown_number_of_jobs() -> None:
     for payload in ("emails", "", "a\x1fb", "a\x1fx\x1fy"):
         heard = parse_enqueued(payload)
         assert (heard.queue, heard.count, heard.nonce) == (payload, 0, None)
+
+
+# -- lone jobs on shard channels: only one group of a large fleet hears them -----------------
+
+
+def _shards(wakes: FleetWakes) -> frozenset[int]:
+    # Kept for the rest of the test: rosters do not change while a test hears wake-ups.
+    found = getattr(wakes, "_test_shards", None)
+    if found is None:
+        found = wakes._test_shards = wakes.shards()  # type: ignore[attr-defined]
+    return found
+
+
+def hear_shard(fleet: list[FleetWakes], nonce: int) -> dict[int, float]:
+    """A lone job's wake-up with ``nonce``, delivered (as the server does) to the workers that
+    listen on its shard: rank -> the delay each answers with (None left out)."""
+    shard = shard_of(nonce)
+    answers = {}
+    for rank, wakes in enumerate(fleet):
+        if shard in _shards(wakes):
+            delay = wakes.heard("q", count=1, nonce=nonce, shard=shard)
+            if delay is not None:
+                answers[rank] = delay
+    return answers
+
+
+@pytest.mark.parametrize("size", [1, 2, SHARD_GROUP, 2 * SHARD_GROUP - 1])
+def test_a_small_fleet_listens_on_every_shard(clock: FakeClock, size: int) -> None:
+    for wakes in fleet_of(size, clock):
+        assert wakes.shards() == frozenset(range(WAKE_SHARDS))
+
+
+@pytest.mark.parametrize("size", [16, 50, 200, 1000])
+def test_every_shard_has_a_group_of_listeners_and_each_worker_few_shards(
+    clock: FakeClock, size: int
+) -> None:
+    fleet = fleet_of(size, clock)
+    listeners = {k: [r for r, w in enumerate(fleet) if k in w.shards()] for k in range(WAKE_SHARDS)}
+    groups = min(WAKE_SHARDS, size // SHARD_GROUP)
+    for k, ranks in listeners.items():
+        # A group: at least SHARD_GROUP workers, and about size / groups of them.
+        assert SHARD_GROUP <= len(ranks) <= size // groups + 1, (k, len(ranks))
+    assert max(len(w.shards()) for w in fleet) <= -(-WAKE_SHARDS // groups)
+
+
+@pytest.mark.parametrize("size", [16, 50, 200, 1000])
+def test_a_lone_job_on_a_shard_wakes_one_worker_and_its_backups_only(
+    clock: FakeClock, size: int
+) -> None:
+    fleet = fleet_of(size, clock)
+    for nonce in range(5000, 5200):
+        answers = hear_shard(fleet, nonce)
+        assert sorted(answers.values()) == pytest.approx(
+            [0.0] + [TIER_SECONDS * t for t in range(1, BACKUP_TIERS + 1)]
+        ), nonce
+        # Only the shard's group heard it at all.
+        heard = [w for w in fleet if shard_of(nonce) in _shards(w)]
+        assert len(heard) <= -(-size // min(WAKE_SHARDS, size // SHARD_GROUP))
+        for wakes in fleet:
+            wakes.taken(nonce)
+            wakes.claimed()
+
+
+def test_the_chosen_worker_rotates_within_a_shards_group(clock: FakeClock) -> None:
+    fleet = fleet_of(200, clock)
+    chosen = set()
+    for nonce in range(0, WAKE_SHARDS * 400, WAKE_SHARDS):  # every one on shard 0
+        [rank] = [r for r, delay in hear_shard(fleet, nonce).items() if delay == 0]
+        chosen.add(rank)
+        for wakes in fleet:
+            wakes.taken(nonce)
+            wakes.claimed()
+    assert chosen <= {r for r, w in enumerate(fleet) if 0 in w.shards()}
+    assert len(chosen) >= SHARD_GROUP
+
+
+def test_the_chosen_worker_announces_on_the_shard_it_heard(clock: FakeClock) -> None:
+    fleet = fleet_of(200, clock)
+    nonce = 4242
+    [chosen] = [r for r, delay in hear_shard(fleet, nonce).items() if delay == 0]
+    assert fleet[chosen].claimed() == [("q", nonce, shard_of(nonce))]
+
+
+def test_a_worker_keeps_its_old_shards_until_the_fleet_has_read_the_new_roster(
+    clock: FakeClock,
+) -> None:
+    wakes = FleetWakes(poll_interval=1.0, clock=clock)
+    # Before its first roster a worker listens everywhere, and for a grace after it.
+    assert wakes.shards() == frozenset(range(WAKE_SHARDS))
+    for _ in range(1 + ROSTER_GRACE):
+        wakes.roster(rank=3, size=200)
+    old = wakes.shards()
+    assert old == shards_of(3, 200)
+    wakes.roster(rank=4, size=201)
+    new = shards_of(4, 201)
+    assert old != new
+    assert wakes.shards() == old | new
+    for _ in range(ROSTER_GRACE - 1):
+        wakes.roster(rank=4, size=201)
+        assert wakes.shards() == old | new
+    wakes.roster(rank=4, size=201)
+    assert wakes.shards() == new
+
+
+def test_while_rosters_differ_the_old_rosters_choice_still_claims(clock: FakeClock) -> None:
+    """Half the fleet has read a new roster (one more worker), half has not: every lone job is
+    still claimed at once by someone, because every worker also answers as the roster that
+    all of them still know (the old one, in its grace) says."""
+    old = fleet_of(200, clock)
+    for rank, wakes in enumerate(old):
+        if rank % 2:
+            wakes.roster(rank=rank, size=201)
+    for nonce in range(9000, 9300):
+        answers = hear_shard(old, nonce)
+        assert 0.0 in answers.values(), nonce
+        for wakes in old:
+            wakes.taken(nonce)
+            wakes.claimed()
+
+
+def test_a_wake_up_on_a_shard_no_roster_gives_this_worker_is_left_alone(
+    clock: FakeClock,
+) -> None:
+    wakes = FleetWakes(poll_interval=1.0, clock=clock)
+    for _ in range(1 + ROSTER_GRACE):
+        wakes.roster(rank=0, size=200)
+    other = next(k for k in range(WAKE_SHARDS) if k not in wakes.shards())
+    assert wakes.heard("q", count=1, nonce=other, shard=other) is None

@@ -26,7 +26,7 @@ from pgqueue.backends.postgres.enqueue_verbs import ENQUEUE_CHUNK, EnqueueVerbs
 from pgqueue.backends.postgres.session import SessionConnection
 from pgqueue.config import check_schema
 from pgqueue.errors import BackendError, ConfigError, SchemaMissingError
-from pgqueue.notifications import ENQUEUED_CHANNEL
+from pgqueue.notifications import ENQUEUED_CHANNEL, shard_channel, shard_number
 
 __all__ = ["PostgresBackend"]
 
@@ -108,6 +108,10 @@ class PostgresBackend:
     def channel(self, name: str) -> str:
         # A short hash, not the schema itself: channel names are identifiers of at most 63
         # bytes and go into LISTEN unquoted.
+        shard = shard_number(name)
+        if shard is not None:
+            # After the suffix, as the wake-up's SQL appends it to the enqueue channel's name.
+            return shard_channel(shard, ENQUEUED_CHANNEL + self._suffix)
         return name + self._suffix
 
     def ensure_schema(self, connection: Connection) -> None:

@@ -41,6 +41,7 @@ from pgqueue.backends.base import Clock
 from pgqueue.backends.identifiers import driver_identifier
 from pgqueue.backends.postgres import prepared
 from pgqueue.job import JobState
+from pgqueue.notifications import WAKE_SHARDS
 from pgqueue.schema import JOBS, NEW_JOB_COLUMNS
 
 __all__ = [
@@ -304,10 +305,12 @@ def _insert_statement(schema: str | None) -> sql.Composed:
         "WITH queued AS (INSERT INTO {} ({}) SELECT {} "
         "FROM ROWS FROM (unnest(%(ids)s::text[]), jsonb_array_elements(%(args)s::jsonb)) "
         "AS g(id, args)) "
-        # The wake-up announces the call's jobs, the transaction's id its nonce (as
-        # statements.wake_payload; every id is written or the statement fails).
-        "SELECT pg_notify(%(channel)s, concat_ws(chr(31), %(queue)s, %(count)s::int, "
-        "txid_current()))"
+        # The wake-up announces the call's jobs, the transaction's id its nonce, a lone job's
+        # on its shard (as statements.wake_notify; every id is written or the statement fails).
+        "SELECT pg_notify(CASE WHEN %(count)s::int = 1 "
+        f"THEN concat(%(channel)s::text, '_', txid_current() %% {WAKE_SHARDS}) "
+        "ELSE %(channel)s::text END, "
+        "concat_ws(chr(31), %(queue)s, %(count)s::int, txid_current()))"
     ).format(
         table,
         sql.SQL(", ").join(map(sql.Identifier, _COLUMNS)),

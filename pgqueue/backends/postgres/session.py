@@ -43,7 +43,7 @@ from pgqueue.backends.postgres.held import connection_broken, current_setting
 from pgqueue.backends.postgres.session_locks import SESSION_WAIT_SECONDS, SessionLocks
 from pgqueue.backends.wakeups import WakeUpThread
 from pgqueue.errors import BackendError
-from pgqueue.notifications import CHANNELS
+from pgqueue.notifications import ENQUEUED_CHANNELS, FINISHED_CHANNEL, shard_number
 
 __all__ = ["SESSION_WAIT_SECONDS", "SessionConnection"]
 
@@ -78,7 +78,10 @@ class SessionConnection(WakeUpThread):
         super().__init__()
         self._engine = engine
         # pgqueue's channel names -> the names on the server (a Queue's schema suffixes them).
-        self._names = {name: name if channel is None else channel(name) for name in CHANNELS}
+        self._names = {
+            name: name if channel is None else channel(name)
+            for name in (*ENQUEUED_CHANNELS, FINISHED_CHANNEL)
+        }
         self._by_name = {server: name for name, server in self._names.items()}
         # Whoever uses the connection holds this: the thread (ping, notifications, LISTEN) and
         # borrowers (locks, maintenance queries). Re-entrant: hold() runs inside connection().
@@ -86,7 +89,9 @@ class SessionConnection(WakeUpThread):
         self._callbacks: dict[str, list[Callable[[str], None]]] = defaultdict(list)
         self._lost_callbacks: list[Callable[[], None]] = []
         # Channels with (or once with) a subscriber, and those the live connection LISTENs on.
-        # A worker process only ever hears enqueues, not every finished job's NOTIFY.
+        # A worker process only ever hears enqueues, not every finished job's NOTIFY. A lone-job
+        # shard is left (UNLISTEN) once nobody subscribes to it: a worker of a large fleet
+        # listens to its own shards only, and which they are changes as the fleet does.
         self._channels: set[str] = set()
         self._listened: set[str] = set()
         self._listened_changed = threading.Condition(self._lock)
@@ -113,7 +118,7 @@ class SessionConnection(WakeUpThread):
     ) -> Callable[[], None]:
         """Call ``callback(payload)`` for every notification on ``channel``; returns the
         unsubscribe function. Waits up to ``wait`` seconds for the connection to be listening."""
-        if channel not in CHANNELS:
+        if channel not in self._names:
             raise ValueError(f"unknown channel {channel!r}")
         with self._lock:
             self._callbacks[channel].append(callback)
@@ -129,6 +134,10 @@ class SessionConnection(WakeUpThread):
                 callbacks = self._callbacks[channel]
                 if callback in callbacks:
                     callbacks.remove(callback)
+                if not callbacks and shard_number(channel) is not None:
+                    self._channels.discard(channel)
+                    if self._wake is not None:
+                        self._wake.send(b"\1")
 
         return unsubscribe
 
@@ -294,12 +303,16 @@ class SessionConnection(WakeUpThread):
     def _listen_to_new_channels(self, connection: Connection) -> None:
         with self._lock:
             missing = self._channels - self._listened
+            left = self._listened - self._channels
         raw = connection.connection.dbapi_connection
         assert raw is not None
-        for channel in sorted(missing):
-            raw.execute(f"LISTEN {self._names[channel]}")
+        # One round trip however many: a worker of a small fleet listens on every shard.
+        commands = [f"LISTEN {self._names[channel]}" for channel in sorted(missing)]
+        commands += [f"UNLISTEN {self._names[channel]}" for channel in sorted(left)]
+        if commands:
+            raw.execute("; ".join(commands))
         with self._lock:
-            self._listened |= missing
+            self._listened = (self._listened | missing) - left
             self._listened_changed.notify_all()
 
     def _serve(self, woken: socket.socket) -> None:

@@ -80,8 +80,10 @@ def fresh_enqueue(clock: Clock, channel: str | None) -> Any:
         return statement
     queued = statement.returning(JOBS.c.queue).cte("queued")
     # One queue (the shared parameter): the count of the whole statement.
-    payload = pg_statements.wake_payload(queued.c.queue, func.count().over())
-    return select(queued.c.id, func.pg_notify(literal(channel, Text), payload))
+    count = func.count().over()
+    return select(
+        queued.c.id, pg_statements.wake_notify(literal(channel, Text), queued.c.queue, count)
+    )
 
 
 @functools.cache

@@ -18,6 +18,7 @@ from sqlalchemy import (
     Text,
     Update,
     bindparam,
+    case,
     cast,
     column,
     exists,
@@ -36,7 +37,7 @@ from sqlalchemy.sql.elements import TextClause
 
 from pgqueue.backends.base import Clock
 from pgqueue.job import JobState
-from pgqueue.notifications import WAKE_SEPARATOR
+from pgqueue.notifications import WAKE_SEPARATOR, WAKE_SHARDS
 from pgqueue.schema import (
     JOBS,
     WORKERS,
@@ -62,7 +63,7 @@ __all__ = [
     "session_setting",
     "table_lock_exclusive",
     "transaction_setting",
-    "wake_payload",
+    "wake_notify",
 ]
 
 
@@ -127,21 +128,30 @@ def job_enqueue_notify(insert: Any, clock: Clock, channel: str) -> Select[tuple[
     """PostgreSQL: :func:`job_enqueue_many` and its wake-up in one statement, so that a producer
     outside any transaction commits both in one round trip (no ``BEGIN``/``COMMIT`` of its own).
 
-    Returns one row per id queued; ``pg_notify(channel, wake_payload(...))`` runs once per such
+    Returns one row per id queued; :func:`wake_notify` runs once per such
     row with the same payload for each queue (the server folds identical notifications of one
     transaction into one), so nothing is sent when every id already existed.
     """
     queued = job_enqueue_many(insert, clock).returning(JOBS.c.queue).cte("queued")
-    payload = wake_payload(queued.c.queue, func.count().over(partition_by=queued.c.queue))
-    return select(queued.c.id, func.pg_notify(literal(channel, Text), payload))
+    count = func.count().over(partition_by=queued.c.queue)
+    return select(queued.c.id, wake_notify(literal(channel, Text), queued.c.queue, count))
 
 
-def wake_payload(queue: ColumnElement[Any], count: ColumnElement[Any]) -> ColumnElement[str]:
-    """The enqueue wake-up's payload in SQL (``notifications.enqueued_payload``): the queue,
-    the number of its jobs the statement queued, and the transaction's id as the nonce (the
-    same for every row of the statement, so one notification per queue and count)."""
+def wake_notify(
+    channel: ColumnElement[Any], queue: ColumnElement[Any], count: ColumnElement[Any]
+) -> ColumnElement[Any]:
+    """The enqueue wake-up in SQL: ``pg_notify`` of ``notifications.enqueued_payload`` (the
+    queue, the number of its jobs the statement queued, the transaction's id as the nonce: the
+    same for every row of the statement, so one notification per queue and count). A lone job's
+    goes to shard ``nonce % WAKE_SHARDS`` of ``channel`` (``notifications.shard_channel``), where
+    only that shard's workers hear it; more jobs than one go to ``channel`` itself, for all."""
+    nonce = func.txid_current()
     separator = literal(WAKE_SEPARATOR, Text)
-    return func.concat_ws(separator, queue, count, func.txid_current())
+    target = case(
+        (count == 1, func.concat(channel, literal("_", Text), nonce % WAKE_SHARDS)),
+        else_=channel,
+    )
+    return func.pg_notify(target, func.concat_ws(separator, queue, count, nonce))
 
 
 _ONE_SECOND: ColumnElement[Any] = literal_column("INTERVAL '1 second'")
@@ -324,10 +334,15 @@ def notify() -> Select[Any]:
 
 
 def notify_enqueued() -> Select[Any]:
-    """Announce ``count`` jobs of ``queue`` on ``channel`` (:func:`wake_payload`), inside the
+    """Announce ``count`` jobs of ``queue`` on ``channel`` (:func:`wake_notify`), inside the
     caller's transaction."""
-    payload = wake_payload(bindparam("queue", type_=Text), bindparam("count", type_=Integer))
-    return select(func.pg_notify(bindparam("channel", type_=Text), payload))
+    return select(
+        wake_notify(
+            bindparam("channel", type_=Text),
+            bindparam("queue", type_=Text),
+            bindparam("count", type_=Integer),
+        )
+    )
 
 
 def notify_many() -> Select[Any]:

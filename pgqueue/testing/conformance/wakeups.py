@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from pgqueue.notifications import ENQUEUED_CHANNEL, WakeUps, parse_enqueued
+from pgqueue.notifications import ENQUEUED_CHANNEL, WakeUps, parse_enqueued, subscribe_enqueued
 from pgqueue.queue import Queue
 from pgqueue.testing.conformance.support import claim, enqueue, job_row, wait_until
 
@@ -42,7 +42,7 @@ def _heard(listener: WakeUps) -> tuple[list[str], Callable[[], bool]]:
     payloads: list[str] = []
     looks: list[int] = []
     listener.on_reconnect(lambda: looks.append(1))
-    listener.subscribe(ENQUEUED_CHANNEL, payloads.append)
+    subscribe_enqueued(listener, payloads.append)
     wait_until(lambda: looks, "the listener's first look")
     before = len(looks)
     return payloads, lambda: len(looks) > before

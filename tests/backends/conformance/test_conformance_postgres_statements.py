@@ -17,7 +17,7 @@ from pgqueue.backends.postgres import locks
 from pgqueue.backends.postgres import statements as pg
 from pgqueue.job import JobState
 from pgqueue.maintenance.leadership import close_quietly
-from pgqueue.notifications import parse_enqueued
+from pgqueue.notifications import WAKE_SHARDS, parse_enqueued, shard_channel, shard_of
 from pgqueue.testing.conformance.support import T0, claim, enqueue, fixed, job_row, row_of, state_of
 
 pytestmark = POSTGRES_ONLY
@@ -50,17 +50,26 @@ def test_job_enqueue_many_inserts_a_document_of_jobs(queue: pgqueue.Queue) -> No
 
 def test_job_enqueue_notify_queues_and_notifies_in_one_statement(queue: pgqueue.Queue) -> None:
     statement = pg.job_enqueue_notify(postgresql.insert, Clock(None), "pgqueue_conformance")
+    shards = [shard_channel(k, "pgqueue_conformance") for k in range(WAKE_SHARDS)]
     with queue.engine.connect() as conn:
-        conn.exec_driver_sql("LISTEN pgqueue_conformance")
+        conn.exec_driver_sql(
+            "; ".join(f"LISTEN {name}" for name in ["pgqueue_conformance", *shards])
+        )
         conn.commit()
         rows = conn.execute(statement, {"jobs": _document("n")}).all()
         conn.commit()
+        rows += conn.execute(statement, {"jobs": _document("m1", "m2")}).all()
+        conn.commit()
         conn.execute(sa.select(sa.literal(1)))  # reads what arrived
-        heard = [n.payload for n in conn.connection.driver_connection.notifies(timeout=1, stop_after=1)]  # type: ignore[union-attr]  # fmt: skip
-    assert [row[0] for row in rows] == ["n"]
-    # One wake-up: the queue, the number of its jobs queued, the transaction's id as nonce.
-    [wake] = [parse_enqueued(payload) for payload in heard]
-    assert (wake.queue, wake.count) == ("q", 1) and wake.nonce is not None
+        driver = conn.connection.driver_connection
+        heard = [(n.channel, n.payload) for n in driver.notifies(timeout=1, stop_after=2)]  # type: ignore[union-attr]
+    assert sorted(row[0] for row in rows) == ["m1", "m2", "n"]
+    # One wake-up per statement: the queue, the number of its jobs queued, the transaction's
+    # id as nonce. A lone job's on the shard its nonce gives, more on the common channel.
+    [(lone_channel, lone), (both_channel, both)] = [(c, parse_enqueued(p)) for c, p in heard]
+    assert (lone.queue, lone.count) == ("q", 1) and lone.nonce is not None
+    assert lone_channel == shard_channel(shard_of(lone.nonce), "pgqueue_conformance")
+    assert (both.queue, both.count, both_channel) == ("q", 2, "pgqueue_conformance")
 
 
 def test_job_complete_many_is_fenced(queue: pgqueue.Queue) -> None:
