@@ -4,7 +4,9 @@ and the session advisory locks of its worker (liveness) and of its elected maint
 PostgreSQL delivers a NOTIFY when the sending transaction commits, so a wake-up never arrives
 before the row it announces is visible. pgqueue listens on two fixed channels and dispatches by
 payload in Python, so subscribing is a dictionary insert, not a round trip: the hot path of
-``enqueue_and_wait`` never waits for a ``LISTEN`` command.
+``enqueue_and_wait`` never waits for a ``LISTEN`` command. Workers also listen on their group's
+lone-job shards (``notifications.shard_channel``), which change with the fleet: a shard nobody
+subscribes to any more is left with ``UNLISTEN``.
 
 A lost connection is re-established with backoff; every ``on_reconnect`` callback then runs, so
 waiters re-read the rows they wait on and nothing that happened while deaf is missed. The callbacks
