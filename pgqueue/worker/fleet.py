@@ -20,7 +20,8 @@ per shard), each listening on its share of the shards: a lone job reaches one gr
 ``SHARD_GROUP`` is one group listening on every shard. When the roster moves a worker to other
 shards, it keeps listening to its old ones, and answering there as its old roster said, for
 ``ROSTER_GRACE`` more roster reads: until every other worker has read the new roster too, so no
-shard goes deaf while the fleet changes.
+shard goes deaf while the fleet changes. (Before its first roster a worker listens on every
+shard and claims on every wake-up, as a lone worker does.)
 
 The idle poll, which catches what no wake-up announces (a delayed job coming due, a lost
 notification), is spread the same way: the fleet as a whole looks ``polls`` times per
@@ -148,6 +149,9 @@ class FleetWakes:
         #: This worker's place among the live workers of its kind, and their number.
         self.rank = 0
         self.size = 1
+        # No roster read yet: a lone worker as far as it knows, listening on every shard. That
+        # guess is no roster anyone else acted on, so the first one read replaces it outright.
+        self._guessing = True
         self._lock = threading.Lock()
         # Earlier rosters still answered for on their shards: [rank, size, roster reads left].
         self._earlier: list[list[int]] = []
@@ -165,8 +169,9 @@ class FleetWakes:
             for view in self._earlier:
                 view[2] -= 1
             self._earlier = [view for view in self._earlier if view[2] > 0]
-            if (rank, size) != (self.rank, self.size):
+            if (rank, size) != (self.rank, self.size) and not self._guessing:
                 self._earlier.append([self.rank, self.size, ROSTER_GRACE])
+            self._guessing = False
             self.size = size
             self.rank = rank
 

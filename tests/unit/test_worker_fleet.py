@@ -38,12 +38,10 @@ def clock() -> FakeClock:
 
 
 def fleet_of(size: int, clock: FakeClock, *, fraction: float = 0.5) -> list[FleetWakes]:
-    """A fleet that has read its roster long enough to have left the start-up's shards."""
     fleet = []
     for rank in range(size):
         wakes = FleetWakes(poll_interval=1.0, clock=clock, random_fraction=lambda: fraction)
-        for _ in range(1 + ROSTER_GRACE):
-            wakes.roster(rank=rank, size=size)
+        wakes.roster(rank=rank, size=size)
         fleet.append(wakes)
     return fleet
 
@@ -264,10 +262,10 @@ def test_a_worker_keeps_its_old_shards_until_the_fleet_has_read_the_new_roster(
     clock: FakeClock,
 ) -> None:
     wakes = FleetWakes(poll_interval=1.0, clock=clock)
-    # Before its first roster a worker listens everywhere, and for a grace after it.
+    # Before its first roster a worker listens everywhere; the first roster read replaces that
+    # guess at once (nobody else acted on it).
     assert wakes.shards() == frozenset(range(WAKE_SHARDS))
-    for _ in range(1 + ROSTER_GRACE):
-        wakes.roster(rank=3, size=200)
+    wakes.roster(rank=3, size=200)
     old = wakes.shards()
     assert old == shards_of(3, 200)
     wakes.roster(rank=4, size=201)
@@ -301,7 +299,23 @@ def test_a_wake_up_on_a_shard_no_roster_gives_this_worker_is_left_alone(
     clock: FakeClock,
 ) -> None:
     wakes = FleetWakes(poll_interval=1.0, clock=clock)
-    for _ in range(1 + ROSTER_GRACE):
-        wakes.roster(rank=0, size=200)
+    wakes.roster(rank=0, size=200)
     other = next(k for k in range(WAKE_SHARDS) if k not in wakes.shards())
     assert wakes.heard("q", count=1, nonce=other, shard=other) is None
+
+
+def test_a_workers_first_roster_replaces_its_lone_guess_at_once(clock: FakeClock) -> None:
+    """Before its first roster a worker claims on every wake-up (a lone worker, as far as it
+    knows); once it has read one, a lone job wakes only the chosen one, not this guess too."""
+    fleet = []
+    for rank in range(200):
+        wakes = FleetWakes(poll_interval=1.0, clock=clock)
+        assert wakes.heard("q", count=1, nonce=1, shard=shard_of(1)) == 0.0
+        wakes.claimed()
+        wakes.roster(rank=rank, size=200)
+        fleet.append(wakes)
+    for nonce in range(100, 140):
+        assert list(hear_shard(fleet, nonce).values()).count(0.0) == 1
+        for wakes in fleet:
+            wakes.taken(nonce)
+            wakes.claimed()
