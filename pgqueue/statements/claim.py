@@ -197,6 +197,12 @@ def fenced(pairs: Sequence[tuple[str, str]]) -> ColumnElement[bool]:
     """Rows still held under these (id, lock_token) pairs."""
     return and_(
         JOBS.c.state == str(JobState.PROCESSING),
+        # The ids on their own as well: SQLite plans a row-value IN list as a scan of the whole
+        # table (every finished job too), never as primary-key probes; with this term it probes
+        # the key for each id and checks the pair on the row it found. (It used to walk the
+        # reaper's index of processing rows instead, until migration 0014 narrowed that index's
+        # predicate so no fenced write can use it.)
+        JOBS.c.id.in_([job_id for job_id, _ in pairs]),
         tuple_(JOBS.c.id, JOBS.c.lock_token).in_(list(pairs)),
     )
 
