@@ -26,7 +26,7 @@ from pgqueue.errors import ConfigError
 from pgqueue.job import JobState
 from pgqueue.maintenance.leadership import DEFAULT_LOCK_NAMESPACE, Leadership, leader_key
 from pgqueue.migrate import VERSION_TABLE
-from pgqueue.notifications import parse_enqueued
+from pgqueue.notifications import parse_enqueued, subscribe_enqueued
 from pgqueue.schema import METADATA
 
 
@@ -159,11 +159,14 @@ def test_wake_ups_stay_in_their_schema(pair: tuple[pgqueue.Queue, pgqueue.Queue]
     heard: list[str] = []
     listener = a.listener
     assert listener is not None
-    listener.subscribe("pgqueue_enqueued", lambda payload: heard.append(queue_of(payload)))
+    # Every channel an enqueue wakes on: a lone job's goes to a shard of the schema's channel.
+    subscribe_enqueued(listener, lambda payload: heard.append(queue_of(payload)))
     b.enqueue("tasks.any", args=[], queue="from-b")  # committed (and notified) first
     a.enqueue("tasks.any", args=[], queue="from-a")
-    wait_until(lambda: heard, "a's wake-up")
-    assert heard == ["from-a"]
+    b.enqueue_many("tasks.any", [(), ()], queue="from-b")  # the common channel
+    a.enqueue_many("tasks.any", [(), ()], queue="from-a")
+    wait_until(lambda: len(heard) >= 2, "a's wake-ups")
+    assert heard == ["from-a", "from-a"]
 
 
 def test_a_callers_connection_keeps_its_own_tables(
