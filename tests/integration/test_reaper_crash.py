@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import os
 import signal
+import sqlite3
 import subprocess
 import time
 from pathlib import Path
 
 import pytest
+import sqlalchemy as sa
 from conditions import wait_until
 from reaper_children import Children, make_queue
 
@@ -110,6 +112,34 @@ def test_a_sigkilled_workers_job_is_completed_by_another_worker(
         queue.close()
 
 
+def stop_outside_a_write(pid: int, db_url: str) -> None:
+    """SIGSTOP ``pid``; on SQLite, not while it holds the database's one write lock. A process
+    frozen inside a write transaction (its beat, say) blocks every other writer until it is
+    continued, the reaper included: SQLite's single writer, not a lease the reaper can take over.
+    Stopped there, it is continued until its transaction ends, and stopped again."""
+    url = sa.engine.make_url(db_url)
+    for _ in range(20):
+        os.kill(pid, signal.SIGSTOP)
+        if url.get_backend_name() != "sqlite" or _write_lock_free(str(url.database), 0.2):
+            return
+        os.kill(pid, signal.SIGCONT)
+        _write_lock_free(str(url.database), 10.0)  # waits for the worker's commit
+    raise AssertionError("the worker held the write lock at every one of 20 stops")
+
+
+def _write_lock_free(path: str, timeout: float) -> bool:
+    """Whether the SQLite database at ``path`` let a writer in within ``timeout`` seconds."""
+    probe = sqlite3.connect(path, timeout=timeout)
+    try:
+        probe.execute("BEGIN IMMEDIATE")
+        probe.execute("ROLLBACK")
+        return True
+    except sqlite3.OperationalError:
+        return False
+    finally:
+        probe.close()
+
+
 @pytest.mark.slow
 def test_a_stopped_workers_job_is_taken_over_and_its_late_completion_rejected(
     db_url: str, marks: Path, record_property: pytest.RecordProperty
@@ -128,7 +158,7 @@ def test_a_stopped_workers_job_is_taken_over_and_its_late_completion_rejected(
     try:
         a, b, job_id = start_two_workers(children, queue, *options)
         stopped_at = time.monotonic()
-        os.kill(a.pid, signal.SIGSTOP)
+        stop_outside_a_write(a.pid, db_url)
         wait_until(
             lambda: status(queue, job_id).state is JobState.COMPLETED,
             timeout=60,
