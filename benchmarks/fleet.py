@@ -13,9 +13,12 @@ database of its own). For each it measures what an idle fleet costs and how it a
 - the CPU the idle fleet uses over a quiet window: the worker processes' own (their
   ``/proc/PID/stat``, all threads), the server's, and what the rest of the machine used
   meanwhile (``others``: the shared machine's load, not the fleet's);
-- the claim statements the server ran (``pg_stat_statements``: statements with ``SKIP LOCKED``)
-  per second while idle, and per lone job enqueued (idle ones subtracted): the herd, when every
-  listener claims on every NOTIFY;
+- the job claims the server ran (``pg_stat_statements``: the claim ``UPDATE``, which alone sets
+  ``lock_token``; the reaper's and pruner's ``SKIP LOCKED`` statements left out, as their ticks
+  are bursty and would swamp a count of two) per second while idle, and per lone job enqueued
+  (the idle rate subtracted): the herd, when every listener claims on every NOTIFY. Counted per
+  job as well, and the median of those given beside the mean, which one burst of idle polls
+  moves;
 - the pickup latency of a lone job (enqueue to handler start), p50 and p95;
 - the CPU the whole fleet (workers + server) spends per lone job beyond its idle rate: every
   listening session is signalled on every NOTIFY, woken or not.
@@ -64,7 +67,8 @@ NAME = "fleet"
 _UNFINISHED = "SELECT count(*) FROM pgqueue_jobs WHERE state <> 'completed'"
 _CLAIMS = (
     "SELECT coalesce(sum(calls), 0)::bigint FROM pg_stat_statements WHERE query LIKE "
-    "'%SKIP LOCKED%' AND dbid = (SELECT oid FROM pg_database WHERE datname = current_database())"
+    "'%SKIP LOCKED%' AND query LIKE '%lock_token%' AND query LIKE '%started_at%' "
+    "AND dbid = (SELECT oid FROM pg_database WHERE datname = current_database())"
 )
 _CONNECTIONS = (
     "SELECT count(*) FILTER (WHERE true), count(*) FILTER (WHERE application_name = :session)"
@@ -199,7 +203,9 @@ def _measure(server: PostgresServer, phase: Phase, log_dir: Path, *, quick: bool
             workers_before = cpu_snapshot(fleet.pids)
             server_before = cpu_snapshot(server_pids)
             measured_from = time.monotonic()
+            per_job: list[float] = []
             for _ in range(samples):
+                sample_from, sample_claims = time.monotonic(), scalar(monitor, _CLAIMS)
                 enqueued = time.time()
                 job = producer.enqueue("bench.started")
                 wait_until(
@@ -209,6 +215,11 @@ def _measure(server: PostgresServer, phase: Phase, log_dir: Path, *, quick: bool
                 )
                 pickups.append(float(producer.result(job.id)) - enqueued)
                 time.sleep(0.5)  # let every woken worker go idle again before the next one
+                per_job.append(
+                    scalar(monitor, _CLAIMS)
+                    - sample_claims
+                    - idle_claims * (time.monotonic() - sample_from)
+                )
             spent = time.monotonic() - measured_from
             claims = scalar(monitor, _CLAIMS) - claims_before - idle_claims * spent
             # Beyond the idle rate: what the lone jobs cost, in the workers and in the server.
@@ -227,6 +238,7 @@ def _measure(server: PostgresServer, phase: Phase, log_dir: Path, *, quick: bool
         ("idle CPU of everything else on the machine", others, "cores"),
         ("idle claim statements", idle_claims, "/s"),
         ("claim statements per lone job", claims / samples, "stmts"),
+        ("claim statements per lone job, median", percentile(per_job, 0.5), "stmts"),
         ("pickup p50", percentile(pickups, 0.5) * 1000, "ms"),
         ("pickup p95", percentile(pickups, 0.95) * 1000, "ms"),
         ("fleet CPU per lone job", (workers_job + server_job) / samples * 1000, "ms"),

@@ -9,10 +9,16 @@ the drain falling from 8,669 to 709 jobs/s (docs/scaling.md, "A long transaction
 horizon").
 
 So the worker remembers the claim-order key (priority, run_at, id) of the last job it claimed,
-its *floor*, and once a claim from the index's start (a *rescan*) has proved slow (``slow``,
-5 ms), its next claims start after the floor (``statements.job_claim(after=True)``): the dead
-entries behind it are never walked. While rescans are fast (no pile of dead entries) every
-claim is a rescan, the plain claim of old.
+its *floor*, and once claims from the index's start (*rescans*) have proved slow (``slow``,
+5 ms, ``engage_after`` (3) rescans in a row), its next claims start after the floor
+(``statements.job_claim(after=True)``): the dead entries behind it are never walked. While
+rescans are fast (no pile of dead entries) every claim is a rescan, the plain claim of old.
+Slow in a row, because a busy machine makes single claims slow too: its scheduler, not dead
+entries, delays them now and then (a fleet of 200 workers on 2 cores, where every claim's wall
+time counts the wait for a core). With one slow rescan enough, floors engaged there at random,
+and each short claim after a floor then cost a rescan too: one idle claim in three ran twice
+(measured with 10 workers at load 8). Dead entries make every rescan slow; the scheduler
+seldom three running.
 
 New jobs come after the floor (run_at is the enqueue's time or later, and higher priorities are
 walked first). Some jobs land behind it: one whose enqueue committed late, one with a run_at in
@@ -54,6 +60,8 @@ RESCAN_SHARE = 0.05
 #: A rescan this slow (seconds) says dead entries pile up at the head of the index: the claims
 #: until the next rescan start after the floor. Clean, a claim takes well under a millisecond.
 SLOW_SECONDS = 0.005
+#: Slow rescans in a row that engage the floor (one fast rescan disengages it).
+ENGAGE_AFTER = 3
 
 
 class ClaimFloor:
@@ -69,6 +77,7 @@ class ClaimFloor:
 
     __slots__ = (
         "_clock",
+        "_engage_after",
         "_engaged",
         "_key",
         "_rescan",
@@ -76,6 +85,7 @@ class ClaimFloor:
         "_share",
         "_share_at",
         "_slow",
+        "_slow_rescans",
     )
 
     def __init__(
@@ -85,13 +95,16 @@ class ClaimFloor:
         rescan: float = RESCAN_SECONDS,
         share: float = RESCAN_SHARE,
         slow: float = SLOW_SECONDS,
+        engage_after: int = ENGAGE_AFTER,
     ) -> None:
         self._clock = clock
         self._rescan = rescan
         self._share = share
         self._slow = slow
+        self._engage_after = engage_after
         self._key: dict[str, Any] | None = None
-        self._engaged = False  # the last rescan was slow
+        self._slow_rescans = 0  # slow rescans in a row, up to the last one
+        self._engaged = False  # the last ``engage_after`` rescans were slow
         self._rescan_at = 0.0  # the next rescan, at the latest
         self._share_at = 0.0  # the next rescan, at the earliest
 
@@ -99,7 +112,11 @@ class ClaimFloor:
         """Another floor with these settings and clock, none of this one's state (a fairness
         key's own)."""
         return ClaimFloor(
-            clock=self._clock, rescan=self._rescan, share=self._share, slow=self._slow
+            clock=self._clock,
+            rescan=self._rescan,
+            share=self._share,
+            slow=self._slow,
+            engage_after=self._engage_after,
         )
 
     def values(self) -> dict[str, Any] | None:
@@ -124,7 +141,8 @@ class ClaimFloor:
         whether it was a rescan, and how long it ran (seconds)."""
         if rescan:
             now = self._clock()
-            self._engaged = took >= self._slow
+            self._slow_rescans = self._slow_rescans + 1 if took >= self._slow else 0
+            self._engaged = self._slow_rescans >= self._engage_after
             self._share_at = now + took / self._share
             self._rescan_at = now + max(self._rescan, took / self._share)
         if not rows:

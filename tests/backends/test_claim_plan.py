@@ -235,7 +235,11 @@ def test_a_pinned_horizon_leaves_the_floor_claim_cheap(pg_server: Any) -> None:
     queue = pgqueue.Queue(pg_server.create_database("claim_pinned"), allow_unknown_tasks=True)
     pin = queue.engine.connect()
     store = JobStore(
-        queue.db, worker_id="w", lease=30, queues=None, floor=ClaimFloor(clock=lambda: 0.0)
+        queue.db,
+        worker_id="w",
+        lease=30,
+        queues=None,
+        floor=ClaimFloor(clock=lambda: 0.0, engage_after=1),
     )
     try:
         queue.migrate()

@@ -35,7 +35,7 @@ def key(values: dict[str, Any] | None) -> tuple[Any, ...] | None:
 
 def test_the_first_claim_is_a_rescan_then_claims_start_after_the_last_job_in_claim_order() -> None:
     clock = Clock()
-    floor = ClaimFloor(clock=clock)
+    floor = ClaimFloor(clock=clock, engage_after=1)
     assert floor.values() is None
     # Rows come back in any order; the floor is the last in claim order (priority desc first).
     floor.claimed([row(0, 5, "b"), row(0, 5, "a"), row(1, 9, "z")], rescan=True, took=SLOW)
@@ -45,7 +45,7 @@ def test_the_first_claim_is_a_rescan_then_claims_start_after_the_last_job_in_cla
 
 
 def test_jobs_of_a_higher_priority_leave_the_floor_at_the_level_below_them() -> None:
-    floor = ClaimFloor(clock=Clock())
+    floor = ClaimFloor(clock=Clock(), engage_after=1)
     floor.claimed([row(0, 5, "a")], rescan=True, took=SLOW)
     floor.claimed([row(3, 7, "hi")], rescan=False, took=SLOW)  # the walk above the floor
     assert key(floor.values()) == (0, T0 + timedelta(seconds=5), "a")
@@ -54,7 +54,7 @@ def test_jobs_of_a_higher_priority_leave_the_floor_at_the_level_below_them() -> 
 
 
 def test_an_empty_claim_keeps_the_floor() -> None:
-    floor = ClaimFloor(clock=Clock())
+    floor = ClaimFloor(clock=Clock(), engage_after=1)
     floor.claimed([row(0, 5, "a")], rescan=True, took=SLOW)
     floor.claimed([], rescan=False, took=SLOW)
     assert key(floor.values()) == (0, T0 + timedelta(seconds=5), "a")
@@ -62,7 +62,7 @@ def test_an_empty_claim_keeps_the_floor() -> None:
 
 def test_a_rescan_is_due_every_second_and_may_move_the_floor_back() -> None:
     clock = Clock()
-    floor = ClaimFloor(clock=clock, rescan=1.0)
+    floor = ClaimFloor(clock=clock, rescan=1.0, engage_after=1)
     floor.claimed([row(0, 5, "a")], rescan=True, took=SLOW)
     floor.claimed([row(0, 9, "e")], rescan=False, took=SLOW)
     clock.now += 0.99
@@ -75,7 +75,7 @@ def test_a_rescan_is_due_every_second_and_may_move_the_floor_back() -> None:
 
 def test_a_slow_rescan_spaces_the_next_one_to_keep_its_share_of_the_claims_time() -> None:
     clock = Clock()
-    floor = ClaimFloor(clock=clock, rescan=1.0, share=0.05)
+    floor = ClaimFloor(clock=clock, rescan=1.0, share=0.05, engage_after=1)
     floor.claimed([row(0, 5, "a")], rescan=True, took=0.2)  # a pinned horizon: 200 ms
     clock.now += 3.99
     assert floor.values() is not None
@@ -84,7 +84,7 @@ def test_a_slow_rescan_spaces_the_next_one_to_keep_its_share_of_the_claims_time(
 
 
 def test_while_rescans_are_fast_every_claim_is_one() -> None:
-    floor = ClaimFloor(clock=Clock())
+    floor = ClaimFloor(clock=Clock(), engage_after=1)
     floor.claimed([row(0, 5, "a")], rescan=True, took=0.0004)
     assert floor.values() is None
     floor.claimed([row(0, 5, "a")], rescan=True, took=SLOW)
@@ -95,7 +95,7 @@ def test_while_rescans_are_fast_every_claim_is_one() -> None:
 
 def test_a_short_claim_asks_for_a_rescan_as_soon_as_the_share_allows() -> None:
     clock = Clock()
-    floor = ClaimFloor(clock=clock, rescan=1.0, share=0.05)
+    floor = ClaimFloor(clock=clock, rescan=1.0, share=0.05, engage_after=1)
     floor.claimed([row(0, 5, "a")], rescan=True, took=0.025)  # the next one 0.5 s later, at best
     clock.now += 0.125
     assert floor.short() == pytest.approx(0.375)
@@ -108,7 +108,7 @@ def test_a_short_claim_asks_for_a_rescan_as_soon_as_the_share_allows() -> None:
 
 
 def test_a_forced_short_claim_rescans_at_once() -> None:
-    floor = ClaimFloor(clock=Clock())
+    floor = ClaimFloor(clock=Clock(), engage_after=1)
     floor.claimed([row(0, 5, "a")], rescan=True, took=0.2)
     assert floor.short(force=True) == 0.0
     assert floor.values() is None
@@ -116,9 +116,34 @@ def test_a_forced_short_claim_rescans_at_once() -> None:
 
 def test_a_new_floor_keeps_the_settings_not_the_key() -> None:
     clock = Clock()
-    floor = ClaimFloor(clock=clock, slow=0)
+    floor = ClaimFloor(clock=clock, slow=0, engage_after=1)
     floor.claimed([row(0, 5, "a")], rescan=True, took=0.0)
     other = floor.new()
     assert other.values() is None
     other.claimed([row(0, 9, "z")], rescan=True, took=0.0)
     assert key(other.values()) == (0, T0 + timedelta(seconds=9), "z")
+
+
+def test_the_floor_engages_only_after_slow_rescans_in_a_row() -> None:
+    # A busy machine makes one claim slow now and then (its scheduler, not dead entries): that
+    # alone must not send the next claims after a floor, each short one costing a rescan too.
+    clock = Clock()
+    floor = ClaimFloor(clock=clock, rescan=1.0, share=0.05, engage_after=3)
+    for took in (SLOW, SLOW, 0.0001, SLOW, SLOW):  # a fast one in between starts the count anew
+        floor.claimed([row(0, 5, "a")], rescan=True, took=took)
+        clock.now += 1.0
+        assert floor.values() is None
+    floor.claimed([row(0, 6, "b")], rescan=True, took=SLOW)  # the third in a row
+    assert key(floor.values()) == (0, T0 + timedelta(seconds=6), "b")
+    clock.now += 1.0
+    floor.claimed([row(0, 7, "c")], rescan=True, took=0.0001)  # one fast rescan: off again
+    assert floor.values() is None
+
+
+def test_by_default_three_slow_rescans_engage_the_floor() -> None:
+    floor = ClaimFloor(clock=Clock())
+    floor.claimed([row(0, 5, "a")], rescan=True, took=SLOW)
+    floor.claimed([row(0, 5, "a")], rescan=True, took=SLOW)
+    assert floor.values() is None
+    floor.claimed([row(0, 5, "a")], rescan=True, took=SLOW)
+    assert floor.values() is not None
