@@ -113,18 +113,41 @@ def test_a_sigkilled_workers_job_is_completed_by_another_worker(
 
 
 def stop_outside_a_write(pid: int, db_url: str) -> None:
-    """SIGSTOP ``pid``; on SQLite, not while it holds the database's one write lock. A process
-    frozen inside a write transaction (its beat, say) blocks every other writer until it is
-    continued, the reaper included: SQLite's single writer, not a lease the reaper can take over.
-    Stopped there, it is continued until its transaction ends, and stopped again."""
+    """SIGSTOP ``pid``, a child of this process; on SQLite, not while it holds the database's
+    one write lock. A process frozen inside a write transaction (its beat, say) blocks every
+    other writer until it is continued, the reaper included: SQLite's single writer, not a lease
+    the reaper can take over. Stopped there, it is continued until its transaction ends, and
+    stopped again."""
     url = sa.engine.make_url(db_url)
     for _ in range(20):
-        os.kill(pid, signal.SIGSTOP)
+        stop(pid)
         if url.get_backend_name() != "sqlite" or _write_lock_free(str(url.database), 0.2):
             return
         os.kill(pid, signal.SIGCONT)
         _write_lock_free(str(url.database), 10.0)  # waits for the worker's commit
     raise AssertionError("the worker held the write lock at every one of 20 stops")
+
+
+def stop(pid: int) -> None:
+    """SIGSTOP the child ``pid`` and return once every one of its threads has stopped.
+
+    ``kill`` returns before that: the kernel hands SIGSTOP to one thread, which stops the others
+    only once it runs, and on a loaded machine it waits for a CPU while they go on. A probe of
+    the write lock in that gap found it free, a thread of the worker took it (a BEGIN
+    IMMEDIATE) before the stop reached it, and the worker froze holding it: the reaper and the
+    other worker were kept out until it was continued, and the takeover test timed out.
+    ``waitpid`` with ``WUNTRACED`` reports the stop only once the whole thread group has
+    stopped."""
+    os.kill(pid, signal.SIGSTOP)
+
+    def stopped() -> bool:
+        waited, status = os.waitpid(pid, os.WUNTRACED | os.WNOHANG)
+        if waited == 0:
+            return False
+        assert os.WIFSTOPPED(status), f"process {pid} ended instead of stopping: {status:#x}"
+        return True
+
+    wait_until(stopped, what=f"process {pid} to stop")
 
 
 def _write_lock_free(path: str, timeout: float) -> bool:
@@ -166,7 +189,7 @@ def test_a_stopped_workers_job_is_taken_over_and_its_late_completion_rejected(
                 what="the job to complete",
             )
         except AssertionError as exc:
-            # Say what everyone was doing: a flake under load on SQLite is not explained yet.
+            # Say what everyone was doing, should the takeover not come.
             raise AssertionError(
                 f"{exc}\njob: {status(queue, job_id)}\nleaders: {children.leaders()} "
                 f"(A={a.pid}, B={b.pid})\n--- A ---\n{children.log(a)[-3000:]}"
