@@ -72,9 +72,11 @@ def _finish_all(conn: sa.Connection) -> None:
     )
 
 
-def _explain(conn: sa.Connection, statement: Any) -> tuple[int, float]:
+def _explain(
+    conn: sa.Connection, statement: Any, values: dict[str, Any] | None = None
+) -> tuple[int, float]:
     compiled = statement.compile(dialect=conn.dialect, compile_kwargs={"render_postcompile": True})
-    params = compiled.construct_params()
+    params = compiled.construct_params(values)
     out = conn.exec_driver_sql(
         "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + str(compiled), params
     ).scalar_one()
@@ -216,10 +218,11 @@ def run(
                 with queue.db.engine.connect() as conn:
                     conn.exec_driver_sql("SET enable_bitmapscan = off")
                     wanted = [(key, BATCH // keys or 1) for key in sorted(after.keys)]
-                    heads = fair_statements.fair_heads(
-                        wanted, queues=None, clock=queue.db.clock(), floors=after.floors
+                    heads = fair_statements.fair_heads_after(
+                        len(wanted), queues=None, clock=queue.db.clock()
                     )
-                    buffers, ms = _explain(conn, heads)
+                    values = fair_statements.fair_heads_values(wanted, after.floors)
+                    buffers, ms = _explain(conn, heads, values)
                     passes, _ = _explain(conn, fair_statements.fair_passes(after.keys))
                     floored = (
                         f" | after floors: fair_heads {buffers} buf {ms:.2f} ms,"

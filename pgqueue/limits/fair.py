@@ -155,6 +155,20 @@ def _claim_alone(
     return FairClaim(rows, True, False, key)
 
 
+def _first(heads: Sequence[Any], counts: dict[str, int]) -> list[Any]:
+    """The first ``counts[key]`` of each key's heads in claim order: a key after its floor
+    has up to three ranges' worth (``fair_statements.fair_heads_after``)."""
+    ordered = sorted(heads, key=lambda row: (row.fairness_key, -row.priority, row.run_at, row.id))
+    kept: list[Any] = []
+    taken: dict[str, int] = {}
+    for row in ordered:
+        n = taken.get(row.fairness_key, 0)
+        if n < counts.get(row.fairness_key, 0):
+            taken[row.fairness_key] = n + 1
+            kept.append(row)
+    return kept
+
+
 def claim_fair(
     conn: Connection,
     insert: Callable[[Any], Any],
@@ -168,6 +182,7 @@ def claim_fair(
     keys: Any = None,
     claim_alone: Callable[[str, int], list[RowMapping]] | None = None,
     after: FairAfter | None = None,
+    heads_after: Callable[[int], Any] | None = None,
 ) -> FairClaim:
     """Claim up to ``limit`` due jobs with a fairness key and no flow limit, the least served
     keys first (see the module docstring). Runs inside the caller's transaction.
@@ -179,7 +194,9 @@ def claim_fair(
 
     ``after`` (a worker's :class:`~pgqueue.worker.floor.FairFloor` between rescans): claim
     from these keys, each after its floor, instead of running the key scan, whose every probe
-    steps over the dead entries at a key's head while a pinned xmin horizon keeps them.
+    steps over the dead entries at a key's head while a pinned xmin horizon keeps them;
+    ``heads_after(n)``: the kept :func:`~pgqueue.limits.fair_statements.fair_heads_after`
+    statement for ``n`` keys (else it is built here).
 
     Example::
 
@@ -230,15 +247,18 @@ def claim_fair(
     lifted = effective(stored, weights)
     mine = {row.key: lifted[row.key] for row in locked}
     counts, _ = share(mine, weights, limit)
+    wanted = sorted(counts.items())
     started = time.perf_counter()
-    heads = conn.execute(
-        fair_statements.fair_heads(
-            sorted(counts.items()),
-            queues=queues,
-            clock=clock,
-            floors=None if after is None else after.floors,
+    if after is None:
+        heads = conn.execute(fair_statements.fair_heads(wanted, queues=queues, clock=clock)).all()
+    else:
+        statement = (
+            fair_statements.fair_heads_after(len(wanted), queues=queues, clock=clock)
+            if heads_after is None
+            else heads_after(len(wanted))
         )
-    ).all()
+        values = fair_statements.fair_heads_values(wanted, after.floors)
+        heads = _first(conn.execute(statement, values).all(), counts)
     walked += time.perf_counter() - started
     if not heads:
         left = tuple(key for key in found_keys if key not in counts)

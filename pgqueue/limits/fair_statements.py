@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import (
@@ -11,11 +12,10 @@ from sqlalchemy import (
     Delete,
     Integer,
     Select,
-    Subquery,
+    Text,
     Update,
     bindparam,
     delete,
-    literal,
     literal_column,
     select,
     tuple_,
@@ -34,6 +34,8 @@ __all__ = [
     "fair_delete",
     "fair_ensure",
     "fair_heads",
+    "fair_heads_after",
+    "fair_heads_values",
     "fair_keys",
     "fair_lock",
     "fair_passes",
@@ -116,72 +118,102 @@ def fair_lock(keys: Sequence[str]) -> Select[Any]:
 
 
 def fair_heads(
-    wanted: Sequence[tuple[str, int]],
-    *,
-    queues: Sequence[str] | None,
-    clock: Clock,
-    floors: Mapping[str, Mapping[str, Any]] | None = None,
+    wanted: Sequence[tuple[str, int]], *, queues: Sequence[str] | None, clock: Clock
 ) -> CompoundSelect[Any] | Select[Any]:
     """The first ``n`` due jobs of each ``(key, n)`` in claim order (priority, then run_at,
-    then id), with their weight: one index range per key.
-
-    ``floors``: for some keys the ``CLAIM_AFTER_*`` values of the key's last claimed job
-    (``pgqueue.worker.floor.FairFloor``). Such a key's range starts after that job at its
-    priority, with the higher priorities before and the lower ones after walked from their
-    start (three ranges, as ``statements.job_claim(after=True)``): it never steps over the
-    entries its claimed jobs left in the index while a pinned xmin horizon keeps them.
-    """
+    then id), with their weight: one index range per key."""
+    # Built once and shared by every range: building the terms costs more than the rest.
+    waiting = _fair_waiting(queues, clock)
     parts = []
     for key, count in wanted:
-        floor = None if floors is None else floors.get(key)
-        if floor is None:
-            part = _key_walk(key, count, queues, clock)
-        else:
-            priority = literal(floor[CLAIM_AFTER_PRIORITY], type_=Integer)
-            after = tuple_(JOBS.c.run_at, JOBS.c.id) > tuple_(
-                literal(floor[CLAIM_AFTER_RUN_AT], type_=UTCDateTime),
-                literal(floor[CLAIM_AFTER_ID], type_=Key),
-            )
-            walks = union_all(
-                *(
-                    select(walk)
-                    for walk in (
-                        _key_walk(key, count, queues, clock, JOBS.c.priority > priority),
-                        _key_walk(key, count, queues, clock, JOBS.c.priority == priority, after),
-                        _key_walk(key, count, queues, clock, JOBS.c.priority < priority),
-                    )
-                )
-            ).subquery()
-            part = (
-                select(walks)
-                .order_by(walks.c.priority.desc(), walks.c.run_at, walks.c.id)
-                .limit(count)
-                .subquery()
-            )
+        part = (
+            select(JOBS.c.id, JOBS.c.fairness_key, JOBS.c.fairness_weight)
+            .where(*waiting, JOBS.c.fairness_key == key)
+            .order_by(JOBS.c.priority.desc(), JOBS.c.run_at, JOBS.c.id)
+            .limit(count)
+            .subquery()
+        )
         parts.append(select(part.c.id, part.c.fairness_key, part.c.fairness_weight))
     return parts[0] if len(parts) == 1 else union_all(*parts)
 
 
-def _key_walk(
-    key: str,
-    count: int,
-    queues: Sequence[str] | None,
-    clock: Clock,
-    *extra: ColumnElement[bool],
-) -> Subquery:
-    return (
-        select(
-            JOBS.c.id,
-            JOBS.c.fairness_key,
-            JOBS.c.fairness_weight,
-            JOBS.c.priority,
-            JOBS.c.run_at,
+def fair_heads_after(
+    keys: int, *, queues: Sequence[str] | None, clock: Clock
+) -> CompoundSelect[Any] | Select[Any]:
+    """:func:`fair_heads` for ``keys`` keys, each after its floor (``pgqueue.worker.floor``),
+    with the keys, counts and floors as parameters (:func:`fair_heads_values`): a worker
+    builds it once per number of keys and keeps it (building one costs more than running it).
+
+    A key's jobs come from three ranges of up to ``n`` jobs each: the higher priorities from
+    their start, its floor's priority after the floor's job, the lower priorities from their
+    start (as ``statements.job_claim(after=True)``), so it never steps over the entries its
+    claimed jobs left in the index while a pinned xmin horizon keeps them. Up to ``3 n`` rows
+    per key come back, with priority and run_at: the caller keeps the first ``n`` in claim
+    order (trimming them here too would double what the statement costs to build).
+    """
+    waiting = _fair_waiting(queues, clock)
+    parts = []
+    for i in range(keys):
+        key = bindparam(f"{_HEAD_KEY}{i}", type_=Text)
+        count = bindparam(f"{_HEAD_COUNT}{i}", type_=Integer)
+        priority = bindparam(f"{_HEAD_PRIORITY}{i}", type_=Integer)
+        after = tuple_(JOBS.c.run_at, JOBS.c.id) > tuple_(
+            bindparam(f"{_HEAD_RUN_AT}{i}", type_=UTCDateTime),
+            bindparam(f"{_HEAD_ID}{i}", type_=Key),
         )
-        .where(*_fair_waiting(queues, clock), JOBS.c.fairness_key == key, *extra)
-        .order_by(JOBS.c.priority.desc(), JOBS.c.run_at, JOBS.c.id)
-        .limit(count)
-        .subquery()
-    )
+        for extra in (
+            (JOBS.c.priority > priority,),
+            (JOBS.c.priority == priority, after),
+            (JOBS.c.priority < priority,),
+        ):
+            part = (
+                select(*_HEAD_COLUMNS)
+                .where(*waiting, JOBS.c.fairness_key == key, *extra)
+                .order_by(JOBS.c.priority.desc(), JOBS.c.run_at, JOBS.c.id)
+                .limit(count)
+                .subquery()
+            )
+            parts.append(select(*(part.c[column.name] for column in _HEAD_COLUMNS)))
+    return parts[0] if len(parts) == 1 else union_all(*parts)
+
+
+def fair_heads_values(
+    wanted: Sequence[tuple[str, int]], floors: Mapping[str, Mapping[str, Any]]
+) -> dict[str, Any]:
+    """The parameters of :func:`fair_heads_after` for ``(key, n)`` pairs and their floors
+    (``CLAIM_AFTER_*`` values). A key without a floor gets one ahead of every job (the top
+    priority, the earliest instant, the empty id): its walk below that is its whole range."""
+    values: dict[str, Any] = {}
+    for i, (key, count) in enumerate(wanted):
+        floor = floors.get(key, _BEFORE_EVERY_JOB)
+        values[f"{_HEAD_KEY}{i}"] = key
+        values[f"{_HEAD_COUNT}{i}"] = count
+        values[f"{_HEAD_PRIORITY}{i}"] = floor[CLAIM_AFTER_PRIORITY]
+        values[f"{_HEAD_RUN_AT}{i}"] = floor[CLAIM_AFTER_RUN_AT]
+        values[f"{_HEAD_ID}{i}"] = floor[CLAIM_AFTER_ID]
+    return values
+
+
+_HEAD_KEY, _HEAD_COUNT, _HEAD_PRIORITY, _HEAD_RUN_AT, _HEAD_ID = (
+    "fair_head_key_",
+    "fair_head_count_",
+    "fair_head_priority_",
+    "fair_head_run_at_",
+    "fair_head_id_",
+)
+_HEAD_COLUMNS = (
+    JOBS.c.id,
+    JOBS.c.fairness_key,
+    JOBS.c.fairness_weight,
+    JOBS.c.priority,
+    JOBS.c.run_at,
+)
+# The priority column is a 32-bit integer on both databases.
+_BEFORE_EVERY_JOB: Mapping[str, Any] = {
+    CLAIM_AFTER_PRIORITY: 2**31 - 1,
+    CLAIM_AFTER_RUN_AT: datetime(1, 1, 1, tzinfo=UTC),
+    CLAIM_AFTER_ID: "",
+}
 
 
 def fair_passes(keys: Sequence[str]) -> Select[Any]:

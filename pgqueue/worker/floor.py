@@ -58,12 +58,12 @@ RESCAN_SHARE = 0.05
 #: until the next rescan start after the floor. Clean, a claim takes well under a millisecond.
 SLOW_SECONDS = 0.005
 #: The fair claim's rescan is slow when its walks (key scan and heads) took this share of
-#: ``slow`` per key they found (1 ms by default). Clean, a key costs a probe in the key scan and
-#: a short range in the heads, tens of microseconds (0.05 ms a key at 1,000 keys under load,
-#: docs/benchmarks.md); per key, so that many keys alone never engage the floors (which would
-#: delay a new key's first claim to the next rescan), while a few hundred dead entries at each
-#: key's head do.
-FAIR_SLOW_SHARE = 0.2
+#: ``slow`` per key they found: 2 ms a key by default. Per key, so that many keys alone never
+#: engage the floors (which would delay a new key's first claim to the next rescan). Clean, 8
+#: keys with 200 jobs each cost 0.04 ms a key, or 1.1 ms a key where the planner misjudges the
+#: paused-queue probe and scans the table at every key-scan step (load 3.5 on 2 cores); under a
+#: pinned horizon, with 10,000 dead entries, 1.5 and 7 ms a key (docs/architecture.md).
+FAIR_SLOW_SHARE = 0.4
 
 
 class ClaimFloor:

@@ -338,6 +338,11 @@ class JobStore:
             ),
             claim_alone=lambda key, wanted: self._claim_key(conn, key, wanted, lock_token, clock),
             after=after,
+            heads_after=lambda keys: self._statement(
+                f"fair_heads_after_{keys}",
+                clock,
+                lambda: fair_statements.fair_heads_after(keys, queues=self.queues, clock=clock),
+            ),
         )
         if floor is None:
             return fair

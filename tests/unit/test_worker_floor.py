@@ -129,8 +129,8 @@ def test_a_new_floor_keeps_the_settings_not_the_key() -> None:
 
 def test_a_fair_rescan_engages_the_floors_only_among_several_keys_and_when_slow_per_key() -> None:
     clock = Clock()
-    # slow 10 ms: the fair rescan is slow from 2 ms of walks per key (FAIR_SLOW_SHARE 0.2).
-    floor = FairFloor(ClaimFloor(clock=clock, slow=0.01))
+    # slow 5 ms: the fair rescan is slow from 2 ms of walks per key (FAIR_SLOW_SHARE 0.4).
+    floor = FairFloor(ClaimFloor(clock=clock, slow=0.005))
     a, b = row(0, 1, "a1"), row(0, 1, "b1")
     floor.claimed([a, b], {"a1": "a", "b1": "b"}, ("a", "b"), rescan=True, took=0.003)
     assert floor.values() is None  # 1.5 ms a key: clean
