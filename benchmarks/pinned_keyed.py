@@ -211,7 +211,7 @@ def run(
             took = sorted(_claims(queue, mode, store))
             per_claim = sum(took) / len(took)
             floored = ""
-            fair_floor = None if store is None else store.fair_floor
+            fair_floor = None if store is None else getattr(store, "fair_floor", None)
             after = None if fair_floor is None else fair_floor.values()
             if after is not None and after.floors:
                 # What a claim after the floors reads instead of the key scan and the heads.
