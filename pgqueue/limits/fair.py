@@ -288,14 +288,13 @@ def claim_fair(
     fetched: dict[str, int] = {}
     for head in heads:
         fetched[head.fairness_key] = fetched.get(head.fairness_key, 0) + 1
-    short = sorted(k for k, n in counts.items() if fetched.get(k, 0) < n)
-    # Walked from the start, a short key ran out of due jobs: it loses its row. After its
-    # floor it may have jobs behind it (the next rescan sees them): it keeps its row, and its
-    # pass moves by what it got.
-    drained = short if after is None else []
+    # A key that came short ran out of due jobs: it loses its row. After its floor it may
+    # still have jobs behind the floor (a late commit): the next rescan finds them, and the key
+    # comes back as one that arrives does, which keeps no stale row for the many that did run out.
+    drained = sorted(k for k, n in counts.items() if fetched.get(k, 0) < n)
     moved = []
     for key in sorted(counts):
-        if key in drained or (key in short and not got.get(key)):
+        if key in drained:
             continue
         weight = key_weight.get(key, 1.0)
         moved.append(
@@ -309,6 +308,6 @@ def claim_fair(
         conn.execute(fair_statements.fair_record(), moved)
     if drained:
         conn.execute(fair_statements.fair_delete(drained))
-    more = len(rows) < limit and (len(active) > len(chosen) or len(short) < len(counts))
-    left = tuple(key for key in found_keys if key not in short)
+    more = len(rows) < limit and (len(active) > len(chosen) or len(drained) < len(counts))
+    left = tuple(key for key in found_keys if key not in drained)
     return FairClaim(rows, True, more, keys=left, key_of=key_of, walked=walked)

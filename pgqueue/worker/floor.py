@@ -60,9 +60,10 @@ SLOW_SECONDS = 0.005
 #: The fair claim's rescan is slow when its walks (key scan and heads) took this share of
 #: ``slow`` per key they found: 2 ms a key by default. Per key, so that many keys alone never
 #: engage the floors (which would delay a new key's first claim to the next rescan). Clean, 8
-#: keys with 200 jobs each cost 0.04 ms a key, or 1.1 ms a key where the planner misjudges the
-#: paused-queue probe and scans the table at every key-scan step (load 3.5 on 2 cores); under a
-#: pinned horizon, with 10,000 dead entries, 1.5 and 7 ms a key (docs/architecture.md).
+#: keys with 200 jobs each cost 0.03 ms a key, or 1.1 to 1.6 ms a key where the planner
+#: misjudges the paused-queue probe and scans the table at every key-scan step (load 3.5 to 7
+#: on 2 cores). Under a pinned horizon: 0.5 and 2.4 ms a key at 10,000 and 50,000 dead
+#: entries with good plans, 5.8 ms at 10,000 with the misjudged ones (docs/architecture.md).
 FAIR_SLOW_SHARE = 0.4
 
 
