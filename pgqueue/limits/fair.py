@@ -28,15 +28,19 @@ other key gets at most one slot per slot of this one.
 from __future__ import annotations
 
 import heapq
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from sqlalchemy import Connection, RowMapping
 
 from pgqueue import statements
 from pgqueue.backends.base import Clock
 from pgqueue.limits import fair_statements
+
+if TYPE_CHECKING:
+    from pgqueue.worker.floor import FairAfter
 
 __all__ = ["LONE_SECONDS", "FairClaim", "claim_fair", "share"]
 
@@ -61,6 +65,18 @@ class FairClaim:
     more: bool = False
     #: The key, when it was the only one with due jobs (the claim took no lock).
     lone: str | None = None
+    #: The keys with due jobs as this claim left them (those it found, less those it drained).
+    keys: tuple[str, ...] = ()
+    #: Each claimed job's key, by id (not for a lone key's jobs: ``claim_alone`` claimed them).
+    key_of: dict[str, str] = field(default_factory=dict)
+    #: Seconds spent in the statements that walk the fair claim index (key scan and heads).
+    walked: float = 0.0
+
+
+class _KeyRow(NamedTuple):
+    key: str
+    pass_: float | None
+    weight: float | None
 
 
 def effective(passes: dict[str, float | None], weights: dict[str, float]) -> dict[str, float]:
@@ -139,6 +155,20 @@ def _claim_alone(
     return FairClaim(rows, True, False, key)
 
 
+def _first(heads: Sequence[Any], counts: dict[str, int]) -> list[Any]:
+    """The first ``counts[key]`` of each key's heads in claim order: a key after its floor
+    has up to three ranges' worth (``fair_statements.fair_heads_after``)."""
+    ordered = sorted(heads, key=lambda row: (row.fairness_key, -row.priority, row.run_at, row.id))
+    kept: list[Any] = []
+    taken: dict[str, int] = {}
+    for row in ordered:
+        n = taken.get(row.fairness_key, 0)
+        if n < counts.get(row.fairness_key, 0):
+            taken[row.fairness_key] = n + 1
+            kept.append(row)
+    return kept
+
+
 def claim_fair(
     conn: Connection,
     insert: Callable[[Any], Any],
@@ -151,6 +181,8 @@ def claim_fair(
     clock: Clock,
     keys: Any = None,
     claim_alone: Callable[[str, int], list[RowMapping]] | None = None,
+    after: FairAfter | None = None,
+    heads_after: Callable[[int], Any] | None = None,
 ) -> FairClaim:
     """Claim up to ``limit`` due jobs with a fairness key and no flow limit, the least served
     keys first (see the module docstring). Runs inside the caller's transaction.
@@ -160,22 +192,38 @@ def claim_fair(
     keeps from turn to turn (building them costs more than running them), else they are built
     here.
 
+    ``after`` (a worker's :class:`~pgqueue.worker.floor.FairFloor` between rescans): claim
+    from these keys, each after its floor, instead of running the key scan, whose every probe
+    steps over the dead entries at a key's head while a pinned xmin horizon keeps them;
+    ``heads_after(n)``: the kept :func:`~pgqueue.limits.fair_statements.fair_heads_after`
+    statement for ``n`` keys (else it is built here).
+
     Example::
 
         with queue.connect() as conn:
             claimed = claim_fair(conn, queue.backend.insert, worker_id="w", lock_token=token,
                                  limit=8, lease=30, queues=None, clock=queue.backend.clock())
     """
-    if keys is None:
-        keys = fair_statements.fair_keys(queues=queues, clock=clock)
-    active = conn.execute(keys).all()
+    started = time.perf_counter()
+    active: Sequence[Any]
+    if after is None:
+        if keys is None:
+            keys = fair_statements.fair_keys(queues=queues, clock=clock)
+        active = conn.execute(keys).all()
+    elif after.keys:
+        known = {row.key: row for row in conn.execute(fair_statements.fair_passes(after.keys))}
+        active = [known.get(key) or _KeyRow(key, None, None) for key in after.keys]
+    else:
+        active = []  # every key the last claims saw came short: nothing until the rescan
+    walked = time.perf_counter() - started
     if not active:
-        return FairClaim()
+        return FairClaim(walked=walked)
     if len(active) == 1:
         key = active[0].key
         if claim_alone is not None:
-            return FairClaim(claim_alone(key, limit), True, False, key)
-        return _claim_alone(conn, key, worker_id, lock_token, limit, lease, queues, clock)
+            return FairClaim(claim_alone(key, limit), True, False, key, (key,), walked=walked)
+        alone = _claim_alone(conn, key, worker_id, lock_token, limit, lease, queues, clock)
+        return FairClaim(alone.rows, True, False, key, (key,), walked=walked)
     stored: dict[str, float | None] = {row.key: row[1] for row in active}
     weights: dict[str, float] = {row.key: row.weight or 1.0 for row in active}
     lifted = effective(stored, weights)
@@ -186,9 +234,10 @@ def claim_fair(
     if missing:
         ensure = fair_statements.fair_ensure(insert)
         conn.execute(ensure, [{"key": k, "pass": lifted[k], "weight": 1.0} for k in missing])
+    found_keys = tuple(sorted(stored))
     locked = conn.execute(fair_statements.fair_lock(chosen)).all()
     if not locked:
-        return FairClaim(found=True, more=True)
+        return FairClaim(found=True, more=True, keys=found_keys, walked=walked)
     for key in missing:
         stored[key] = lifted[key]
     # Under the locks: the passes as the claims before this one left them.
@@ -198,11 +247,22 @@ def claim_fair(
     lifted = effective(stored, weights)
     mine = {row.key: lifted[row.key] for row in locked}
     counts, _ = share(mine, weights, limit)
-    heads = conn.execute(
-        fair_statements.fair_heads(sorted(counts.items()), queues=queues, clock=clock)
-    ).all()
+    wanted = sorted(counts.items())
+    started = time.perf_counter()
+    if after is None:
+        heads = conn.execute(fair_statements.fair_heads(wanted, queues=queues, clock=clock)).all()
+    else:
+        statement = (
+            fair_statements.fair_heads_after(len(wanted), queues=queues, clock=clock)
+            if heads_after is None
+            else heads_after(len(wanted))
+        )
+        values = fair_statements.fair_heads_values(wanted, after.floors)
+        heads = _first(conn.execute(statement, values).all(), counts)
+    walked += time.perf_counter() - started
     if not heads:
-        return FairClaim(found=True, more=len(active) > len(chosen))
+        left = tuple(key for key in found_keys if key not in counts)
+        return FairClaim(found=True, more=len(active) > len(chosen), keys=left, walked=walked)
     key_weight: dict[str, float] = {}
     for row in heads:
         key_weight.setdefault(row.fairness_key, row.fairness_weight or 1.0)
@@ -228,6 +288,9 @@ def claim_fair(
     fetched: dict[str, int] = {}
     for head in heads:
         fetched[head.fairness_key] = fetched.get(head.fairness_key, 0) + 1
+    # A key that came short ran out of due jobs: it loses its row. After its floor it may
+    # still have jobs behind the floor (a late commit): the next rescan finds them, and the key
+    # comes back as one that arrives does, which keeps no stale row for the many that did run out.
     drained = sorted(k for k, n in counts.items() if fetched.get(k, 0) < n)
     moved = []
     for key in sorted(counts):
@@ -246,4 +309,5 @@ def claim_fair(
     if drained:
         conn.execute(fair_statements.fair_delete(drained))
     more = len(rows) < limit and (len(active) > len(chosen) or len(drained) < len(counts))
-    return FairClaim(rows, True, more)
+    left = tuple(key for key in found_keys if key not in drained)
+    return FairClaim(rows, True, more, keys=left, key_of=key_of, walked=walked)

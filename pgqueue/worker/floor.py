@@ -31,8 +31,11 @@ asks to be woken then. That is the bound on such a job's extra wait while the ho
 pinned. A burst run (``exhaustive``) rescans whenever a claim comes short, whatever it costs.
 
 A fairness key claimed alone (``JobStore._claim_key``) keeps a floor of its own, on the fair
-claim index. Where the claim index keeps no dead entries (SQLite: ``Backend.vacuums_jobs`` is
-False) the worker does not use floors.
+claim index. The fair claim among several keys keeps one per key (:class:`FairFloor`): between
+its rescans it reads no key scan (whose every probe steps over a key's dead entries) but claims
+from the keys the last claim saw, each key's jobs after its floor; a key that arrives meanwhile
+is seen at the next rescan, the same bound as a job behind a floor. Where the claim index keeps
+no dead entries (SQLite: ``Backend.vacuums_jobs`` is False) the worker does not use floors.
 
 Example::
 
@@ -50,7 +53,7 @@ from typing import Any
 
 from pgqueue.statements import CLAIM_AFTER_ID, CLAIM_AFTER_PRIORITY, CLAIM_AFTER_RUN_AT
 
-__all__ = ["ClaimFloor"]
+__all__ = ["ClaimFloor", "FairAfter", "FairFloor"]
 
 #: Seconds between rescans at most: the longest a job committed behind a floor waits (clean).
 RESCAN_SECONDS = 1.0
@@ -62,6 +65,14 @@ RESCAN_SHARE = 0.05
 SLOW_SECONDS = 0.005
 #: Slow rescans in a row that engage the floor (one fast rescan disengages it).
 ENGAGE_AFTER = 3
+#: The fair claim's rescan is slow when its walks (key scan and heads) took this share of
+#: ``slow`` per key they found: 2 ms a key by default. Per key, so that many keys alone never
+#: engage the floors (which would delay a new key's first claim to the next rescan). Clean, 8
+#: keys with 200 jobs each cost 0.03 ms a key, or 1.1 to 1.6 ms a key where the planner
+#: misjudges the paused-queue probe and scans the table at every key-scan step (load 3.5 to 7
+#: on 2 cores). Under a pinned horizon: 0.5 and 2.4 ms a key at 10,000 and 50,000 dead
+#: entries with good plans, 5.8 ms at 10,000 with the misjudged ones (docs/architecture.md).
+FAIR_SLOW_SHARE = 0.4
 
 
 class ClaimFloor:
@@ -119,12 +130,22 @@ class ClaimFloor:
             engage_after=self._engage_after,
         )
 
+    @property
+    def slow(self) -> float:
+        """Seconds from which a rescan is slow (its claims then start after the floor)."""
+        return self._slow
+
     def values(self) -> dict[str, Any] | None:
         """The claim's ``CLAIM_AFTER_*`` parameters, or None when this claim is a rescan (no
         floor yet, rescans are fast, or one is due)."""
-        if not self._engaged or self._key is None or self._clock() >= self._rescan_at:
+        if self._key is None or self.rescan_due():
             return None
         return self._key
+
+    def rescan_due(self) -> bool:
+        """Whether the next claim is a rescan as far as timing goes: no rescan was slow, or
+        one is due."""
+        return not self._engaged or self._clock() >= self._rescan_at
 
     def short(self, *, force: bool = False) -> float:
         """A claim after the floor came short, so what is left may be behind it: seconds until
@@ -140,11 +161,7 @@ class ClaimFloor:
         """Record what a claim took: ``rows`` (mappings with ``priority``, ``run_at``, ``id``),
         whether it was a rescan, and how long it ran (seconds)."""
         if rescan:
-            now = self._clock()
-            self._slow_rescans = self._slow_rescans + 1 if took >= self._slow else 0
-            self._engaged = self._slow_rescans >= self._engage_after
-            self._share_at = now + took / self._share
-            self._rescan_at = now + max(self._rescan, took / self._share)
+            self.rescanned(took, slow=took >= self._slow)
         if not rows:
             return  # nothing after the floor: it stays where it is
         last = max(rows, key=_claim_order)
@@ -154,6 +171,100 @@ class ClaimFloor:
                 CLAIM_AFTER_RUN_AT: last["run_at"],
                 CLAIM_AFTER_ID: last["id"],
             }
+
+    def rescanned(self, took: float, *, slow: bool) -> None:
+        """A rescan took ``took`` seconds, and was ``slow`` or not: the claims until the next
+        one start after the floor once ``engage_after`` rescans in a row were; the next one is
+        due ``rescan`` seconds on, or later when rescans would take more than ``share`` of the
+        time."""
+        now = self._clock()
+        self._slow_rescans = self._slow_rescans + 1 if slow else 0
+        self._engaged = self._slow_rescans >= self._engage_after
+        self._share_at = now + took / self._share
+        self._rescan_at = now + max(self._rescan, took / self._share)
+
+
+class FairAfter:
+    """What a fair claim after its floors claims from: ``keys``, the fairness keys the last
+    claim saw with due jobs, and ``floors``, for some of them the ``CLAIM_AFTER_*`` values of
+    the key's last claimed job (a key without one is walked from its start). Read-only."""
+
+    __slots__ = ("floors", "keys")
+
+    def __init__(self, keys: tuple[str, ...], floors: dict[str, dict[str, Any]]) -> None:
+        self.keys = keys
+        self.floors = floors
+
+
+class FairFloor:
+    """The fair claim's floors (among several fairness keys): the claim-order key of each
+    key's last claimed job, the keys the last claim saw with due jobs, and one schedule of
+    rescans for the whole claim (``schedule``'s: a :class:`ClaimFloor` whose own key is not
+    used). A rescan is the claim of old: the key scan, then each key's jobs from its start.
+    Used from the worker's claim thread only.
+
+    Example::
+
+        floor = FairFloor(ClaimFloor())
+        assert floor.values() is None    # the first fair claim is a rescan
+    """
+
+    __slots__ = ("_floors", "_keys", "_schedule", "_slow_per_key")
+
+    def __init__(self, schedule: ClaimFloor, *, slow_share: float = FAIR_SLOW_SHARE) -> None:
+        self._schedule = schedule
+        self._slow_per_key = schedule.slow * slow_share
+        self._keys: tuple[str, ...] = ()
+        self._floors: dict[str, dict[str, Any]] = {}
+
+    def values(self) -> FairAfter | None:
+        """The keys and floors of a claim after the floors, or None when it is a rescan (none
+        yet, rescans are fast, or one is due)."""
+        if self._schedule.rescan_due():
+            return None
+        # No keys left (each came short after its floor): an empty claim until the rescan,
+        # which short() has scheduled within the rescans' share of the time.
+        return FairAfter(self._keys, self._floors)
+
+    def short(self, *, force: bool = False) -> float:
+        """A claim after the floors came short: :meth:`ClaimFloor.short`."""
+        return self._schedule.short(force=force)
+
+    def claimed(
+        self,
+        rows: Sequence[Any],
+        key_of: dict[str, str],
+        keys: tuple[str, ...],
+        *,
+        rescan: bool,
+        took: float,
+    ) -> None:
+        """Record what a fair claim took: ``rows`` (``priority``, ``run_at``, ``id``), each
+        one's fairness key by id (``key_of``; rows not in it are another floor's, a lone
+        key's), the keys it saw with due jobs, whether it was a rescan, and how long its walks
+        of the claim index ran (seconds)."""
+        if rescan:
+            # Walked from the start: each key's place is where this claim left it, and a key
+            # it took nothing from is walked from its start next time. A key found alone is
+            # claimed after a floor of its own (JobStore._claim_key), and the key scan that
+            # found it is the look for other keys, which the floors would skip: they engage
+            # among several keys only.
+            slow = len(keys) > 1 and took / len(keys) >= self._slow_per_key
+            self._schedule.rescanned(took, slow=slow)
+            self._floors = {}
+        self._keys = keys
+        floors = self._floors
+        for row in rows:
+            key = key_of.get(row["id"])
+            if key is None:
+                continue
+            floor = floors.get(key)
+            if floor is None or _claim_order(row) > _order_of(floor):
+                floors[key] = {
+                    CLAIM_AFTER_PRIORITY: row["priority"],
+                    CLAIM_AFTER_RUN_AT: row["run_at"],
+                    CLAIM_AFTER_ID: row["id"],
+                }
 
 
 def _claim_order(row: Any) -> tuple[int, Any, str]:

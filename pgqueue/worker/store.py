@@ -30,9 +30,9 @@ from pgqueue import statements
 from pgqueue.backends import Clock
 from pgqueue.limits import fair_statements
 from pgqueue.limits.claim import claim_limited
-from pgqueue.limits.fair import claim_fair
+from pgqueue.limits.fair import FairClaim, claim_fair
 from pgqueue.limits.policy import LimitedClaimPolicy, Step
-from pgqueue.worker.floor import ClaimFloor
+from pgqueue.worker.floor import ClaimFloor, FairFloor
 from pgqueue.worker.ledger import Claimed
 from pgqueue.worker.outcomes import OutcomeWriter, Pending
 
@@ -98,7 +98,8 @@ class JobStore:
     (no pool checkout, and no pre-ping round trip, per turn). ``policy`` chooses the claims
     (by default a fresh one on the monotonic clock). Where the claim index keeps claimed rows'
     entries until a vacuum (``Backend.vacuums_jobs``), the unkeyed claim starts after the
-    worker's :class:`~pgqueue.worker.floor.ClaimFloor` (by default one on the policy's clock).
+    worker's :class:`~pgqueue.worker.floor.ClaimFloor` (by default one on the policy's clock),
+    and the fair claim after a :class:`~pgqueue.worker.floor.FairFloor` with its settings.
     Used from one thread."""
 
     def __init__(
@@ -120,6 +121,8 @@ class JobStore:
         if floor is None and self.backend.vacuums_jobs:
             floor = ClaimFloor(clock=self.policy.clock)
         self.floor = floor
+        # The fair claim's floors among several keys: its own schedule of rescans.
+        self.fair_floor = None if floor is None else FairFloor(floor.new())
         # The lone fairness key's floor (pgqueue.limits.fair): the key, and where its claim
         # starts. Another key alone starts a new one.
         self._lone_floor: tuple[str, ClaimFloor] | None = None
@@ -255,22 +258,7 @@ class JobStore:
             rows += alone
             policy.lone_claimed(len(alone))
         elif step is _FAIR:
-            fair = claim_fair(
-                conn,
-                self.backend.insert,
-                worker_id=self.worker_id,
-                lock_token=lock_token,
-                limit=limit - len(rows),
-                lease=self.lease,
-                queues=self.queues,
-                clock=clock,
-                keys=self._statement(
-                    "fair_keys",
-                    clock,
-                    lambda: fair_statements.fair_keys(queues=self.queues, clock=clock),
-                ),
-                claim_alone=lambda key, slots: self._claim_key(conn, key, slots, lock_token, clock),
-            )
+            fair = self._claim_fair(conn, limit - len(rows), lock_token, clock)
             rows += fair.rows
             policy.fair_claimed(len(fair.rows), found=fair.found, more=fair.more, lone=fair.lone)
         return ClaimResult(rows, self._wake_in(), starts, limited)
@@ -327,6 +315,51 @@ class JobStore:
             return rows
         rest = {**values, statements.CLAIM_LIMIT: slots - len(rows)}
         return rows + self._claim_walk(conn, name, floor, rest, lock_token, clock, fairness_key)
+
+    def _claim_fair(self, conn: Connection, slots: int, lock_token: str, clock: Clock) -> FairClaim:
+        """The fair claim among every fairness key, after the worker's :class:`FairFloor` when
+        there is one and no rescan is due, and move the floors on; a claim after them that
+        comes short looks behind them as :meth:`_claim_walk` does."""
+        floor = self.fair_floor
+        after = None if floor is None else floor.values()
+        fair = claim_fair(
+            conn,
+            self.backend.insert,
+            worker_id=self.worker_id,
+            lock_token=lock_token,
+            limit=slots,
+            lease=self.lease,
+            queues=self.queues,
+            clock=clock,
+            keys=self._statement(
+                "fair_keys",
+                clock,
+                lambda: fair_statements.fair_keys(queues=self.queues, clock=clock),
+            ),
+            claim_alone=lambda key, wanted: self._claim_key(conn, key, wanted, lock_token, clock),
+            after=after,
+            heads_after=lambda keys: self._statement(
+                f"fair_heads_after_{keys}",
+                clock,
+                lambda: fair_statements.fair_heads_after(keys, queues=self.queues, clock=clock),
+            ),
+        )
+        if floor is None:
+            return fair
+        floor.claimed(fair.rows, fair.key_of, fair.keys, rescan=after is None, took=fair.walked)
+        if after is None or len(fair.rows) >= slots:
+            return fair
+        wait = floor.short(force=self._exhaustive)
+        if wait:
+            self._floor_wake = wait if self._floor_wake is None else min(self._floor_wake, wait)
+            return fair
+        rest = self._claim_fair(conn, slots - len(fair.rows), lock_token, clock)
+        return FairClaim(
+            fair.rows + rest.rows,
+            found=fair.found or rest.found,
+            more=rest.more,
+            lone=None if fair.rows else rest.lone,
+        )
 
     def _claim_key(
         self, conn: Connection, key: str, slots: int, lock_token: str, clock: Clock

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from pgqueue.statements import CLAIM_AFTER_ID, CLAIM_AFTER_PRIORITY, CLAIM_AFTER_RUN_AT
-from pgqueue.worker.floor import ClaimFloor
+from pgqueue.worker.floor import ClaimFloor, FairFloor
 
 T0 = datetime(2026, 11, 29, tzinfo=UTC)
 SLOW = 0.01  # a rescan this slow engages the floor (SLOW_SECONDS is 5 ms)
@@ -147,3 +147,68 @@ def test_by_default_three_slow_rescans_engage_the_floor() -> None:
     assert floor.values() is None
     floor.claimed([row(0, 5, "a")], rescan=True, took=SLOW)
     assert floor.values() is not None
+
+
+# -- the fair claim's floors among several keys (FairFloor) ----------------------------------
+
+
+def test_a_fair_rescan_engages_the_floors_only_among_several_keys_and_when_slow_per_key() -> None:
+    clock = Clock()
+    # slow 5 ms: the fair rescan is slow from 2 ms of walks per key (FAIR_SLOW_SHARE 0.4).
+    floor = FairFloor(ClaimFloor(clock=clock, slow=0.005, engage_after=1))
+    a, b = row(0, 1, "a1"), row(0, 1, "b1")
+    floor.claimed([a, b], {"a1": "a", "b1": "b"}, ("a", "b"), rescan=True, took=0.003)
+    assert floor.values() is None  # 1.5 ms a key: clean
+    floor.claimed([a, b], {"a1": "a", "b1": "b"}, ("a", "b"), rescan=True, took=0.005)
+    after = floor.values()
+    assert after is not None and after.keys == ("a", "b")
+    assert {k: key(v) for k, v in after.floors.items()} == {
+        "a": (0, T0 + timedelta(seconds=1), "a1"),
+        "b": (0, T0 + timedelta(seconds=1), "b1"),
+    }
+    # A key found alone: its own floor (the lone claim's) serves it; the key scan stays.
+    floor.claimed([a], {}, ("a",), rescan=True, took=1.0)
+    assert floor.values() is None
+
+
+def test_each_keys_floor_moves_on_and_a_rescan_starts_them_over() -> None:
+    clock = Clock()
+    floor = FairFloor(ClaimFloor(clock=clock, slow=0, engage_after=1))
+    floor.claimed([row(0, 1, "a1")], {"a1": "a"}, ("a", "b"), rescan=True, took=0.001)
+    floor.claimed(
+        [row(0, 2, "a2"), row(0, 3, "b3")], {"a2": "a", "b3": "b"}, ("a", "b"), rescan=False, took=0
+    )
+    after = floor.values()
+    assert after is not None
+    assert key(after.floors["a"]) == (0, T0 + timedelta(seconds=2), "a2")
+    assert key(after.floors["b"]) == (0, T0 + timedelta(seconds=3), "b3")
+    # Rows of another floor's claim (a lone key's) are not in key_of: they move nothing.
+    floor.claimed([row(0, 9, "x")], {}, ("a", "b"), rescan=False, took=0)
+    after = floor.values()
+    assert after is not None
+    assert key(after.floors["a"]) == (0, T0 + timedelta(seconds=2), "a2")
+    # A key that came short leaves the keys; the claims between rescans skip it.
+    floor.claimed([], {}, ("b",), rescan=False, took=0)
+    after = floor.values()
+    assert after is not None and after.keys == ("b",)
+    # The next rescan (a second on) walks every key from its start: a key it took nothing
+    # from has no floor after it.
+    clock.now += 1.0
+    assert floor.values() is None
+    floor.claimed([row(0, 1, "b1")], {"b1": "b"}, ("a", "b"), rescan=True, took=0.001)
+    after = floor.values()
+    assert after is not None and set(after.floors) == {"b"}
+    assert key(after.floors["b"]) == (0, T0 + timedelta(seconds=1), "b1")
+
+
+def test_every_key_short_claims_nothing_until_the_spaced_rescan() -> None:
+    clock = Clock()
+    floor = FairFloor(ClaimFloor(clock=clock, slow=0, engage_after=1))
+    floor.claimed([row(0, 1, "a1")], {"a1": "a"}, ("a", "b"), rescan=True, took=0.2)
+    floor.claimed([], {}, (), rescan=False, took=0)
+    # No keys left, yet no rescan before the share allows one: an empty claim, and a wait.
+    after = floor.values()
+    assert after is not None and after.keys == ()
+    assert floor.short() == pytest.approx(4.0)  # 0.2 s / 5 %
+    clock.now += 4.0
+    assert floor.values() is None
