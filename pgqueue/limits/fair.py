@@ -31,7 +31,7 @@ import heapq
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple
 
 from sqlalchemy import Connection, RowMapping
 
@@ -39,10 +39,20 @@ from pgqueue import statements
 from pgqueue.backends.base import Clock
 from pgqueue.limits import fair_statements
 
-if TYPE_CHECKING:
-    from pgqueue.worker.floor import FairAfter
+__all__ = ["LONE_SECONDS", "FairAfter", "FairClaim", "claim_fair", "share"]
 
-__all__ = ["LONE_SECONDS", "FairClaim", "claim_fair", "share"]
+
+class FairAfter:
+    """What a fair claim after its floors claims from: ``keys``, the fairness keys the last
+    claim saw with due jobs, and ``floors``, for some of them the ``CLAIM_AFTER_*`` values of
+    the key's last claimed job (a key without one is walked from its start). Read-only."""
+
+    __slots__ = ("floors", "keys")
+
+    def __init__(self, keys: tuple[str, ...], floors: dict[str, dict[str, Any]]) -> None:
+        self.keys = keys
+        self.floors = floors
+
 
 #: How long a worker that found one key alone keeps claiming it without looking for others (a
 #: wake-up, i.e. an enqueue, ends it at once): the delay a key arriving beside a lone key's

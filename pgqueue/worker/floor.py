@@ -51,9 +51,10 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from pgqueue.limits.fair import FairAfter
 from pgqueue.statements import CLAIM_AFTER_ID, CLAIM_AFTER_PRIORITY, CLAIM_AFTER_RUN_AT
 
-__all__ = ["ClaimFloor", "FairAfter", "FairFloor"]
+__all__ = ["ClaimFloor", "FairFloor"]
 
 #: Seconds between rescans at most: the longest a job committed behind a floor waits (clean).
 RESCAN_SECONDS = 1.0
@@ -182,18 +183,6 @@ class ClaimFloor:
         self._engaged = self._slow_rescans >= self._engage_after
         self._share_at = now + took / self._share
         self._rescan_at = now + max(self._rescan, took / self._share)
-
-
-class FairAfter:
-    """What a fair claim after its floors claims from: ``keys``, the fairness keys the last
-    claim saw with due jobs, and ``floors``, for some of them the ``CLAIM_AFTER_*`` values of
-    the key's last claimed job (a key without one is walked from its start). Read-only."""
-
-    __slots__ = ("floors", "keys")
-
-    def __init__(self, keys: tuple[str, ...], floors: dict[str, dict[str, Any]]) -> None:
-        self.keys = keys
-        self.floors = floors
 
 
 class FairFloor:
