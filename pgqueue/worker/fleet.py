@@ -25,7 +25,9 @@ shard and claims on every wake-up, as a lone worker does.)
 
 The idle poll, which catches what no wake-up announces (a delayed job coming due, a lost
 notification), is spread the same way: the fleet as a whole looks ``polls`` times per
-``poll_interval``, each worker at a jittered ``poll_interval * size / polls``. A fleet of up to
+``poll_interval``, each worker at random intervals of ``poll_interval * size / polls`` on
+average, drawn as a Poisson process's are, so that the fleet keeps that pace even right after a
+burst, when every worker claimed last at about the same moment. A fleet of up to
 ``polls`` workers (a lone worker above all) behaves exactly as without any of this.
 
 Time comes from an injected clock, jitter from an injected random source. Thread-safe: the
@@ -45,6 +47,7 @@ Example::
 from __future__ import annotations
 
 import functools
+import math
 import random
 import threading
 import time
@@ -77,6 +80,10 @@ FLEET_POLLS = 4
 SHARD_GROUP = 8
 #: Roster reads (one per registry beat) for which a worker keeps its previous rosters' shards.
 ROSTER_GRACE = 2
+# The cap on a poll's exponential draw (in mean intervals; 1 draw in 150 is longer), and the
+# mean of the capped draw, which the draw is divided by to keep the fleet's rate exact.
+_POLL_DRAW_MAX = 5.0
+_POLL_DRAW_MEAN = 1.0 - math.exp(-_POLL_DRAW_MAX)
 # Taken notices owed (chosen while busy, say) are dropped beyond this many: they only save
 # other workers a claim, and a late one saves nothing.
 _OWED_MAX = 64
@@ -250,13 +257,20 @@ class FleetWakes:
 
     def poll_seconds(self) -> float:
         """How long until this worker's next idle poll: ``poll_interval`` in a fleet of up to
-        ``polls`` workers, else stretched by ``size / polls`` and jittered (x0.5 to x1.5), so
-        that the fleet together polls about ``polls`` times per ``poll_interval``."""
+        ``polls`` workers, else drawn at random with a mean of ``poll_interval * size / polls``
+        (an exponential draw, capped at ``_POLL_DRAW_MAX`` times that), so that the fleet
+        together polls about ``polls`` times per ``poll_interval`` from any moment on."""
         size = self.size
         if size <= self.polls:
             return self.poll_interval
         stretched = self.poll_interval * size / self.polls
-        return stretched * (0.5 + self.random_fraction())
+        # Exponential, as the gaps of a Poisson process are: however the workers' last claims
+        # lined up (a burst drained, and every worker claimed last at about the same moment),
+        # their next polls are spread from then on as in the steady state. A jitter around the
+        # mean (x0.5 to x1.5) left the fleet silent for half of it after a burst (25 s at 200
+        # workers: a delayed job coming due waited that long), then polling in a wave.
+        draw = -math.log(1.0 - self.random_fraction())
+        return stretched * min(draw, _POLL_DRAW_MAX) / _POLL_DRAW_MEAN
 
     def _owe(self, queue: str, nonce: int, shard: int | None) -> None:
         # The caller holds _lock.

@@ -4,6 +4,8 @@ wake-ups, as every worker hears every NOTIFY."""
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
 from pgqueue.notifications import (
@@ -137,11 +139,20 @@ def test_a_taken_notice_for_another_wake_up_cancels_nothing(clock: FakeClock) ->
     assert len([w for w in fleet if w.due()]) == 1
 
 
+def mean_poll_seconds(wakes: FleetWakes, draws: int = 10_000) -> float:
+    """``wakes``' mean poll interval over evenly spread random fractions."""
+    fractions = [(k + 0.5) / draws for k in range(draws)]
+    total = 0.0
+    for fraction in fractions:
+        wakes.random_fraction = lambda fraction=fraction: fraction
+        total += wakes.poll_seconds()
+    return total / draws
+
+
 def test_the_fleet_polls_a_few_times_per_interval_whatever_its_size(clock: FakeClock) -> None:
     for size in (FLEET_POLLS + 1, 50, 200, 1000):
-        fleet = fleet_of(size, clock, fraction=0.5)
-        polls_per_second = sum(1 / w.poll_seconds() for w in fleet)
-        assert polls_per_second == pytest.approx(FLEET_POLLS)
+        fleet = fleet_of(size, clock)
+        assert size / mean_poll_seconds(fleet[0]) == pytest.approx(FLEET_POLLS, rel=0.01)
 
 
 def test_small_fleets_poll_as_configured(clock: FakeClock) -> None:
@@ -149,10 +160,33 @@ def test_small_fleets_poll_as_configured(clock: FakeClock) -> None:
         assert {w.poll_seconds() for w in fleet_of(size, clock, fraction=0.9)} == {1.0}
 
 
-def test_the_poll_is_jittered(clock: FakeClock) -> None:
-    low = fleet_of(200, clock, fraction=0.0)[0].poll_seconds()
-    high = fleet_of(200, clock, fraction=0.999)[0].poll_seconds()
-    assert low == pytest.approx(25.0) and high == pytest.approx(75.0, rel=0.01)
+def test_the_poll_is_jittered_with_a_cap(clock: FakeClock) -> None:
+    polls = [fleet_of(200, clock, fraction=f)[0].poll_seconds() for f in (0.0, 0.5, 0.999999)]
+    assert polls[0] == 0.0 < polls[1] < polls[2]
+    assert polls[2] < 50.0 * 6  # five mean intervals, a little more for the rescaled mean
+
+
+def test_the_fleet_keeps_polling_right_after_every_worker_claimed_at_once(
+    clock: FakeClock,
+) -> None:
+    """A burst drained: each of 200 workers claimed last at the same moment (0), and polls
+    from there at the intervals it draws. The fleet still looks about FLEET_POLLS times a
+    second in every stretch of time from then on: no silence of half an interval (25 s) after
+    the burst, then a wave of polls (issue 31: the fleet benchmark's idle rate, read in that
+    silence, was half the rate while its lone jobs ran)."""
+    source = random.Random(31)
+    fleet = fleet_of(200, clock)
+    for wakes in fleet:
+        wakes.random_fraction = source.random
+    polls = []
+    for wakes in fleet:
+        at = wakes.poll_seconds()
+        while at < 120.0:
+            polls.append(at)
+            at += wakes.poll_seconds()
+    for start in range(0, 120, 10):
+        seen = sum(start <= at < start + 10 for at in polls)
+        assert 20 <= seen <= 60, f"{seen} polls in {start} to {start + 10} s, about 40 expected"
 
 
 def test_a_roster_out_of_range_is_clamped(clock: FakeClock) -> None:
