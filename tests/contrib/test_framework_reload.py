@@ -33,7 +33,8 @@ def _run_and_touch(command: list[str], cwd: Path, env: dict[str, str], touched: 
         wait_until(lambda: len(output.worker_pids()) == 2, "a restarted worker")
         assert len(set(output.worker_pids())) == 2
         supervisor.send_signal(signal.SIGTERM)
-        assert supervisor.wait(timeout=60) == 0
+        code = supervisor.wait(timeout=60)
+        assert code == 0, "\n".join(["supervisor and workers said:", *output.lines[-40:]])
     finally:
         stop_supervisor(supervisor, output)
 

@@ -82,7 +82,9 @@ def test_job_complete_many_is_fenced(queue: pgqueue.Queue) -> None:
         ]
     )
     with queue.engine.begin() as conn:
-        stored = conn.scalars(pg.job_complete_many(fixed(queue, 1)), {"done": done}).all()
+        stored = conn.scalars(
+            pg.job_complete_many(fixed(queue, 1)), {"done": done, "ids": ["mine", "theirs"]}
+        ).all()
     assert stored == ["mine"]
     assert row_of(queue, "mine").result == [1]
     assert state_of(queue, "theirs") is JobState.PROCESSING
