@@ -309,12 +309,18 @@ class JobStore:
         # Short: what is left may be behind the floor (a released dependent, a resumed queue, a
         # job handed back keep their old place in claim order). Look now if a rescan may run,
         # else ask to be woken when one may.
-        wait = floor.short(force=self._exhaustive)
-        if wait:
-            self._floor_wake = wait if self._floor_wake is None else min(self._floor_wake, wait)
+        if not self._rescan_now(floor):
             return rows
         rest = {**values, statements.CLAIM_LIMIT: slots - len(rows)}
         return rows + self._claim_walk(conn, name, floor, rest, lock_token, clock, fairness_key)
+
+    def _rescan_now(self, floor: ClaimFloor | FairFloor) -> bool:
+        """A claim after ``floor`` came short: whether to look behind it now (a rescan may run,
+        or this is a burst run); if not, ask the loop to wake this worker when one may."""
+        wait = floor.short(force=self._exhaustive)
+        if wait:
+            self._floor_wake = wait if self._floor_wake is None else min(self._floor_wake, wait)
+        return not wait
 
     def _claim_fair(self, conn: Connection, slots: int, lock_token: str, clock: Clock) -> FairClaim:
         """The fair claim among every fairness key, after the worker's :class:`FairFloor` when
@@ -349,9 +355,7 @@ class JobStore:
         floor.claimed(fair.rows, fair.key_of, fair.keys, rescan=after is None, took=fair.walked)
         if after is None or len(fair.rows) >= slots:
             return fair
-        wait = floor.short(force=self._exhaustive)
-        if wait:
-            self._floor_wake = wait if self._floor_wake is None else min(self._floor_wake, wait)
+        if not self._rescan_now(floor):
             return fair
         rest = self._claim_fair(conn, slots - len(fair.rows), lock_token, clock)
         return FairClaim(

@@ -305,16 +305,8 @@ def test_a_completion_batch_probes_the_primary_key_at_any_table_size(pg_server: 
     try:
         queue.migrate()
         queue.enqueue_many("tasks.noop", [()] * 5_000)
-        claim = statements.job_claim(
-            worker_id="w",
-            lock_token="t",
-            limit=10,
-            lease=30,
-            queues=None,
-            clock=queue.backend.clock(),
-        )
         with queue.engine.begin() as conn:
-            held = [row.id for row in conn.execute(claim)]
+            held = [row.id for row in conn.execute(_claim(queue, 10))]
         with queue.engine.connect() as conn:
             conn.exec_driver_sql("ANALYZE pgqueue_jobs")  # as autovacuum does during a drain
             jobs = [Completion(job_id, "t", None, 60) for job_id in held]
