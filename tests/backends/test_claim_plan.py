@@ -12,12 +12,15 @@ from typing import Any
 import psycopg.sql
 import pytest
 import sqlalchemy as sa
+from sqlalchemy.dialects.postgresql import dialect as postgres_dialect
 
 import pgqueue
 from pgqueue import statements
 from pgqueue.backends.ports import Completion
 from pgqueue.backends.postgres import backend as postgres
 from pgqueue.backends.postgres import prepared
+from pgqueue.limits import fair_statements
+from pgqueue.limits import statements as limit_statements
 from pgqueue.schema import JOBS
 from pgqueue.worker.floor import ClaimFloor
 from pgqueue.worker.store import JobStore
@@ -295,32 +298,46 @@ def test_a_write_by_id_cannot_walk_the_reapers_index(pg_server: Any) -> None:
         queue.close()
 
 
-def test_a_completion_batch_probes_the_primary_key_at_any_table_size(pg_server: Any) -> None:
-    # The batch's document is a set-returning function, which the planner takes for 100 rows:
-    # joined on it alone, a table of some thousands of jobs was scanned whole for every batch
-    # (at 20,000 jobs 2 ms instead of 0.2: the drain of 2 workers x 10 at half its rate, once
-    # migration 0014 took away the small index of processing rows it had walked before). The
-    # ids as an array make it primary-key probes.
-    queue = pgqueue.Queue(pg_server.create_database("complete_plan"), allow_unknown_tasks=True)
+@pytest.mark.parametrize("analyzed", [False, True])
+def test_a_completion_batch_probes_the_primary_key_once_per_job(
+    pg_server: Any, analyzed: bool
+) -> None:
+    # The batch's document is a set-returning function, which the planner takes for 100 rows.
+    # Joined on it, a table of some thousands of jobs was scanned whole for every batch (once
+    # migration 0014 took away the small index of processing rows it had walked before), and
+    # with the ids as an array to probe, the document was expanded again for every job found
+    # (a nested loop with it inside). Either way, by the planner's guess at the table's size:
+    # analyzed or not (a drain's table is a fresh one), each job must be one probe.
+    queue = pgqueue.Queue(
+        pg_server.create_database(f"complete_plan_{analyzed}".lower()), allow_unknown_tasks=True
+    )
     try:
         queue.migrate()
         queue.enqueue_many("tasks.noop", [()] * 5_000)
         with queue.engine.begin() as conn:
-            held = [row.id for row in conn.execute(_claim(queue, 10))]
+            held = [row.id for row in conn.execute(_claim(queue, 140))]
+        if analyzed:
+            with queue.engine.begin() as conn:
+                conn.exec_driver_sql("ANALYZE pgqueue_jobs")  # as autovacuum does in a drain
         with queue.engine.connect() as conn:
-            conn.exec_driver_sql("ANALYZE pgqueue_jobs")  # as autovacuum does during a drain
             jobs = [Completion(job_id, "t", None, 60) for job_id in held]
             statement = prepared.complete_on_database_clock(postgres._ROW_ADDRESS)
             sql, defaults = prepared.driver_sql(conn, statement)
-            values = {**defaults, "done": prepared.complete_document(jobs), "ids": held}
-            plan = _generic_plan(conn, sql, values)
+            values = {**defaults, "done": prepared.complete_document(jobs)}
+            with conn.begin():  # rolled back: EXPLAIN ANALYZE runs the UPDATE
+                plan = _generic_plan(conn, sql, values, analyze=True)
         assert "Seq Scan on pgqueue_jobs" not in plan, plan
-        assert "pgqueue_jobs_pkey" in plan, plan
+        probes = re.search(r"Index Scan using pgqueue_jobs_pkey .*loops=(\d+)", plan)
+        assert probes is not None and int(probes.group(1)) == len(held), plan
+        document = re.search(r"Function Scan on jsonb_to_recordset .*loops=(\d+)", plan)
+        assert document is not None and document.group(1) == "1", plan
     finally:
         queue.close()
 
 
-def _generic_plan(conn: sa.Connection, sql: str, values: dict[str, Any]) -> str:
+def _generic_plan(
+    conn: sa.Connection, sql: str, values: dict[str, Any], *, analyze: bool = False
+) -> str:
     """The plan PostgreSQL keeps for ``sql`` (driver placeholders ``%(name)s``) once it is
     prepared, as a worker's statements are after five runs: the generic one, which cannot see
     the values (their count above all)."""
@@ -333,5 +350,60 @@ def _generic_plan(conn: sa.Connection, sql: str, values: dict[str, Any]) -> str:
     arguments = ", ".join(
         psycopg.sql.Literal(values[name]).as_string(driver) for name in names
     ).replace("%", "%%")
-    rows = conn.exec_driver_sql(f"EXPLAIN EXECUTE generic({arguments})").scalars()
+    explain = "EXPLAIN (ANALYZE)" if analyze else "EXPLAIN"
+    rows = conn.exec_driver_sql(f"{explain} EXECUTE generic({arguments})").scalars()
     return "\n".join(rows)
+
+
+def test_the_pause_condition_is_hashed_once_per_claim_statement(pg_server: Any) -> None:
+    # As NOT EXISTS the pause condition was a primary-key probe of pgqueue_paused_queues per
+    # candidate row, and the limited claims group every due limited job: at 20,000 jobs of a
+    # max_running=50 task each claim visited 20,000 buffers for it, the drain at 0.6 times its
+    # rate. One hashed subplan per statement costs the same at any backlog.
+    queue = pgqueue.Queue(pg_server.create_database("pause_plan"), allow_unknown_tasks=True)
+    try:
+        queue.migrate()
+        queue.enqueue_many("tasks.capped", [()] * 2_000, max_running=50)
+        queue.enqueue_many("tasks.fair", [()] * 2_000, fairness_key="tenant-a")
+        clock = queue.backend.clock()
+        claims = {
+            "unlimited": _claim(queue, 200),
+            "limit heads": limit_statements.limit_heads(queues=None, limit=10, clock=clock),
+            "limit candidates": limit_statements.limit_candidates(
+                running_keys=["tasks.capped"],
+                rate_keys=[],
+                queues=None,
+                per_pair=50,
+                clock=clock,
+            ),
+            "fair keys": fair_statements.fair_keys(queues=None, clock=clock),
+            "fair heads": fair_statements.fair_heads([("tenant-a", 50)], queues=None, clock=clock),
+        }
+        with queue.engine.connect() as conn, conn.begin():
+            conn.execute(postgres._NO_BITMAP_SCAN)
+            for name, statement in claims.items():
+                plan = _plan(conn, statement)
+                assert "hashed SubPlan" in plan, (name, plan)
+                assert "pgqueue_paused_queues_pkey" not in plan, (name, plan)
+    finally:
+        queue.close()
+
+
+def test_the_fair_key_scan_stays_a_loose_index_scan_before_any_analyze(pg_server: Any) -> None:
+    # The paused-queues table is empty and never analyzed on a fresh install. As NOT EXISTS,
+    # the planner took the pause condition to leave about one row and scanned every key's jobs
+    # at each step of the key scan (8 keys x 200 jobs: 360 buffers, against 26).
+    queue = pgqueue.Queue(pg_server.create_database("fair_keys_plan"), allow_unknown_tasks=True)
+    try:
+        queue.migrate()
+        for key in range(8):
+            queue.enqueue_many("tasks.fair", [()] * 200, fairness_key=f"tenant-{key}")
+        scan = fair_statements.fair_keys(queues=None, clock=queue.backend.clock())
+        sql = str(scan.compile(dialect=postgres_dialect(), compile_kwargs={"literal_binds": True}))
+        with queue.engine.connect() as conn:
+            conn.exec_driver_sql("ANALYZE pgqueue_jobs")  # autovacuum's, not the paused table's
+            plan = "\n".join(conn.exec_driver_sql("EXPLAIN (ANALYZE, BUFFERS) " + sql).scalars())
+        buffers = int(re.search(r"Buffers: shared hit=(\d+)", plan).group(1))  # type: ignore[union-attr]
+        assert buffers < 100, plan
+    finally:
+        queue.close()

@@ -314,7 +314,7 @@ class PostgresBackend:
         sql, defaults = prepared.driver_sql(connection, statement)
         result = connection.exec_driver_sql(
             sql,
-            {**defaults, "done": prepared.complete_document(jobs), "ids": [job.id for job in jobs]},
+            {**defaults, "done": prepared.complete_document(jobs)},
         )
         # fetchall: one call for the batch, not a fetchone per row.
         return dict(result.fetchall())

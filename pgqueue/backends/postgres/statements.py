@@ -30,9 +30,10 @@ from sqlalchemy import (
     select,
     table,
     text,
+    true,
     update,
 )
-from sqlalchemy.dialects.postgresql import ARRAY, JSONB
+from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.sql.dml import ReturningInsert
 from sqlalchemy.sql.elements import TextClause
 
@@ -170,49 +171,62 @@ def job_complete_many(clock: Clock, row_address: str | None = None) -> Update:
     ``row_address`` for the ids missing from the result (a new snapshot sees that version).
 
     Run with ``done``: one JSON array of ``{"id", "lock_token", "result"}`` objects (``result``
-    null for none), and ``ids``: the same ids as a list. One document keeps the SQL text the
-    same for every batch size, so it is compiled and planned once, and costs one ``json.dumps``
-    however many jobs it carries. Each row's result expires after its own stored
-    ``result_ttl``.
+    null for none). One document keeps the SQL text the same for every batch size, so it is
+    compiled and planned once, and costs one ``json.dumps`` however many jobs it carries. Each
+    row's result expires after its own stored ``result_ttl``.
 
-    ``ids`` is there for the planner: it estimates any set-returning function at 100 rows, so
-    with the document alone it joined a table of some thousands of rows by scanning it whole
-    (2 ms a completion batch instead of 0.2 at 20,000 jobs: the drain of 2 workers x 10 at half
-    its rate) as soon as migration 0014 took away the reaper's index of processing rows it had
-    walked before. ``id = ANY(ids)`` is primary-key probes at any table size, and under a
-    pinned horizon too.
+    Each job of the document is one primary-key probe, whatever the planner thinks of the
+    table: the probe is a LATERAL subquery that locks its row, which the planner cannot turn
+    into a join. As a join, it estimated the document (a set-returning function) at 100 rows
+    and chose by table size: a scan of the whole table once a few thousand jobs were stored
+    (and migration 0014 had taken away the reaper's index of processing rows it walked
+    before), and, given the ids as an array to probe, a nested loop that expanded the document
+    again for every job it found. Both showed in a drain of 20,000 jobs (docs/benchmarks.md,
+    "The completion's probes").
     """
-    done = (
+    records = (
         func.jsonb_to_recordset(cast(bindparam("done", type_=Text), JSONB))
-        .table_valued(column("id", Text), column("lock_token", Text), column("result", JSONB))
-        .render_derived(name="done", with_types=True)
+        .table_valued(
+            column("id", JOBS.c.id.type), column("lock_token", Text), column("result", JSONB)
+        )
+        .render_derived(name="records", with_types=True)
     )
-    # The batch's rows locked in id order first (LockRows runs above the sort), as an enqueue
-    # locks the dependencies it attaches to (workflow/statements.py): an UPDATE alone would lock
-    # them in the order its join emits them, and the two could wait for each other (a
-    # deadlock). The lock carries each row's result on, so the document is parsed once and the
-    # UPDATE joins only the rows locked (already fenced: id, lock token and state, re-checked
-    # on the newest version by the lock itself).
+    done = (
+        select(records.c.id, records.c.lock_token, records.c.result)
+        .order_by(records.c.id)
+        .subquery("done")
+    )
+    # The batch's rows locked in id order (the document sorted, each row locked by its probe
+    # as the nested loop reaches it), as an enqueue locks the dependencies it attaches to
+    # (workflow/statements.py): an UPDATE alone would lock them in the order its join emits
+    # them, and the two could wait for each other (a deadlock). The lock carries each row's
+    # result on, so the UPDATE joins only the rows locked (already fenced: id, lock token and
+    # state, re-checked on the newest version by the lock itself). The id column takes the
+    # table's type, so the sort is in the primary key's collation ("C"), the enqueue's order.
     key = JOBS.c.id if row_address is None else literal_column(row_address).label("address")
-    locked = (
-        select(key, done.c.result)
+    job = (
+        select(key)
         .where(
-            JOBS.c.id == any_(bindparam("ids", type_=ARRAY(Text))),
             JOBS.c.id == done.c.id,
             JOBS.c.lock_token == done.c.lock_token,
             JOBS.c.state == str(JobState.PROCESSING),
         )
-        .order_by(JOBS.c.id)
-        .with_for_update(of=JOBS, key_share=True)
-        .cte("locked")
+        .with_for_update(key_share=True)
+        .lateral("job")
     )
+    locked = (
+        select(job.c[key.name], done.c.result).select_from(done.join(job, true())).cte("locked")
+    )
+    row = JOBS.c.id if row_address is None else literal_column(f"{JOBS.name}.{row_address}")
     return (
         update(JOBS)
-        # Locked by this transaction: nobody can have changed the row since.
+        # Locked by this transaction: nobody can have changed the row since. The key twice:
+        # joined, for each row's result, and as an array of the locked keys, so the table is
+        # read by those keys (a TID scan, or primary-key probes) even where the planner, who
+        # takes the CTE for 100 rows, would rather scan a small table and hash-join it.
         .where(
-            JOBS.c.id == locked.c.id
-            if row_address is None
-            else literal_column(f"{JOBS.name}.{row_address}") == locked.c.address
+            row == locked.c[key.name],
+            row == any_(func.array(select(locked.c[key.name]).scalar_subquery())),
         )
         .values(
             state=str(JobState.COMPLETED),
