@@ -32,8 +32,9 @@ def queue_not_paused(jobs: Any = JOBS) -> ColumnElement[bool]:
     # NOT IN, not NOT EXISTS: PostgreSQL runs it as one hashed subplan per statement, where NOT
     # EXISTS became a primary-key probe per candidate row, and the limited claims, which group
     # every due limited job, paid a buffer visit per job on each claim (docs/benchmarks.md,
-    # "the pause probe"). Both columns are NOT NULL, so NOT IN has no NULL trap.
-    return jobs.c.queue.not_in(select(PAUSED_QUEUES.c.queue))
+    # "The pause condition"). Both columns are NOT NULL, so NOT IN has no NULL trap.
+    queue: ColumnElement[str] = jobs.c.queue
+    return queue.not_in(select(PAUSED_QUEUES.c.queue))
 
 
 def queue_pause(insert: Any, name: str, clock: Clock) -> Any:
