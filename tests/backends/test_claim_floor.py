@@ -32,9 +32,9 @@ def clock() -> Clock:
 
 @pytest.fixture
 def store(queue: pgqueue.Queue, clock: Clock) -> Iterator[JobStore]:
-    # slow=0: every rescan counts as slow, so the claims between rescans start after the floor
-    # (a worker's floor engages only once a rescan took 5 ms: dead entries at the index's head).
-    floor = ClaimFloor(clock=clock, slow=0, engage_after=1)
+    # slow=0, nothing per job either: every rescan is slow, so the claims between rescans start
+    # after the floor (a worker's engages once rescans took 5 ms and 0.05 ms a job claimed).
+    floor = ClaimFloor(clock=clock, slow=0, slow_per_job=0, engage_after=1)
     store = JobStore(queue.db, worker_id="w", lease=30, queues=None, floor=floor)
     yield store
     store.close()
@@ -109,7 +109,7 @@ def test_a_fairness_key_found_alone_is_claimed_after_a_floor_of_its_own(
         lease=30,
         queues=None,
         policy=LimitedClaimPolicy(clock=clock),
-        floor=ClaimFloor(clock=clock, slow=0, engage_after=1),
+        floor=ClaimFloor(clock=clock, slow=0, slow_per_job=0, engage_after=1),
     )
     try:
         start = datetime.now(UTC) - timedelta(minutes=1)

@@ -245,7 +245,7 @@ def test_a_pinned_horizon_leaves_the_floor_claim_cheap(pg_server: Any) -> None:
         worker_id="w",
         lease=30,
         queues=None,
-        floor=ClaimFloor(clock=lambda: 0.0, engage_after=1),
+        floor=ClaimFloor(clock=lambda: 0.0, slow=0, slow_per_job=0, engage_after=1),
     )
     try:
         queue.migrate()

@@ -57,7 +57,7 @@ def store(queue: pgqueue.Queue, clock: Clock) -> Iterator[JobStore]:
         lease=30,
         queues=None,
         policy=LimitedClaimPolicy(clock=clock),
-        floor=ClaimFloor(clock=clock, slow=0, engage_after=1),
+        floor=ClaimFloor(clock=clock, slow=0, slow_per_job=0, engage_after=1),
     )
     yield store
     store.close()
@@ -213,7 +213,7 @@ def test_a_pinned_horizon_leaves_the_fair_claim_after_its_floors_cheap(pg_server
         lease=30,
         queues=None,
         policy=LimitedClaimPolicy(clock=lambda: 0.0),
-        floor=ClaimFloor(clock=lambda: 0.0, slow=0, engage_after=1),
+        floor=ClaimFloor(clock=lambda: 0.0, slow=0, slow_per_job=0, engage_after=1),
     )
     try:
         queue.migrate()
