@@ -81,30 +81,44 @@ def limit_heads(
     head of the queue do not hide the keys behind them. The look is a plain read; the claim
     decides under the keys' locks.
     """
+    # Grouped first, then joined with the keys' rate windows: one probe of pgqueue_limits per
+    # key pair, not per due job. Joined before grouping, the planner, who takes a fresh or
+    # never-analyzed jobs table for a row or two, probed the limits table for every due job
+    # (2,000 jobs of one rate key: 1,941 buffers a claim, against 112 hash-joined).
+    pairs = (
+        select(
+            JOBS.c.concurrency_key,
+            JOBS.c.rate_key,
+            func.max(JOBS.c.priority).label("priority"),
+            func.min(JOBS.c.run_at).label("run_at"),
+            func.max(JOBS.c.max_running).label("max_running"),
+        )
+        .where(*_limited_waiting(queues, clock))
+        .group_by(JOBS.c.concurrency_key, JOBS.c.rate_key)
+        .subquery("pairs")
+    )
     running = (
         select(func.count())
         .select_from(_RUNNING_JOBS)
         .where(
             _RUNNING_JOBS.c.state == str(JobState.PROCESSING),
-            _RUNNING_JOBS.c.concurrency_key == JOBS.c.concurrency_key,
+            _RUNNING_JOBS.c.concurrency_key == pairs.c.concurrency_key,
         )
         .scalar_subquery()
     )
-    window = and_(LIMITS.c.kind == RATE, LIMITS.c.key == JOBS.c.rate_key)
+    window = and_(LIMITS.c.kind == RATE, LIMITS.c.key == pairs.c.rate_key)
     return (
-        select(JOBS.c.concurrency_key, JOBS.c.rate_key)
-        .select_from(JOBS.outerjoin(LIMITS, window))
+        select(pairs.c.concurrency_key, pairs.c.rate_key)
+        .select_from(pairs.outerjoin(LIMITS, window))
         .where(
-            *_limited_waiting(queues, clock),
             or_(LIMITS.c.open_at.is_(None), LIMITS.c.open_at <= clock.after(lookahead)),
+            or_(pairs.c.concurrency_key.is_(None), running < pairs.c.max_running),
         )
-        .group_by(JOBS.c.concurrency_key, JOBS.c.rate_key)
-        .having(or_(JOBS.c.concurrency_key.is_(None), running < func.max(JOBS.c.max_running)))
         .order_by(
-            func.max(JOBS.c.priority).desc(),
-            func.min(JOBS.c.run_at),
-            JOBS.c.concurrency_key,
-            JOBS.c.rate_key,
+            pairs.c.priority.desc(),
+            pairs.c.run_at,
+            pairs.c.concurrency_key,
+            pairs.c.rate_key,
         )
         .limit(limit)
     )
