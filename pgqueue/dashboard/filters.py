@@ -21,8 +21,13 @@ def filter_params(given: Mapping[str, list[str]]) -> dict[str, list[str]]:
     Example::
 
         filter_params({"state": ["failed"], "cursor": ["..."]})   # {"state": ["failed"]}
+
+    Only the values the page read and checked (``params.read_values``): a second value of a
+    one-value filter was never checked, and echoed into the page's links it could hold what
+    no link can (a lone surrogate: a 500).
     """
-    return {key: list(given[key]) for key in FILTERS if given.get(key)}
+    carried = {key: params.read_values(given, key) for key in FILTERS}
+    return {key: values for key, values in carried.items() if values}
 
 
 def job_filter(

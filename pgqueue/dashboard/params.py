@@ -33,6 +33,7 @@ __all__ = [
     "check_ids",
     "check_job_id",
     "check_query",
+    "read_values",
 ]
 
 # Longer than any error type or message the dashboard makes; bounds what a request can send on.
@@ -122,6 +123,18 @@ def check_ids(form: Mapping[str, list[str]], limit: int) -> list[str]:
     if len(values) > limit:
         raise ConfigError(f"id: {len(values)} jobs selected; at most {limit} at once")
     return list(dict.fromkeys(check_job_id(v) for v in values if isinstance(v, str) and v))
+
+
+def read_values(query: Mapping[str, list[str]], name: str) -> list[str]:
+    """The values of ``name`` that :func:`check_query` reads and checks: every ``state``, the
+    first of any other (stripped, empty ones skipped).
+
+    Example::
+
+        read_values({"queue": ["a", "b"], "state": ["failed", "queued"]}, "queue")   # ["a"]
+    """
+    values = _all(query, name)
+    return values if name == "state" else values[:1]
 
 
 def _given(query: Mapping[str, list[str]], name: str) -> str | None:
