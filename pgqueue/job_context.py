@@ -54,6 +54,7 @@ __all__ = [
 
 T = TypeVar("T")
 logger = logging.getLogger("pgqueue.worker")
+_CANCELLED_MADE = threading.Lock()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -82,13 +83,37 @@ class JobContext:
     max_attempts: int
     worker_id: str
     created_at: datetime
-    cancelled: threading.Event = field(default_factory=threading.Event, compare=False)
+    #: The ``cancelled`` event once anyone asked for it (most jobs never do).
+    _cancelled: threading.Event | None = field(default=None, init=False, compare=False, repr=False)
     #: The Queue the job was claimed from (for :meth:`dependency_results`).
     source: HasRuntime | None = field(default=None, compare=False, repr=False)
     #: The attempt's own transaction (see :meth:`transaction`).
     job_transaction: JobTransactionPort | None = field(default=None, compare=False, repr=False)
     #: The attempt's durable state, made by the first step, sleep or wait (see :meth:`step`).
     durable: DurableRun | None = field(default=None, compare=False, repr=False)
+
+    @property
+    def cancelled(self) -> threading.Event:
+        """Set when the worker gives this job up (see the class's description); a handler checks
+        it with ``is_set()`` or waits on it with ``wait(timeout)``.
+
+        Made on first use: a ``threading.Event`` is a lock and a condition, and making one for
+        every claimed job was an eighth of a busy worker's loop (docs/benchmarks.md, "The
+        cancel event"), while most jobs are never cancelled nor asked.
+
+        Example::
+
+            if pgqueue.current_job().cancelled.is_set():
+                return
+        """
+        event = self._cancelled
+        if event is None:
+            with _CANCELLED_MADE:  # the handler's thread and the worker's may both ask at once
+                event = self._cancelled
+                if event is None:
+                    event = threading.Event()
+                    object.__setattr__(self, "_cancelled", event)  # frozen: set once
+        return event
 
     # -- durable execution (docs/durable.md) ---------------------------------------------------
 
