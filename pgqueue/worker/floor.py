@@ -75,10 +75,9 @@ ENGAGE_AFTER = 3
 #: The fair claim's rescan is slow when its walks (key scan and heads) took this share of
 #: ``slow`` per key they found: 2 ms a key by default. Per key, so that many keys alone never
 #: engage the floors (which would delay a new key's first claim to the next rescan). Clean, 8
-#: keys with 200 jobs each cost 0.03 ms a key, or 1.1 to 1.6 ms a key where the planner
-#: misjudges the paused-queue probe and scans the table at every key-scan step (load 3.5 to 7
-#: on 2 cores). Under a pinned horizon: 0.5 and 2.4 ms a key at 10,000 and 50,000 dead
-#: entries with good plans, 5.8 ms at 10,000 with the misjudged ones (docs/architecture.md).
+#: keys with 200 jobs each cost 0.03 ms a key (1.1 to 1.6 ms at load 3.5 to 7 on 2 cores while
+#: the planner misjudged the paused-queue check, before it was a hashed NOT IN). Under a pinned
+#: horizon: 0.5 and 2.4 ms a key at 10,000 and 50,000 dead entries (docs/architecture.md).
 FAIR_SLOW_SHARE = 0.4
 
 
