@@ -175,6 +175,7 @@ def _measure(server: PostgresServer, phase: Phase, log_dir: Path, *, quick: bool
         fleet.report_warnings()
         _warm(phase, count, monitor)
         time.sleep(5.0 if quick else 15.0)  # let start-up work (first claims, elections) pass
+        _settle(monitor, quick=quick)
         connections, sessions = _connections(monitor)
         window = 5.0 if quick else 20.0
         server_pids = [*process_tree(server.pid or 0), *phase.middle]
@@ -251,6 +252,29 @@ def _measure(server: PostgresServer, phase: Phase, log_dir: Path, *, quick: bool
         Figure(NAME, "postgresql", f"{phase.name}: {metric}", value, unit, label, load)
         for metric, value, unit in rows
     ]
+
+
+def _settle(monitor: pgqueue.Queue, *, quick: bool) -> None:
+    """Wait until the fleet's claim rate has settled: two 5 s windows in a row within 25 % (or
+    1 claim/s) of each other, 120 s at most. After the warm-up a large fleet on a small machine
+    goes on claiming for a minute or more (rosters still read, processes still starting; 40
+    workers behind pgbouncer: 31, 10, 5, 2, 5, 4 claims/s, then 33 and 39, then 2-5), and an idle
+    window read in that transient made every per-job figure wrong (negative behind pgbouncer)."""
+    step, limit = (1.0, 10.0) if quick else (5.0, 120.0)
+    started = time.monotonic()
+    rates: list[float] = []
+    claims = scalar(monitor, _CLAIMS)
+    while time.monotonic() - started < limit:
+        time.sleep(step)
+        now = scalar(monitor, _CLAIMS)
+        rates.append((now - claims) / step)
+        claims = now
+        if len(rates) >= 3 and all(
+            abs(rate - rates[-1]) <= max(1.0, 0.25 * rates[-1]) for rate in rates[-3:-1]
+        ):
+            break
+    print(f"fleet: claim rate settled after {time.monotonic() - started:.0f}s: "
+          f"{', '.join(f'{rate:.1f}' for rate in rates)}/s", file=sys.stderr, flush=True)  # fmt: skip
 
 
 def _patient(url: str) -> str:
