@@ -12,7 +12,6 @@ from typing import Any
 import psycopg.sql
 import pytest
 import sqlalchemy as sa
-from sqlalchemy.dialects.postgresql import dialect as postgres_dialect
 
 import pgqueue
 from pgqueue import statements
@@ -28,9 +27,9 @@ from pgqueue.worker.store import JobStore
 pytestmark = pytest.mark.postgres
 
 
-def _plan(conn: sa.Connection, statement: Any) -> str:
+def _plan(conn: sa.Connection, statement: Any, explain: str = "EXPLAIN") -> str:
     sql = str(statement.compile(dialect=conn.dialect, compile_kwargs={"literal_binds": True}))
-    return "\n".join(conn.exec_driver_sql("EXPLAIN " + sql).scalars())
+    return "\n".join(conn.exec_driver_sql(f"{explain} {sql}").scalars())
 
 
 def test_the_claim_walks_the_index_without_statistics(pg_server: Any) -> None:
@@ -399,10 +398,9 @@ def test_the_fair_key_scan_stays_a_loose_index_scan_before_any_analyze(pg_server
         for key in range(8):
             queue.enqueue_many("tasks.fair", [()] * 200, fairness_key=f"tenant-{key}")
         scan = fair_statements.fair_keys(queues=None, clock=queue.backend.clock())
-        sql = str(scan.compile(dialect=postgres_dialect(), compile_kwargs={"literal_binds": True}))
         with queue.engine.connect() as conn:
             conn.exec_driver_sql("ANALYZE pgqueue_jobs")  # autovacuum's, not the paused table's
-            plan = "\n".join(conn.exec_driver_sql("EXPLAIN (ANALYZE, BUFFERS) " + sql).scalars())
+            plan = _plan(conn, scan, "EXPLAIN (ANALYZE, BUFFERS)")
         buffers = int(re.search(r"Buffers: shared hit=(\d+)", plan).group(1))  # type: ignore[union-attr]
         assert buffers < 100, plan
     finally:
@@ -421,8 +419,7 @@ def test_the_limited_claims_key_scan_probes_the_rate_windows_once_per_key(pg_ser
         with queue.engine.begin() as conn:
             conn.execute(sa.insert(LIMITS).values(kind=limit_statements.RATE, key="tasks.paced"))
         with queue.engine.connect() as conn:
-            sql = str(heads.compile(dialect=conn.dialect, compile_kwargs={"literal_binds": True}))
-            plan = "\n".join(conn.exec_driver_sql("EXPLAIN (ANALYZE, BUFFERS) " + sql).scalars())
+            plan = _plan(conn, heads, "EXPLAIN (ANALYZE, BUFFERS)")
         probes = re.search(r"Index Scan using pgqueue_limits_pkey .*loops=(\d+)", plan)
         assert probes is None or probes.group(1) == "1", plan
         buffers = int(re.search(r"Buffers: shared hit=(\d+)", plan).group(1))  # type: ignore[union-attr]
