@@ -15,7 +15,9 @@ when that ends, so a job enqueued meanwhile waits no longer). When the unkeyed c
 and left slots, the turn ends there so their handlers start at once, and the next turn, due at
 once, owes the limited claim (once: a trickle of unkeyed jobs cannot hold limited ones back).
 A claim that commits by itself (autocommit: one statement) cannot run the others at all and
-passes them on the same way. A worker draining keyed jobs with no unkeyed job due runs the fair
+passes them on the same way; when it found no job, the turn it passes them to starts with the
+limited claim (an idle poll is then its one unkeyed statement, not two) unless a wake-up came
+or :data:`IDLE_SECONDS` passed meanwhile. A worker draining keyed jobs with no unkeyed job due runs the fair
 claim in the unkeyed claim's place until a wake-up, a short batch or :data:`LONE_SECONDS`.
 
 All times come from one injectable monotonic clock, as in
@@ -93,6 +95,9 @@ class LimitedClaimPolicy:
         self._fair_busy = False
         # A claim passed the limited claim over to the next one.
         self._limited_owed = False
+        # Until when (clock) the turn that owes the limited claim skips the unkeyed claim: an
+        # autocommit claim found no unkeyed job just before. A wake-up ends it at once.
+        self._unkeyed_empty_until = _NEVER
         # A key the last fair claims found alone, and until when to claim it without looking
         # for other keys.
         self._lone: tuple[str, float] | None = None
@@ -112,7 +117,13 @@ class LimitedClaimPolicy:
         """Jobs were enqueued: the next claim runs the unkeyed claim again, and the fair claim
         looks for every key (a new one competes from its first claim)."""
         self._unkeyed_idle_until = _NEVER
+        self._unkeyed_empty_until = _NEVER
         self._lone = None
+
+    def look_again(self) -> None:
+        """The next claim runs the unkeyed claim whatever the last one found (a rescan behind
+        a claim floor is due)."""
+        self._unkeyed_empty_until = _NEVER
 
     def may_autocommit(self) -> bool:
         """Whether the next claim may be one statement that commits by itself: not when it owes
@@ -127,12 +138,19 @@ class LimitedClaimPolicy:
 
     def begin(self, wanted: int, *, autocommit: bool) -> Step:
         """A claim of up to ``wanted`` jobs starts (``autocommit``: it runs as one statement
-        that commits by itself); returns its first step, :data:`Step.UNKEYED` unless the fair
-        claim stands in for it."""
+        that commits by itself); returns its first step: :data:`Step.UNKEYED` unless the fair
+        claim stands in for it, or this turn only runs what an autocommit claim that found
+        nothing passed on."""
         self._wanted = wanted
         self._autocommit = autocommit
         self._wake = None
-        if autocommit or self.clock() >= self._unkeyed_idle_until:
+        now = self.clock()
+        if not autocommit and self._limited_owed and now < self._unkeyed_empty_until:
+            # The autocommit claim a moment ago found no unkeyed job, and no wake-up came since:
+            # this turn is only the claims it passed on.
+            self._unkeyed_empty_until = _NEVER
+            return self.unkeyed_claimed(0)
+        if autocommit or now >= self._unkeyed_idle_until:
             return _UNKEYED
         # Draining keyed jobs with no unkeyed job due: the fair claim in the unkeyed claim's
         # place (limited jobs get the slots it leaves, as they get those the unkeyed claim
@@ -161,6 +179,8 @@ class LimitedClaimPolicy:
             # limited claim would be more statements before the commit), and claim again at
             # once, owing the limited claim. A claim that commits by itself cannot run it at all.
             self._limited_owed = True
+            if not claimed:
+                self._unkeyed_empty_until = now + IDLE_SECONDS
             self._wake = 0.0
             return _DONE
         self._limited_owed = False

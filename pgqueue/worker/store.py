@@ -269,6 +269,8 @@ class JobStore:
         if floor_wake is None:
             return wake_in
         self._floor_wake = None
+        # The rescan behind the floor is an unkeyed claim: the next turn must not skip it.
+        self.policy.look_again()
         return floor_wake if wake_in is None else min(wake_in, floor_wake)
 
     def _claim_walk(

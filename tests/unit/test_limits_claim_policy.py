@@ -145,9 +145,38 @@ def test_an_autocommit_claim_passes_the_other_claims_to_the_next_turn(
     policy: LimitedClaimPolicy,
 ) -> None:
     assert policy.begin(4, autocommit=True) is Step.UNKEYED
+    assert policy.unkeyed_claimed(1) is Step.DONE
+    assert policy.wake_in() == 0.0
+    assert not policy.may_autocommit()
+    assert policy.begin(4, autocommit=False) is Step.UNKEYED
+    assert policy.unkeyed_claimed(0) is Step.LIMITED
+
+
+def test_an_empty_autocommit_claim_is_not_repeated_by_the_turn_it_passes_the_others_to(
+    policy: LimitedClaimPolicy,
+) -> None:
+    # An idle poll: one unkeyed statement, then the limited and fair claims, not the unkeyed
+    # claim again a moment later.
+    assert policy.begin(4, autocommit=True) is Step.UNKEYED
     assert policy.unkeyed_claimed(0) is Step.DONE
     assert policy.wake_in() == 0.0
     assert not policy.may_autocommit()
+    assert policy.begin(4, autocommit=False) is Step.LIMITED
+    assert policy.limited_claimed(0, wake_in=None) is Step.FAIR
+    assert policy.fair_claimed(0, found=False, more=False, lone=None) is Step.DONE
+    assert policy.may_autocommit()
+
+
+@pytest.mark.parametrize("meanwhile", ["woken", "look_again", "idle_seconds"])
+def test_the_unkeyed_claim_runs_again_after_a_wake_up_a_floor_or_a_moment(
+    policy: LimitedClaimPolicy, clock: FakeClock, meanwhile: str
+) -> None:
+    policy.begin(4, autocommit=True)
+    policy.unkeyed_claimed(0)
+    if meanwhile == "idle_seconds":
+        clock.advance(IDLE_SECONDS)
+    else:
+        getattr(policy, meanwhile)()
     assert policy.begin(4, autocommit=False) is Step.UNKEYED
     assert policy.unkeyed_claimed(0) is Step.LIMITED
 
