@@ -162,11 +162,15 @@ class FleetWakes:
         self._lock = threading.Lock()
         # Earlier rosters still answered for on their shards: [rank, size, roster reads left].
         self._earlier: list[list[int]] = []
-        # nonce -> (queue, shard, when to claim): staggered claims not yet cancelled.
-        self._pending: dict[int, tuple[str, int | None, float]] = {}
+        # nonce -> (queue, shard, jobs announced, when to claim): staggered claims not yet
+        # cancelled.
+        self._pending: dict[int, tuple[str, int | None, int, float]] = {}
         # (queue, nonce, shard) of wake-ups this worker was chosen for: after its next claim it
         # tells the others (on the wake-up's channel), whose staggered claims then stand down.
         self._owed: dict[tuple[str, int, int | None], None] = {}
+        # Jobs announced by the wake-ups this worker answers, since take_announced() last ran
+        # (None: one of them did not say how many).
+        self._announced: int | None = 0
 
     def roster(self, *, rank: int, size: int) -> None:
         """The registry's latest word: this worker is number ``rank`` (from 0) of ``size``."""
@@ -199,6 +203,7 @@ class FleetWakes:
         0.0: claim now; a number of seconds: a claim is scheduled then (:meth:`next_at`) unless
         another worker takes it first; None: left to others."""
         if nonce is None or count <= 0:
+            self.unknown()
             return 0.0
         with self._lock:
             if shard is None:
@@ -215,13 +220,13 @@ class FleetWakes:
                 tier = min(tiers, default=None)
             if tier is None or tier > self.tiers:
                 return None
-            if tier < 0:
-                return 0.0
-            if tier == 0:
-                self._owe(queue, nonce, shard)
+            if tier <= 0:
+                self._count(count)
+                if tier == 0:
+                    self._owe(queue, nonce, shard)
                 return 0.0
             delay = tier * self.tier_seconds
-            self._pending[nonce] = (queue, shard, self.clock() + delay)
+            self._pending[nonce] = (queue, shard, count, self.clock() + delay)
             return delay
 
     def taken(self, nonce: int) -> None:
@@ -234,18 +239,33 @@ class FleetWakes:
         with self._lock:
             if not self._pending:
                 return None
-            return min(at for _, _, at in self._pending.values())
+            return min(at for _, _, _, at in self._pending.values())
 
     def due(self) -> list[int]:
         """The wake-ups whose staggered claim has come due (each then owed a taken notice):
         claim now if any."""
         now = self.clock()
         with self._lock:
-            came = [nonce for nonce, (_, _, at) in self._pending.items() if at <= now]
+            came = [nonce for nonce, (_, _, _, at) in self._pending.items() if at <= now]
             for nonce in came:
-                queue, shard, _ = self._pending.pop(nonce)
+                queue, shard, count, _ = self._pending.pop(nonce)
+                self._count(count)
                 self._owe(queue, nonce, shard)
         return came
+
+    def unknown(self) -> None:
+        """A wake-up that did not say how many jobs it announces (a reconnect may have lost
+        some): the next claim cannot tell when it took them all."""
+        with self._lock:
+            self._announced = None
+
+    def take_announced(self) -> int | None:
+        """The jobs announced by the wake-ups this worker answered (at once, or by a staggered
+        claim come due) since the last call, and start counting afresh; None when one of them
+        did not say how many."""
+        with self._lock:
+            announced, self._announced = self._announced, 0
+        return announced
 
     def claimed(self) -> list[tuple[str, int, int | None]]:
         """A claim ran: the ``(queue, nonce, shard)`` wake-ups to announce as taken (and
@@ -271,6 +291,11 @@ class FleetWakes:
         # workers: a delayed job coming due waited that long), then polling in a wave.
         draw = -math.log(1.0 - self.random_fraction())
         return stretched * min(draw, _POLL_DRAW_MAX) / _POLL_DRAW_MEAN
+
+    def _count(self, jobs: int) -> None:
+        # The caller holds _lock.
+        if self._announced is not None:
+            self._announced += jobs
 
     def _owe(self, queue: str, nonce: int, shard: int | None) -> None:
         # The caller holds _lock.

@@ -63,7 +63,7 @@ class WakeUpHearing:
         # as one. SQLite's watch calls on_reconnect after every commit (completions, most of
         # them, during a drain) and tells those that added jobs apart (subscribe): a look only,
         # which leaves the claim plan (a lone fairness key, unkeyed claims skipped) alone.
-        self._removers.append(listener.on_reconnect(self._wake if payloads else self._look))
+        self._removers.append(listener.on_reconnect(self._lost if payloads else self._look))
         if payloads:
             # Before the common channel, whose subscription waits for the listener: the
             # shards then come up in the same round trip.
@@ -71,6 +71,11 @@ class WakeUpHearing:
             self._shards.listen(self.fleet.shards())
             self._removers.append(self._shards.close)
         self._removers.append(listener.subscribe(ENQUEUED_CHANNEL, self.heard))
+
+    def _lost(self) -> None:
+        # Wake-ups may have come and gone unheard: how many jobs they announced is unknown.
+        self.fleet.unknown()
+        self._wake()
 
     def heard(self, payload: str, shard: int | None = None) -> None:
         """A wake-up's payload, heard on lone-job ``shard`` (None: the common channel)."""

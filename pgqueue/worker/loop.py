@@ -226,7 +226,9 @@ class WorkerLoop:
         return until if wait is None else min(wait, until)
 
     def _woken(self) -> None:
-        self.planner.due = True
+        # How many jobs the wake-ups that chose this worker announced: a claim that takes them
+        # all is not followed by another (TurnPlanner.succeeded).
+        self.planner.announce(self.fleet.take_announced())
         self.claim_policy.woken()
 
     def _receive(self, timeout: float | None) -> None:
@@ -255,10 +257,10 @@ class WorkerLoop:
                 # Whatever the handler enqueued is due work too: look once more before leaving.
                 # A job with a flow limit frees its key's slot: the next turn, which stores its
                 # outcome, can claim the key's next job in the same transaction.
-                self.planner.due = True
+                self.planner.look()
         elif message is _LOOK:
             self._look_posted = False
-            self.planner.due = True
+            self.planner.look()
         elif message is _WAKE:
             self._wake_posted = False
             self._woken()

@@ -28,11 +28,14 @@ RETRY_MAX_SECONDS = 5.0
 @dataclass(frozen=True, slots=True)
 class Turn:
     """What one transaction does besides storing outcomes: claim up to ``claim`` jobs (0: none),
-    and with ``beat`` extend the lease of every job still running. ``at``: when it was planned."""
+    and with ``beat`` extend the lease of every job still running. ``at``: when it was planned;
+    ``announced``: the jobs that wake-ups which chose this worker announced since its last claim,
+    when nothing else made it look (None: something did, or a wake-up did not say how many)."""
 
     claim: int
     beat: bool
     at: float = 0.0
+    announced: int | None = None
 
 
 class TurnPlanner:
@@ -54,7 +57,11 @@ class TurnPlanner:
         self.poll_seconds: Callable[[], float] = lambda: self.poll_interval
         self.clock = clock
         #: Due jobs may be waiting (a NOTIFY came, a full batch was claimed, the poll is due).
+        #: Set through :meth:`look` or :meth:`announce`.
         self.due = True
+        # The jobs counted wake-ups announced since the last claim began (None: something else
+        # made the worker look, or a wake-up without a count): see succeeded().
+        self._announced: int | None = None
         self.next_poll = 0.0
         self.next_beat = 0.0
         self.retry_at = 0.0
@@ -65,6 +72,21 @@ class TurnPlanner:
     def now(self) -> float:
         """The planner's clock."""
         return self.clock()
+
+    def look(self) -> None:
+        """Claim at the next turn: due jobs may be waiting, how many unknown (a poll, a commit
+        heard without a count, a burst's job done, a claim owed)."""
+        self.due = True
+        self._announced = None
+
+    def announce(self, jobs: int | None) -> None:
+        """Claim at the next turn: wake-ups that chose this worker announced ``jobs`` jobs
+        (None: they did not say how many)."""
+        self.due = True
+        if jobs is None or self._announced is None:
+            self._announced = None
+        else:
+            self._announced += jobs
 
     def stop_within(self, grace: float) -> bool:
         """Stop claiming, and stop waiting for running jobs ``grace`` seconds from now (an
@@ -86,17 +108,19 @@ class TurnPlanner:
         if now < self.retry_at:
             return None
         if now >= self.next_poll:
-            self.due = True
+            self.look()
         claim = free_slots if self.claiming(free_slots) and self.due else 0
         beat = now >= self.next_beat
         if not (pending or claim or (beat and holding)):
             if beat:
                 self.next_beat = now + self.heartbeat
             return None
+        announced = None
         if claim:
             # Cleared before the claim runs, so a NOTIFY arriving meanwhile sets it again.
             self.due = False
-        return Turn(claim=claim, beat=beat and holding, at=now)
+            announced, self._announced = self._announced, 0
+        return Turn(claim=claim, beat=beat and holding, at=now, announced=announced)
 
     def succeeded(self, turn: Turn, *, claimed: int, was_holding: bool) -> None:
         """``turn``'s transaction committed and claimed ``claimed`` jobs; ``was_holding``: jobs
@@ -109,8 +133,13 @@ class TurnPlanner:
                 # The first jobs after an idle spell: their claim is their first lease.
                 self.next_beat = turn.at + self.heartbeat
             self.next_poll = turn.at + self.poll_seconds()
-            # A full batch suggests more is waiting; a short one that the queue is drained.
-            self.due = self.due or claimed >= turn.claim
+            # A full batch suggests more is waiting, a short one that the queue is drained; but a
+            # full batch that took every job the wake-ups announced since the last claim (and
+            # nothing else made the worker look) says nothing more is (a lone job's worker of
+            # concurrency 1 then stores its outcome without claiming again). Draining a
+            # backlog, the full batches go on claiming: each look() leaves the count unknown.
+            if claimed >= turn.claim and (turn.announced is None or claimed < turn.announced):
+                self.look()
 
     def wake_within(self, turn: Turn, seconds: float) -> None:
         """Claim again ``seconds`` after ``turn`` at the latest (a rate limit's next slot, or
@@ -118,13 +147,13 @@ class TurnPlanner:
         self.next_poll = min(self.next_poll, turn.at + seconds)
         if seconds <= 0:
             # Due now, so that a burst run does not end before that claim has looked.
-            self.due = True
+            self.look()
 
     def failed(self, turn: Turn | None, *, retry_now: bool = False) -> float:
         """``turn``'s transaction failed: back off before the next one (doubling each time, up
         to a cap) unless ``retry_now``. Returns the back-off in seconds."""
         if turn is not None and turn.claim:
-            self.due = True
+            self.look()
         if retry_now:
             return 0.0
         delay = self.retry_delay

@@ -353,3 +353,33 @@ def test_a_workers_first_roster_replaces_its_lone_guess_at_once(clock: FakeClock
         for wakes in fleet:
             wakes.taken(nonce)
             wakes.claimed()
+
+
+def test_a_worker_counts_the_jobs_of_the_wake_ups_it_answers(clock: FakeClock) -> None:
+    fleet = fleet_of(200, clock)
+    [chosen] = hear(fleet, 1, 81)
+    assert fleet[chosen].take_announced() == 1
+    assert fleet[chosen].take_announced() == 0  # counted afresh from each claim on
+    # Those it was not chosen for count for nothing...
+    assert all(w.take_announced() == 0 for rank, w in enumerate(fleet) if rank != chosen)
+    # ...until a staggered claim of theirs comes due.
+    clock.now += TIER_SECONDS
+    [backup] = [w for w in fleet if w.due()]
+    assert backup.take_announced() == 1
+    # A wake-up for more jobs than workers: each claims and counts them all.
+    small = fleet_of(4, clock)
+    hear(small, 10, 82)
+    hear(small, 6, 83)
+    assert [w.take_announced() for w in small] == [16, 16, 16, 16]
+
+
+def test_a_wake_up_without_a_count_leaves_the_count_unknown(clock: FakeClock) -> None:
+    wakes = FleetWakes(poll_interval=1.0, clock=clock)
+    wakes.heard("q", count=1, nonce=7)
+    wakes.heard("q", count=0, nonce=8)
+    assert wakes.take_announced() is None
+    wakes.heard("q", count=1, nonce=9)
+    wakes.unknown()  # a reconnect of the listener
+    wakes.heard("q", count=1, nonce=10)
+    assert wakes.take_announced() is None
+    assert wakes.take_announced() == 0

@@ -55,12 +55,80 @@ def test_a_full_batch_claims_again_at_once(planner: TurnPlanner) -> None:
     assert planner.wait_seconds(pending=False, free_slots=4, holding=True, next_deadline=None) == 0
 
 
+def test_a_full_batch_of_every_job_the_wake_ups_announced_does_not_claim_again(
+    planner: TurnPlanner,
+) -> None:
+    turn = planner.plan(free_slots=1, holding=False, pending=False)
+    assert turn is not None
+    planner.succeeded(turn, claimed=0, was_holding=False)
+    # A lone job's wake-up chose this worker (concurrency 1): its claim took that job, so the
+    # turn that stores the outcome claims nothing.
+    planner.announce(1)
+    turn = planner.plan(free_slots=1, holding=False, pending=False)
+    assert turn == Turn(1, False, turn.at, announced=1)
+    planner.succeeded(turn, claimed=1, was_holding=False)
+    assert not planner.due
+    assert planner.plan(free_slots=1, holding=False, pending=True) == Turn(0, False, turn.at)
+
+
+@pytest.mark.parametrize("then", ["more", "unknown", "look"])
+def test_a_full_batch_claims_again_unless_it_took_every_announced_job(
+    planner: TurnPlanner, then: str
+) -> None:
+    turn = planner.plan(free_slots=1, holding=False, pending=False)
+    assert turn is not None
+    planner.succeeded(turn, claimed=0, was_holding=False)
+    planner.announce(1)
+    if then == "more":
+        planner.announce(1)  # two jobs announced, one slot
+    elif then == "unknown":
+        planner.announce(None)  # a wake-up that did not say how many
+    else:
+        planner.look()  # the poll came due meanwhile, or a commit was heard
+    turn = planner.plan(free_slots=1, holding=False, pending=False)
+    assert turn is not None
+    planner.succeeded(turn, claimed=1, was_holding=False)
+    assert planner.due
+
+
+def test_a_backlog_is_drained_however_few_jobs_wake_ups_announce_meanwhile(
+    planner: TurnPlanner,
+) -> None:
+    # A poll found a full batch: a backlog, maybe. A lone job's wake-up during the drain says
+    # nothing of the backlog: its full batch claims again, until one comes short.
+    turn = planner.plan(free_slots=4, holding=False, pending=False)
+    assert turn is not None
+    planner.succeeded(turn, claimed=4, was_holding=False)
+    planner.announce(1)
+    turn = planner.plan(free_slots=4, holding=True, pending=False)
+    assert turn is not None and turn.announced is None
+    planner.succeeded(turn, claimed=4, was_holding=True)
+    assert planner.due
+    turn = planner.plan(free_slots=4, holding=True, pending=False)
+    assert turn is not None
+    planner.succeeded(turn, claimed=2, was_holding=True)
+    assert not planner.due
+
+
+def test_a_wake_up_during_a_claim_is_counted_for_the_next(planner: TurnPlanner) -> None:
+    turn = planner.plan(free_slots=1, holding=False, pending=False)
+    assert turn is not None and turn.announced is None  # the first claim: nothing known
+    planner.succeeded(turn, claimed=0, was_holding=False)
+    planner.announce(1)
+    turn = planner.plan(free_slots=1, holding=False, pending=False)
+    assert turn is not None and turn.announced == 1
+    planner.announce(1)  # heard while that claim ran
+    planner.succeeded(turn, claimed=1, was_holding=False)
+    turn = planner.plan(free_slots=1, holding=True, pending=True)
+    assert turn is not None and turn.announced == 1
+
+
 def test_a_wake_up_claims_before_the_poll_is_due(planner: TurnPlanner) -> None:
     turn = planner.plan(free_slots=4, holding=False, pending=False)
     assert turn is not None
     planner.succeeded(turn, claimed=0, was_holding=False)
     assert planner.plan(free_slots=4, holding=False, pending=False) is None
-    planner.due = True  # what a NOTIFY does
+    planner.announce(1)  # what a NOTIFY does
     assert planner.plan(free_slots=4, holding=False, pending=False) is not None
 
 
