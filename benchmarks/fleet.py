@@ -16,10 +16,12 @@ database of its own). For each it measures what an idle fleet costs and how it a
 - the job claims the server ran (``pg_stat_statements``: the claim ``UPDATE``, which alone sets
   ``lock_token``; the reaper's and pruner's ``SKIP LOCKED`` statements left out, as their ticks
   are bursty and would swamp a count of two) per second while idle, and per lone job enqueued
-  (the idle rate subtracted): the herd, when every listener claims on every NOTIFY. Counted per
-  job as well, and the median of those given beside the mean, which one burst of idle polls
-  moves;
-- the pickup latency of a lone job (enqueue to handler start), p50 and p95;
+  (the idle rate subtracted: the mean of a 30 s window before the lone jobs and one after):
+  the herd, when every listener claims on every NOTIFY. Counted per job as well, and the median
+  of those given beside the mean, which one burst of idle polls moves;
+- the pickup latency of a lone job (enqueue to handler start), p50 and p95, and beside it the
+  *NOTIFY floor*: a raw one-row INSERT with a NOTIFY to a raw listener of its own channel, with
+  the fleet listening on theirs (PostgreSQL 15 signals every listener on every NOTIFY);
 - the CPU the whole fleet (workers + server) spends per lone job beyond its idle rate: every
   listening session is signalled on every NOTIFY, woken or not.
 
@@ -34,15 +36,17 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import astuple, dataclass, field
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import sqlalchemy as sa
 from pgbouncer_server import PgBouncer, pgbouncer_available
 from postgres_server import PostgresServer
@@ -53,6 +57,7 @@ from benchmarks.common import (
     SERVER_SETTINGS,
     Databases,
     Figure,
+    conninfo,
     cpu_snapshot,
     cpu_used,
     machine_busy,
@@ -177,34 +182,22 @@ def _measure(server: PostgresServer, phase: Phase, log_dir: Path, *, quick: bool
         time.sleep(5.0 if quick else 15.0)  # let start-up work (first claims, elections) pass
         _settle(monitor, quick=quick)
         connections, sessions = _connections(monitor)
-        window = 5.0 if quick else 20.0
+        window = 5.0 if quick else 30.0
         server_pids = [*process_tree(server.pid or 0), *phase.middle]
         load = os.getloadavg()[0]
-        claims_before = scalar(monitor, _CLAIMS)
-        machine_before = machine_busy()
-        workers_before = cpu_snapshot(fleet.pids)
-        server_before = cpu_snapshot(server_pids)
-        time.sleep(window)
-        workers_cpu = cpu_used(workers_before, cpu_snapshot(fleet.pids)) / window
-        server_cpu = cpu_used(server_before, cpu_snapshot(server_pids)) / window
-        others = max((machine_busy() - machine_before) / window - workers_cpu - server_cpu, 0.0)
-        idle_claims = (scalar(monitor, _CLAIMS) - claims_before) / window
-        # Printed now: a run that fails later (a lone job not picked up) keeps these.
-        print(f"fleet: idle: workers {workers_cpu:.3f} cores, server {server_cpu:.3f}, others "
-              f"{others:.2f}, claims {idle_claims:.1f}/s, connections {connections}, "
-              f"load {os.getloadavg()[0]:.0f}", file=sys.stderr, flush=True)  # fmt: skip
+        before = _Idle.measure(monitor, fleet.pids, server_pids, window)
 
         samples = 10 if quick else 40
         pickups: list[float] = []
         with _producer(phase) as producer:
             producer.status("")  # connected before the first measured enqueue
             # Its server process too: a NOTIFY's commit signals every listener from there.
-            server_pids = [*process_tree(server.pid or 0), *phase.middle]
+            job_server_pids = [*process_tree(server.pid or 0), *phase.middle]
             claims_before = scalar(monitor, _CLAIMS)
             workers_before = cpu_snapshot(fleet.pids)
-            server_before = cpu_snapshot(server_pids)
+            server_before = cpu_snapshot(job_server_pids)
             measured_from = time.monotonic()
-            per_job: list[float] = []
+            windows: list[tuple[float, float]] = []  # (seconds, claims) of each lone job
             for _ in range(samples):
                 sample_from, sample_claims = time.monotonic(), scalar(monitor, _CLAIMS)
                 enqueued = time.time()
@@ -215,33 +208,47 @@ def _measure(server: PostgresServer, phase: Phase, log_dir: Path, *, quick: bool
                     what="a lone job",
                 )
                 pickups.append(float(producer.result(job.id)) - enqueued)
-                time.sleep(0.5)  # let every woken worker go idle again before the next one
-                per_job.append(
-                    scalar(monitor, _CLAIMS)
-                    - sample_claims
-                    - idle_claims * (time.monotonic() - sample_from)
+                # Past the backup tiers (3 x 50 ms after the wake-up) and the chosen worker's
+                # turn that stores the outcome: every woken worker is idle again. Kept short,
+                # as each window's idle claims are subtracted and their noise with them.
+                time.sleep(0.3)
+                windows.append(
+                    (time.monotonic() - sample_from, scalar(monitor, _CLAIMS) - sample_claims)
                 )
             spent = time.monotonic() - measured_from
-            claims = scalar(monitor, _CLAIMS) - claims_before - idle_claims * spent
-            # Beyond the idle rate: what the lone jobs cost, in the workers and in the server.
-            workers_job = cpu_used(workers_before, cpu_snapshot(fleet.pids)) - workers_cpu * spent
-            server_job = cpu_used(server_before, cpu_snapshot(server_pids)) - server_cpu * spent
+            claims_during = scalar(monitor, _CLAIMS) - claims_before
+            workers_during = cpu_used(workers_before, cpu_snapshot(fleet.pids))
+            server_during = cpu_used(server_before, cpu_snapshot(job_server_pids))
+        # The idle rate again after the lone jobs, and the mean of both subtracted: one window's
+        # count of Poisson-spread polls is off by its square root, and that error, times the
+        # time the lone jobs took, lands on every per-job figure.
+        after = _Idle.measure(monitor, fleet.pids, server_pids, window)
+        idle = _Idle.mean(before, after)
+        floor = _notify_floor(monitor_url, samples=20 if quick else 100)
+        claims = claims_during - idle.claims * spent
+        per_job = [count - idle.claims * seconds for seconds, count in windows]
+        # Beyond the idle rate: what the lone jobs cost, in the workers and in the server.
+        workers_job = workers_during - idle.workers * spent
+        server_job = server_during - idle.server * spent
     rows = [
         (f"register {count} processes", registering, "s"),
         ("server connections", float(connections), "conns"),
-        ("idle CPU (workers + server)", workers_cpu + server_cpu, "cores"),
-        ("idle CPU of the worker processes", workers_cpu, "cores"),
+        ("idle CPU (workers + server)", idle.workers + idle.server, "cores"),
+        ("idle CPU of the worker processes", idle.workers, "cores"),
         (
             "idle CPU of the server" + (" and pgbouncer" if phase.middle else ""),
-            server_cpu,
+            idle.server,
             "cores",
         ),
-        ("idle CPU of everything else on the machine", others, "cores"),
-        ("idle claim statements", idle_claims, "/s"),
+        ("idle CPU of everything else on the machine", idle.others, "cores"),
+        ("idle claim statements", idle.claims, "/s"),
+        ("idle claim statements, before the lone jobs", before.claims, "/s"),
+        ("idle claim statements, after the lone jobs", after.claims, "/s"),
         ("claim statements per lone job", claims / samples, "stmts"),
         ("claim statements per lone job, median", percentile(per_job, 0.5), "stmts"),
         ("pickup p50", percentile(pickups, 0.5) * 1000, "ms"),
         ("pickup p95", percentile(pickups, 0.95) * 1000, "ms"),
+        ("NOTIFY floor p50, beside the fleet", percentile(floor, 0.5) * 1000, "ms"),
         ("fleet CPU per lone job", (workers_job + server_job) / samples * 1000, "ms"),
         ("fleet CPU per lone job, worker processes", workers_job / samples * 1000, "ms"),
         ("fleet CPU per lone job, server", server_job / samples * 1000, "ms"),
@@ -252,6 +259,79 @@ def _measure(server: PostgresServer, phase: Phase, log_dir: Path, *, quick: bool
         Figure(NAME, "postgresql", f"{phase.name}: {metric}", value, unit, label, load)
         for metric, value, unit in rows
     ]
+
+
+def _notify_floor(url: str, *, samples: int) -> list[float]:
+    """Seconds from sending each of ``samples`` one-row INSERTs with a NOTIFY (autocommit, 50 ms
+    apart: a lone enqueue's shape, without pgqueue) to its arrival at a raw listener of its own
+    channel, while the fleet listens on theirs. PostgreSQL 15 signals every listening session
+    of the database on every NOTIFY, whatever its channel, and each must run to find nothing
+    for it: beside 200 of them this is the part of a lone job's pickup no client can remove."""
+    info = conninfo(url)
+    channel = f"pgqueue_bench_floor_{uuid.uuid4().hex[:8]}"
+    arrived: dict[int, float] = {}
+    with (
+        psycopg.connect(info, autocommit=True) as sender,
+        psycopg.connect(info, autocommit=True) as listener,
+    ):
+        sender.execute("CREATE TABLE IF NOT EXISTS pgqueue_bench_floor (n int)")
+        listener.execute(f"LISTEN {channel}")
+        done = threading.Event()
+
+        def receive() -> None:
+            while not done.is_set():
+                for note in listener.notifies(timeout=0.2):
+                    arrived[int(note.payload)] = time.perf_counter()
+
+        thread = threading.Thread(target=receive, name="notify-floor", daemon=True)
+        thread.start()
+        sent: dict[int, float] = {}
+        for n in range(samples):
+            sent[n] = time.perf_counter()
+            sender.execute(
+                "WITH i AS (INSERT INTO pgqueue_bench_floor VALUES (%s)) SELECT pg_notify(%s, %s)",
+                (n, channel, str(n)),
+                prepare=True,
+            )
+            time.sleep(0.05)
+        wait_until(lambda: len(arrived) == samples, timeout=30, what="the floor's notifications")
+        done.set()
+        thread.join()
+    return [arrived[n] - sent[n] for n in range(samples)]
+
+
+@dataclass(frozen=True)
+class _Idle:
+    """What the idle fleet used over one window, per second: cores of the worker processes, of
+    the server (and pgbouncer), of everything else on the machine, and claim statements."""
+
+    workers: float
+    server: float
+    others: float
+    claims: float
+
+    @classmethod
+    def measure(
+        cls, monitor: pgqueue.Queue, pids: list[int], server_pids: list[int], window: float
+    ) -> _Idle:
+        claims_before = scalar(monitor, _CLAIMS)
+        machine_before = machine_busy()
+        workers_before = cpu_snapshot(pids)
+        server_before = cpu_snapshot(server_pids)
+        time.sleep(window)
+        workers = cpu_used(workers_before, cpu_snapshot(pids)) / window
+        server = cpu_used(server_before, cpu_snapshot(server_pids)) / window
+        others = max((machine_busy() - machine_before) / window - workers - server, 0.0)
+        idle = cls(workers, server, others, (scalar(monitor, _CLAIMS) - claims_before) / window)
+        # Printed now: a run that fails later (a lone job not picked up) keeps these.
+        print(f"fleet: idle: workers {idle.workers:.3f} cores, server {idle.server:.3f}, others "
+              f"{idle.others:.2f}, claims {idle.claims:.1f}/s, "
+              f"load {os.getloadavg()[0]:.0f}", file=sys.stderr, flush=True)  # fmt: skip
+        return idle
+
+    @classmethod
+    def mean(cls, first: _Idle, second: _Idle) -> _Idle:
+        return cls(*((a + b) / 2 for a, b in zip(astuple(first), astuple(second), strict=True)))
 
 
 def _settle(monitor: pgqueue.Queue, *, quick: bool) -> None:
