@@ -221,9 +221,10 @@ def test_rate_limit_20_per_second_over_200_jobs(workers: Workers, producer: pgqu
     # Handlers start a fixed 100 ms after their slot (jobs are claimed up to 100 ms ahead:
     # pgqueue.limits.claim), and one that would start more than 25 ms after that is handed back
     # and paced anew (limits/slots.py START_GUARD): every start lies within 25 ms of its own
-    # slot's start, slots are 50 ms apart, so exact here too; a no-op's completion follows.
+    # slot's start, slots are 50 ms apart, so exact here too. Completions are not paced: a
+    # no-op's follows its start, unless the machine holds its thread back (under load, one end
+    # 50 ms late put 22 in a window), so they are only printed.
     assert busiest_start <= 21
-    assert busiest_end <= 21
     # 200 starts one per 50 ms: 9.95 s from the first to the last (10 s on a quiet machine).
     # A claim more than a slot late loses that slot; on a machine loaded several times over its
     # cores that happens often enough to stretch the run by half: far from 40 s or 2 s still.
