@@ -1,5 +1,5 @@
-"""Running handlers: the current job, the threads and event loop they run on, and turning what a
-handler did (return a value, raise, ask to retry) into an :class:`Outcome` the worker stores.
+"""Running handlers: the current job, and the context a handler runs in (the job's logs and
+tracing span). What a handler did becomes an :class:`~pgqueue.outcome.Outcome` there.
 
 A handler learns about the job it runs through :func:`current_job`, which works the same in plain
 functions and in ``async def`` handlers (it is a context variable, set per thread and per task).
@@ -21,21 +21,16 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import logging
-import math
-import sys
 import threading
-import traceback
 from collections.abc import Awaitable, Callable, Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from pgqueue import config, logs, tracing
-from pgqueue._threads import AsyncTask, HandlerPool, LoopThread
+from pgqueue import logs, tracing
 from pgqueue.errors import ConfigError, PgQueueError
-from pgqueue.job import JobState, error_fields
-from pgqueue.retries import DEFAULT_RETRY, Retry, RetryPolicy, Snooze
+from pgqueue.job import JobState
 from pgqueue.runtime import HasRuntime, JobTransactionPort
 
 if TYPE_CHECKING:
@@ -43,14 +38,7 @@ if TYPE_CHECKING:
 
     from pgqueue.durable.run import DurableRun
 
-__all__ = [
-    "AsyncTask",
-    "HandlerPool",
-    "JobContext",
-    "LoopThread",
-    "Outcome",
-    "current_job",
-]
+__all__ = ["JobContext", "current_job", "running"]
 
 T = TypeVar("T")
 logger = logging.getLogger("pgqueue.worker")
@@ -386,82 +374,3 @@ class _Running:
     def _leave(self) -> None:
         logs.leave_job(self._logs)
         _current.reset(self._token)
-
-
-@dataclass(frozen=True, slots=True)
-class Outcome:
-    """What one attempt ended in: ``completed`` with an encoded ``result``; ``failing`` with an
-    ``error`` and a retry ``retry_in`` seconds from now; or ``failed`` for good with an ``error``."""
-
-    state: JobState
-    result: Any = None
-    error: dict[str, Any] | None = None
-    retry_in: float | None = None
-    #: Already stored by the handler's own transaction: True (committed) or False (the lease
-    #: was lost and it rolled back); None: the worker stores it.
-    settled: bool | None = None
-    #: A :class:`~pgqueue.Snooze`: back to ``queued`` in this many seconds (state QUEUED), no
-    #: attempt spent; None for every other outcome.
-    snooze_in: float | None = None
-
-
-def snoozed(snooze: Snooze) -> Outcome:
-    """The outcome of a handler that raised or returned ``snooze``."""
-    return Outcome(JobState.QUEUED, snooze_in=snooze.seconds)
-
-
-def failed(
-    error: BaseException | dict[str, Any],
-    *,
-    attempts: int,
-    max_attempts: int,
-    policy: RetryPolicy = DEFAULT_RETRY,
-) -> Outcome:
-    """The outcome of a failed attempt: ``failing`` with the policy's delay (or the delay a
-    :class:`~pgqueue.Retry` asked for), or ``failed`` when this was the last attempt."""
-    if isinstance(error, Snooze):
-        # Raised, not failed: every path that turns an exception into an outcome (sync and
-        # async handlers, the job's transaction) comes through here.
-        return snoozed(error)
-    document = error if isinstance(error, dict) else error_document(error)
-    if attempts >= max_attempts:
-        return Outcome(JobState.FAILED, error=document)
-    if isinstance(error, Retry) and error.delay is not None:
-        delay = error.delay
-    else:
-        delay = retry_delay(policy, attempts)
-    return Outcome(JobState.FAILING, error=document, retry_in=delay)
-
-
-def retry_delay(policy: RetryPolicy, attempts: int) -> float:
-    """``policy.delay(attempts)``, falling back to the default policy when a custom one raises or
-    answers something that is not a finite, non-negative number of seconds."""
-    try:
-        delay = policy.delay(attempts)
-        if isinstance(delay, int | float) and math.isfinite(delay) and delay >= 0:
-            return min(float(delay), config.MAX_SECONDS)
-    except Exception:
-        pass
-    return DEFAULT_RETRY.delay(attempts)
-
-
-def error_document(error: BaseException) -> dict[str, Any]:
-    """What is stored about an exception: its type, message and traceback."""
-    kind = type(error)
-    name = kind.__qualname__
-    if kind.__module__ != "builtins":
-        name = f"{kind.__module__}.{name}"
-    try:
-        message = str(error)
-    except Exception:
-        message = f"<{name} whose str() failed>"
-    return error_fields(name, message, "".join(traceback.format_exception(error)))
-
-
-def thread_stack(thread_id: int | None) -> str | None:
-    """Where the thread is right now, as traceback text (for a handler that ran past its
-    timeout), or None when unknown."""
-    frame = sys._current_frames().get(thread_id) if thread_id is not None else None
-    if frame is None:
-        return None
-    return "Handler stack when the timeout passed:\n" + "".join(traceback.format_stack(frame))

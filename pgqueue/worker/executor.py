@@ -1,7 +1,7 @@
 """Running handlers for the worker: plain functions on a pool of threads, ``async def`` ones on
 one event loop, each within its task's timeout.
 
-What a handler did becomes an :class:`~pgqueue.job_context.Outcome`, made on the handler's own
+What a handler did becomes an :class:`~pgqueue.outcome.Outcome`, made on the handler's own
 thread (its result encoded there, once) and handed to ``deliver``; the worker's loop stores it.
 
 Example::
@@ -25,11 +25,13 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from pgqueue import serde, tracing
+from pgqueue._threads import HandlerPool, LoopThread
 from pgqueue.durable.run import Parked
 from pgqueue.errors import ConfigError, UnknownTaskError
 from pgqueue.job import JobState, error_fields
-from pgqueue.job_context import HandlerPool, LoopThread, Outcome, running, snoozed, thread_stack
+from pgqueue.job_context import running
 from pgqueue.limits.slots import START_GUARD, seconds_to_start, start_time
+from pgqueue.outcome import Outcome, snoozed, thread_stack
 from pgqueue.retries import Snooze
 from pgqueue.worker.isolation.pool import ProcessPool
 from pgqueue.worker.isolation.runner import IsolatedRunner, is_isolated

@@ -17,8 +17,10 @@ from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any
 
 from pgqueue import metrics
+from pgqueue._threads import AsyncTask
 from pgqueue.job import JobState
-from pgqueue.job_context import AsyncTask, JobContext, Outcome, failed
+from pgqueue.job_context import JobContext
+from pgqueue.outcome import Outcome, failed
 from pgqueue.retries import DEFAULT_RETRY
 
 if TYPE_CHECKING:

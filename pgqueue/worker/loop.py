@@ -23,8 +23,9 @@ from dataclasses import dataclass
 from queue import Empty, SimpleQueue
 from typing import TYPE_CHECKING, Any
 
-from pgqueue.job_context import JobContext, Outcome
+from pgqueue.job_context import JobContext
 from pgqueue.limits.policy import LimitedClaimPolicy
+from pgqueue.outcome import Outcome
 from pgqueue.worker.executor import Executor
 from pgqueue.worker.fleet import FleetWakes
 from pgqueue.worker.hearing import WakeUpHearing

@@ -26,8 +26,8 @@ from pgqueue.backends import Clock
 from pgqueue.backends.base import Completion
 from pgqueue.errors import BackendError
 from pgqueue.job import JobState, error_fields
-from pgqueue.job_context import Outcome
 from pgqueue.notifications import FINISHED_CHANNEL, finished_payload
+from pgqueue.outcome import Outcome
 from pgqueue.worker.ledger import Claimed
 from pgqueue.workflow import dependencies
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from pgqueue.durable.run import Parked
 from pgqueue.job import JobState
-from pgqueue.job_context import Outcome
+from pgqueue.outcome import Outcome
 
 __all__ = ["is_parked", "parked_outcome"]
 

@@ -11,8 +11,9 @@ from typing import Any
 
 import pgqueue
 from pgqueue.job import JobState
-from pgqueue.job_context import JobContext, Outcome
+from pgqueue.job_context import JobContext
 from pgqueue.limits.slots import SLOT_START_DELAY, START_GUARD
+from pgqueue.outcome import Outcome
 from pgqueue.worker.executor import Executor
 from pgqueue.worker.ledger import Claimed
 from pgqueue.worker.store import JobStore

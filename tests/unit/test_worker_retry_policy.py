@@ -9,7 +9,7 @@ import pytest
 import pgqueue
 from pgqueue import JobState
 from pgqueue.job import error_fields
-from pgqueue.job_context import error_document, failed
+from pgqueue.outcome import error_document, failed
 
 
 def test_backoff_grows_by_its_factor_up_to_its_cap() -> None:

@@ -17,7 +17,7 @@ from conftest import claim_jobs
 
 import pgqueue
 from pgqueue import JobState
-from pgqueue.job_context import Outcome
+from pgqueue.outcome import Outcome
 from pgqueue.worker.ledger import Claimed
 from pgqueue.worker.store import JobStore
 

@@ -25,7 +25,8 @@ from conftest import POSTGRES_ONLY
 import pgqueue
 import pgqueue.testing
 from pgqueue.job import JobState
-from pgqueue.job_context import JobContext, Outcome
+from pgqueue.job_context import JobContext
+from pgqueue.outcome import Outcome
 from pgqueue.worker.ledger import Claimed
 from pgqueue.worker.store import JobStore
 

@@ -31,7 +31,8 @@ from typing import TYPE_CHECKING, Any
 from pgqueue import serde
 from pgqueue.durable.run import Parked
 from pgqueue.errors import PgQueueError, UnknownTaskError
-from pgqueue.job_context import JobContext, error_document, running
+from pgqueue.job_context import JobContext, running
+from pgqueue.outcome import error_document
 from pgqueue.queue import Queue
 from pgqueue.retries import Retry, Snooze
 from pgqueue.runtime import JobTransactionPort

@@ -1,5 +1,5 @@
 """The executor's side of process isolation: a job becomes a ``run`` message for the pool, what
-comes back becomes the attempt's :class:`~pgqueue.job_context.Outcome`, and a watch stops the
+comes back becomes the attempt's :class:`~pgqueue.outcome.Outcome`, and a watch stops the
 children of jobs the worker no longer holds.
 
 The watch is what makes ``queue.cancel(job_id, running=True)`` stop an isolated handler within
@@ -26,8 +26,8 @@ from typing import TYPE_CHECKING, Any
 from pgqueue import config as checks
 from pgqueue import statements
 from pgqueue.job import JobState, error_fields
-from pgqueue.job_context import Outcome, snoozed
 from pgqueue.limits.slots import MAX_SLOT_WAIT, START_GUARD
+from pgqueue.outcome import Outcome, snoozed
 from pgqueue.retries import Snooze
 from pgqueue.worker.isolation.pool import ProcessPool
 from pgqueue.worker.isolation.protocol import RUN, encode
