@@ -17,8 +17,9 @@ once, owes the limited claim (once: a trickle of unkeyed jobs cannot hold limite
 A claim that commits by itself (autocommit: one statement) cannot run the others at all and
 passes them on the same way; when it found no job, the turn it passes them to starts with the
 limited claim (an idle poll is then its one unkeyed statement, not two) unless a wake-up came
-or :data:`IDLE_SECONDS` passed meanwhile. A worker draining keyed jobs with no unkeyed job due runs the fair
-claim in the unkeyed claim's place until a wake-up, a short batch or :data:`LONE_SECONDS`.
+or :data:`IDLE_SECONDS` passed meanwhile. A worker draining keyed jobs with no unkeyed job due
+runs the fair claim in the unkeyed claim's place until a wake-up, a short batch or
+:data:`LONE_SECONDS`.
 
 All times come from one injectable monotonic clock, as in
 :class:`~pgqueue.worker.planner.TurnPlanner`: tests move it instead of waiting.

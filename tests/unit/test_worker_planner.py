@@ -55,18 +55,23 @@ def test_a_full_batch_claims_again_at_once(planner: TurnPlanner) -> None:
     assert planner.wait_seconds(pending=False, free_slots=4, holding=True, next_deadline=None) == 0
 
 
+def claimed(planner: TurnPlanner, jobs: int, *, slots: int = 1, holding: bool = False) -> Turn:
+    """The next turn's claim, which claimed ``jobs`` of its ``slots``."""
+    turn = planner.plan(free_slots=slots, holding=holding, pending=False)
+    assert turn is not None and turn.claim == slots
+    planner.succeeded(turn, claimed=jobs, was_holding=holding)
+    return turn
+
+
 def test_a_full_batch_of_every_job_the_wake_ups_announced_does_not_claim_again(
     planner: TurnPlanner,
 ) -> None:
-    turn = planner.plan(free_slots=1, holding=False, pending=False)
-    assert turn is not None
-    planner.succeeded(turn, claimed=0, was_holding=False)
+    claimed(planner, 0)  # idle
     # A lone job's wake-up chose this worker (concurrency 1): its claim took that job, so the
     # turn that stores the outcome claims nothing.
     planner.announce(1)
-    turn = planner.plan(free_slots=1, holding=False, pending=False)
-    assert turn == Turn(1, False, turn.at, announced=1)
-    planner.succeeded(turn, claimed=1, was_holding=False)
+    turn = claimed(planner, 1)
+    assert turn.announced == 1
     assert not planner.due
     assert planner.plan(free_slots=1, holding=False, pending=True) == Turn(0, False, turn.at)
 
@@ -75,9 +80,7 @@ def test_a_full_batch_of_every_job_the_wake_ups_announced_does_not_claim_again(
 def test_a_full_batch_claims_again_unless_it_took_every_announced_job(
     planner: TurnPlanner, then: str
 ) -> None:
-    turn = planner.plan(free_slots=1, holding=False, pending=False)
-    assert turn is not None
-    planner.succeeded(turn, claimed=0, was_holding=False)
+    claimed(planner, 0)
     planner.announce(1)
     if then == "more":
         planner.announce(1)  # two jobs announced, one slot
@@ -85,9 +88,7 @@ def test_a_full_batch_claims_again_unless_it_took_every_announced_job(
         planner.announce(None)  # a wake-up that did not say how many
     else:
         planner.look()  # the poll came due meanwhile, or a commit was heard
-    turn = planner.plan(free_slots=1, holding=False, pending=False)
-    assert turn is not None
-    planner.succeeded(turn, claimed=1, was_holding=False)
+    claimed(planner, 1)
     assert planner.due
 
 
@@ -96,24 +97,16 @@ def test_a_backlog_is_drained_however_few_jobs_wake_ups_announce_meanwhile(
 ) -> None:
     # A poll found a full batch: a backlog, maybe. A lone job's wake-up during the drain says
     # nothing of the backlog: its full batch claims again, until one comes short.
-    turn = planner.plan(free_slots=4, holding=False, pending=False)
-    assert turn is not None
-    planner.succeeded(turn, claimed=4, was_holding=False)
+    claimed(planner, 4, slots=4)
     planner.announce(1)
-    turn = planner.plan(free_slots=4, holding=True, pending=False)
-    assert turn is not None and turn.announced is None
-    planner.succeeded(turn, claimed=4, was_holding=True)
+    assert claimed(planner, 4, slots=4, holding=True).announced is None
     assert planner.due
-    turn = planner.plan(free_slots=4, holding=True, pending=False)
-    assert turn is not None
-    planner.succeeded(turn, claimed=2, was_holding=True)
+    claimed(planner, 2, slots=4, holding=True)
     assert not planner.due
 
 
 def test_a_wake_up_during_a_claim_is_counted_for_the_next(planner: TurnPlanner) -> None:
-    turn = planner.plan(free_slots=1, holding=False, pending=False)
-    assert turn is not None and turn.announced is None  # the first claim: nothing known
-    planner.succeeded(turn, claimed=0, was_holding=False)
+    assert claimed(planner, 0).announced is None  # the first claim: nothing known
     planner.announce(1)
     turn = planner.plan(free_slots=1, holding=False, pending=False)
     assert turn is not None and turn.announced == 1
