@@ -182,7 +182,7 @@ def _measure(server: PostgresServer, phase: Phase, log_dir: Path, *, quick: bool
         time.sleep(5.0 if quick else 15.0)  # let start-up work (first claims, elections) pass
         _settle(monitor, quick=quick)
         connections, sessions = _connections(monitor)
-        window = 5.0 if quick else 30.0
+        window = 2.0 if quick else 30.0
         server_pids = [*process_tree(server.pid or 0), *phase.middle]
         load = os.getloadavg()[0]
         before = _Idle.measure(monitor, fleet.pids, server_pids, window)
@@ -224,7 +224,7 @@ def _measure(server: PostgresServer, phase: Phase, log_dir: Path, *, quick: bool
         # time the lone jobs took, lands on every per-job figure.
         after = _Idle.measure(monitor, fleet.pids, server_pids, window)
         idle = _Idle.mean(before, after)
-        floor = _notify_floor(monitor_url, samples=20 if quick else 100)
+        floor = _notify_floor(monitor_url, samples=10 if quick else 100)
         claims = claims_during - idle.claims * spent
         per_job = [count - idle.claims * seconds for seconds, count in windows]
         # Beyond the idle rate: what the lone jobs cost, in the workers and in the server.
