@@ -23,6 +23,12 @@ shards, it keeps listening to its old ones, and answering there as its old roste
 shard goes deaf while the fleet changes. (Before its first roster a worker listens on every
 shard and claims on every wake-up, as a lone worker does.)
 
+Each worker also counts the jobs of the wake-ups it answers (:meth:`FleetWakes.take_announced`,
+read by the loop on each wake-up): a claim that comes back full with that many jobs, when
+nothing else made the worker look, need not look again (``TurnPlanner.succeeded``), so a lone
+job costs its worker one claim. A wake-up without a count, or a reconnect of the listener,
+makes the count unknown.
+
 The idle poll, which catches what no wake-up announces (a delayed job coming due, a lost
 notification), is spread the same way: the fleet as a whole looks ``polls`` times per
 ``poll_interval``, each worker at random intervals of ``poll_interval * size / polls`` on
