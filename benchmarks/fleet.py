@@ -67,6 +67,7 @@ from benchmarks.common import (
     scalar,
     wait_until,
 )
+from benchmarks.rival_base import paced
 
 NAME = "fleet"
 _UNFINISHED = "SELECT count(*) FROM pgqueue_jobs WHERE state <> 'completed'"
@@ -281,23 +282,26 @@ def _notify_floor(url: str, *, samples: int) -> list[float]:
         def receive() -> None:
             while not done.is_set():
                 for note in listener.notifies(timeout=0.2):
-                    arrived[int(note.payload)] = time.perf_counter()
+                    arrived[int(note.payload)] = time.time()
 
-        thread = threading.Thread(target=receive, name="notify-floor", daemon=True)
-        thread.start()
-        sent: dict[int, float] = {}
-        for n in range(samples):
-            sent[n] = time.perf_counter()
+        def send(n: int) -> None:
             sender.execute(
                 "WITH i AS (INSERT INTO pgqueue_bench_floor VALUES (%s)) SELECT pg_notify(%s, %s)",
                 (n, channel, str(n)),
                 prepare=True,
             )
-            time.sleep(0.05)
-        wait_until(lambda: len(arrived) == samples, timeout=30, what="the floor's notifications")
-        done.set()
-        thread.join()
-    return [arrived[n] - sent[n] for n in range(samples)]
+
+        def heard(n: int) -> float:
+            wait_until(lambda: n in arrived, timeout=30, what="a floor notification")
+            return arrived[n]
+
+        thread = threading.Thread(target=receive, name="notify-floor", daemon=True)
+        thread.start()
+        try:
+            return paced(samples, 0.05, send, heard)
+        finally:
+            done.set()
+            thread.join()
 
 
 @dataclass(frozen=True)
